@@ -1,0 +1,56 @@
+"""hpccoll: array-level all-gather, reduce-scatter and all-reduce with forward and adjoint.
+
+Every collective takes NumPy arrays (and CuPy arrays where a GPU transport is
+available), an optional communicator (``None`` is a private duplicate of
+``MPI.COMM_WORLD``), and has an explicit adjoint under the inner product
+summed over ranks.
+"""
+
+from ._api import (
+    all_gather,
+    all_gather_adjoint,
+    all_reduce,
+    all_reduce_adjoint,
+    reduce_scatter,
+    reduce_scatter_adjoint,
+    split_sizes,
+)
+from ._comm import Communicator
+from ._dtypes import OPS, SUPPORTED_DTYPES
+from ._errors import (
+    ArgumentError,
+    DTypeError,
+    HpccollError,
+    MismatchError,
+    TransportUnavailable,
+    UnsupportedOpError,
+)
+from ._operators import AllGather, AllReduce, Operator, ReduceScatter
+from .transports import TRANSPORTS
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Communicator",
+    "all_gather",
+    "all_gather_adjoint",
+    "reduce_scatter",
+    "reduce_scatter_adjoint",
+    "all_reduce",
+    "all_reduce_adjoint",
+    "split_sizes",
+    "Operator",
+    "AllGather",
+    "ReduceScatter",
+    "AllReduce",
+    "HpccollError",
+    "ArgumentError",
+    "DTypeError",
+    "UnsupportedOpError",
+    "MismatchError",
+    "TransportUnavailable",
+    "OPS",
+    "SUPPORTED_DTYPES",
+    "TRANSPORTS",
+    "__version__",
+]

@@ -1,0 +1,566 @@
+"""Forward and adjoint collectives: validate, pick a transport, call its primitives.
+
+Everything about axes, uneven shards, dtypes, ``avg`` and adjoints lives here,
+once, above the transports (see :mod:`hpccoll.transports._base`).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._arrays import as_array, flat, module_of, overlaps, prod
+from ._comm import Communicator, as_communicator
+from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
+from ._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from .transports import select_transport
+
+__all__ = [
+    "all_gather",
+    "all_gather_adjoint",
+    "reduce_scatter",
+    "reduce_scatter_adjoint",
+    "all_reduce",
+    "all_reduce_adjoint",
+    "split_sizes",
+]
+
+Sizes = Optional[Sequence[int]]
+COTANGENTS = ("varying", "replicated")
+
+
+def split_sizes(n: int, parts: int) -> Tuple[int, ...]:
+    """Extents of ``numpy.array_split(range(n), parts)``: the first ``n % parts`` get one more.
+
+    Examples
+    --------
+    >>> split_sizes(10, 4)
+    (3, 3, 2, 2)
+    """
+    q, r = divmod(n, parts)
+    return tuple(q + (i < r) for i in range(parts))
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _axis(axis: Any, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ArgumentError(f"axis: expected an int; got {type(axis).__name__} {axis!r}")
+    if ndim == 0:
+        raise ArgumentError("x: expected an array with at least 1 dimension to split along axis; got a 0-D array")
+    if not -ndim <= axis < ndim:
+        raise ArgumentError(f"axis: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
+    return int(axis) % ndim
+
+
+def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
+    try:
+        vals = tuple(operator.index(s) for s in sizes)
+    except TypeError:
+        raise ArgumentError(f"sizes: expected a sequence of {parts} non-negative ints; got {sizes!r}") from None
+    if len(vals) != parts or any(v < 0 for v in vals):
+        raise ArgumentError(f"sizes: expected {parts} non-negative ints (one per rank); got {list(vals)}")
+    return vals
+
+
+def _out(out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any, allow_same: bool = False) -> Any:
+    """Validate a user's ``out``; ``None`` allocates a fresh array."""
+    if out is None:
+        return xp.empty(shape, dtype)
+    if not isinstance(out, xp.ndarray):
+        raise ArgumentError(f"out: expected a {xp.__name__}.ndarray like x; got {type(out).__name__}")
+    if out.shape != shape:
+        raise ArgumentError(f"out: expected shape {shape}; got {out.shape}")
+    if out.dtype != dtype:
+        raise ArgumentError(f"out: expected dtype {dtype}; got {out.dtype}")
+    if xp is np and not out.flags.writeable:
+        raise ArgumentError("out: expected a writeable array; got a read-only one")
+    if out is not x and overlaps(out, x, xp) and not (allow_same and _same_view(out, x)):
+        raise ArgumentError("out: expected memory separate from the input; got an array that overlaps it")
+    return out
+
+
+def _same_view(a: Any, b: Any) -> bool:
+    return a.shape == b.shape and a.strides == b.strides and _ptr(a) == _ptr(b)
+
+
+def _ptr(a: Any) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
+
+
+def _settle(c: Communicator, what: str, desc: Any, local: Any, err: Optional[HpccollError]) -> Optional[list]:
+    """Raise a local error, or (check mode) agree with the other ranks first."""
+    if c.check and c.size > 1:
+        return c.agree(what, desc, local, err)
+    if err is not None:
+        raise err
+    return None
+
+
+def _shape_without(shape: Tuple[int, ...], ax: int) -> Tuple[int, ...]:
+    return shape[:ax] + shape[ax + 1 :]
+
+
+def _with_extent(shape: Tuple[int, ...], ax: int, n: int) -> Tuple[int, ...]:
+    return shape[:ax] + (n,) + shape[ax + 1 :]
+
+
+def _block(ax: int, start: int, stop: int) -> tuple:
+    return (slice(None),) * ax + (slice(start, stop),)
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def _pack(x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], wire: np.dtype, widen: bool) -> Any:
+    """``x``'s blocks along ``ax`` laid out rank after rank, as one flat buffer of ``wire``.
+
+    Converts to ``wire`` when ``widen``, else reinterprets the bytes; a view of
+    ``x`` is returned when no copy is needed.
+    """
+    if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous:
+        buf = x.reshape(-1)
+        return buf.astype(wire) if widen else buf.view(wire)
+    buf = xp.empty(x.size, wire if widen else x.dtype)
+    _blocks(buf, x, xp, ax, sizes, to_flat=True)
+    return buf.view(wire)
+
+
+def _blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Tuple[int, ...], to_flat: bool) -> None:
+    """Copy between ``arr`` (blocks along ``ax``) and flat ``buf`` (blocks rank after rank).
+
+    ``to_flat`` copies ``arr -> buf``; otherwise ``buf -> arr``.
+    """
+    shape = arr.shape
+    pre, post = shape[:ax], shape[ax + 1 :]
+    lead, trail, parts = prod(pre), prod(post), len(sizes)
+    first = sizes[0]
+    if all(s == first for s in sizes) and arr.flags.c_contiguous:
+        # One strided copy: (lead, parts, s, trail) <-> (parts, lead, s, trail).
+        grid = arr.reshape(lead, parts, first, trail)
+        blocks = buf.reshape(parts, lead, first, trail).transpose(1, 0, 2, 3)
+        if to_flat:
+            xp.copyto(blocks, grid, casting="unsafe")
+        else:
+            xp.copyto(grid, blocks, casting="unsafe")
+        return
+    start = offset = 0
+    for s in sizes:
+        count = lead * s * trail
+        piece = buf[offset : offset + count].reshape(pre + (s,) + post)
+        where = _block(ax, start, start + s)
+        if to_flat:
+            xp.copyto(piece, arr[where], casting="unsafe")
+        else:
+            xp.copyto(arr[where], piece, casting="unsafe")
+        start += s
+        offset += count
+
+
+def _store(out: Any, result: Any, xp: Any) -> None:
+    """Write a C-ordered flat ``result`` into ``out`` (casting from the wire dtype)."""
+    xp.copyto(out, result.reshape(out.shape), casting="unsafe")
+
+
+def _divide(arr: Any, parts: int) -> None:
+    arr /= arr.dtype.type(parts)
+
+
+# --------------------------------------------------------------------------- all-gather
+
+
+def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None) -> Any:
+    """Concatenate every rank's ``x`` along ``axis``; every rank gets the result.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy)
+        This rank's shard. Shards may differ in extent along ``axis``; all
+        other dimensions, and the dtype, must match across ranks.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    axis : int
+        The axis to concatenate along (negative counts from the end).
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``, one int per rank. ``None``
+        discovers them with one small exchange.
+    out : array, optional
+        Where to write the result (shape of the concatenation, dtype of ``x``).
+
+    Returns
+    -------
+    array
+        The concatenation, a new array (or ``out``); it never aliases ``x``.
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``axis``, ``sizes`` or ``out``.
+    DTypeError
+        Unsupported dtype.
+    MismatchError
+        Ranks disagree on dtype or the other dimensions (always checked when
+        ``sizes`` is None; in check mode, also ``axis`` and ``sizes``).
+
+    Examples
+    --------
+    >>> y = hpccoll.all_gather(np.full(2, comm.rank))        # doctest: +SKIP
+    >>> # on 3 ranks: array([0, 0, 1, 1, 2, 2])
+    """
+    return _all_gather(x, as_communicator(comm), axis, sizes, out, "all_gather")
+
+
+def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what: str) -> Any:
+    x, kind = as_array(x)
+    xp = np if kind == "numpy" else module_of(kind)
+    err = desc = None
+    ax = 0
+    try:
+        check_dtype(x.dtype)
+        ax = _axis(axis, x.ndim)
+        if sizes is not None:
+            sizes = _sizes(sizes, c.size)
+            if sizes[c.rank] != x.shape[ax]:
+                raise ArgumentError(
+                    f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]} on rank {c.rank}; "
+                    f"got {sizes[c.rank]}"
+                )
+        desc = {
+            "collective": "all_gather",
+            "dtype": x.dtype.name,
+            "ndim": x.ndim,
+            "axis": ax,
+            "shape except axis": _shape_without(x.shape, ax),
+            "sizes": sizes,
+        }
+    except HpccollError as e:
+        err = e
+    extents = _settle(c, what, desc, x.shape[ax] if err is None else None, err)
+    if extents is not None and sizes is not None and list(sizes) != extents:
+        raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
+    if sizes is None:
+        sizes = tuple(extents) if extents is not None else _discover(c, x, ax, what)
+    out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
+    if c.size == 1:
+        xp.copyto(out, x)
+        return out
+    wire = movement_dtype(x.dtype)
+    trail = prod(x.shape[:ax]) * prod(x.shape[ax + 1 :])
+    counts = [s * trail for s in sizes]
+    send = flat(x, xp).view(wire)
+    transport = select_transport(c, kind)
+    if prod(x.shape[:ax]) == 1 and out.flags.c_contiguous:
+        transport.allgatherv(send, out.reshape(-1).view(wire), counts)
+    else:
+        recv = xp.empty(sum(counts), wire)
+        transport.allgatherv(send, recv, counts)
+        _blocks(recv, out.view(wire), xp, ax, sizes, to_flat=False)
+    return out
+
+
+def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
+    """Exchange extents along ``ax``, with a signature of everything else that must match."""
+    dt = x.dtype
+    signature = hash((ord(dt.char), dt.itemsize, x.ndim, ax) + _shape_without(x.shape, ax))
+    mine = np.array([x.shape[ax], signature], dtype=np.int64)
+    table = np.empty((c.size, 2), dtype=np.int64)
+    c.mpi.Allgather(mine, table)
+    sigs = table[:, 1]
+    if (sigs != sigs[0]).any():
+        bad = int(np.flatnonzero(sigs != sigs[0])[0])
+        raise MismatchError(
+            f"{what}: ranks 0 and {bad} disagree on the dtype, the number of dimensions or the extents "
+            f"other than along axis {ax} (this rank has dtype {dt}, shape {x.shape}); "
+            "set HPCCOLL_CHECK=1 for a detailed report"
+        )
+    return tuple(int(n) for n in table[:, 0])
+
+
+def all_gather_adjoint(y: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None) -> Any:
+    """Adjoint of :func:`all_gather`: reduce-scatter with sum over the same ``axis`` and ``sizes``.
+
+    Parameters
+    ----------
+    y : array_like
+        A cotangent of the gathered array (its full shape), different on
+        every rank in general.
+    comm, axis, out
+        As for :func:`all_gather`.
+    sizes : sequence of int, optional
+        The forward's shard extents. ``None`` means ``numpy.array_split``'s
+        split of ``y.shape[axis]``; pass the forward's sizes when the shards
+        were split otherwise.
+
+    Returns
+    -------
+    array
+        This rank's block of the sum over ranks of ``y``.
+
+    Examples
+    --------
+    >>> g = hpccoll.all_gather_adjoint(np.ones(6))   # doctest: +SKIP
+    >>> # on 3 ranks: array([3., 3.]) on every rank
+    """
+    return _reduce_scatter(y, as_communicator(comm), "sum", axis, sizes, out, "all_gather_adjoint")
+
+
+# --------------------------------------------------------------------------- reduce-scatter
+
+
+def reduce_scatter(
+    x: Any, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Sizes = None, out: Any = None
+) -> Any:
+    """Reduce ``x`` elementwise over ranks; return this rank's block along ``axis``.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy)
+        The full array, the same shape and dtype on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        ``"sum"``, ``"prod"``, ``"max"``, ``"min"`` or ``"avg"`` (or
+        ``MPI.SUM``/``PROD``/``MAX``/``MIN``).
+    axis : int
+        The axis to split the result along.
+    sizes : sequence of int, optional
+        Every rank's block extent; must sum to ``x.shape[axis]``. ``None``
+        splits like ``numpy.array_split``.
+    out : array, optional
+        Where to write this rank's block.
+
+    Returns
+    -------
+    array
+        This rank's block of the reduction, in ``x``'s dtype.
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``op``, ``axis``, ``sizes`` or ``out``.
+    DTypeError
+        Unsupported dtype, or an op the dtype does not support (see README).
+
+    Examples
+    --------
+    >>> b = hpccoll.reduce_scatter(np.arange(6.0))   # doctest: +SKIP
+    >>> # on 3 ranks, rank 1 gets array([6., 9.])
+    """
+    return _reduce_scatter(x, as_communicator(comm), op, axis, sizes, out, "reduce_scatter")
+
+
+def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, out: Any, what: str) -> Any:
+    x, kind = as_array(x)
+    xp = np if kind == "numpy" else module_of(kind)
+    err = desc = None
+    try:
+        check_dtype(x.dtype)
+        op = normalize_op(op)
+        ax = _axis(axis, x.ndim)
+        n = x.shape[ax]
+        if sizes is None:
+            sizes = split_sizes(n, c.size)
+        else:
+            sizes = _sizes(sizes, c.size)
+            if sum(sizes) != n:
+                raise ArgumentError(f"sizes: expected ints summing to x.shape[{ax}] == {n}; got {list(sizes)}")
+        transport = select_transport(c, kind)
+        plan = reduce_plan(x.dtype, op, transport.native_reduce)
+        desc = {
+            "collective": "reduce_scatter",
+            "dtype": x.dtype.name,
+            "shape": x.shape,
+            "axis": ax,
+            "op": op,
+            "sizes": sizes,
+        }
+        out = _out(out, _with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp)
+    except HpccollError as e:
+        err = e
+    _settle(c, what, desc, None, err)
+    if c.size == 1:
+        xp.copyto(out, x)
+        return out
+    send = _pack(x, xp, ax, sizes, plan.wire, plan.widen)
+    trail = prod(_shape_without(x.shape, ax))
+    counts = [s * trail for s in sizes]
+    _reduce(transport, plan, send, out, xp, counts, c.size)
+    return out
+
+
+def _reduce(transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts: Optional[List[int]], parts: int) -> None:
+    """Run reduce-scatter (``counts``) or all-reduce (``None``) from ``send`` into ``out``."""
+    direct = not plan.widen and out.flags.c_contiguous
+    recv = out.reshape(-1).view(plan.wire) if direct else xp.empty(out.size, plan.wire)
+    if counts is None:
+        transport.allreduce(send, recv, plan.op)
+    else:
+        transport.reduce_scatter(send, recv, counts, plan.op)
+    if plan.divide:
+        _divide(recv, parts)
+    if not direct:
+        _store(out, recv if plan.widen else recv.view(out.dtype), xp)
+
+
+def reduce_scatter_adjoint(
+    y: Any, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Sizes = None, out: Any = None
+) -> Any:
+    """Adjoint of :func:`reduce_scatter`: all-gather (``sum``), or all-gather / P (``avg``).
+
+    Parameters
+    ----------
+    y : array_like
+        A cotangent of this rank's block.
+    comm, axis, out
+        As for :func:`reduce_scatter`.
+    op : str or mpi4py.MPI.Op
+        The forward's op; only ``"sum"`` and ``"avg"`` are linear.
+    sizes : sequence of int, optional
+        The forward's block extents; ``None`` discovers them from ``y``.
+
+    Raises
+    ------
+    UnsupportedOpError
+        For ``prod``, ``max`` and ``min``, which are not linear.
+    """
+    c = as_communicator(comm)
+    op = _linear_op(op, "reduce_scatter_adjoint")
+    if op == "avg":
+        y, _ = as_array(y, "y")
+        check_dtype(y.dtype, "y")
+        reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
+    result = _all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint")
+    if op == "avg" and c.size > 1:
+        _divide(result, c.size)
+    return result
+
+
+def _linear_op(op: Any, what: str) -> str:
+    op = normalize_op(op)
+    if op not in ("sum", "avg"):
+        raise UnsupportedOpError(
+            f"{what}: expected op 'sum' or 'avg' (the linear reductions); got {op!r}, whose adjoint "
+            "depends on which rank held the extreme or on the other factors: differentiate it yourself"
+        )
+    return op
+
+
+# --------------------------------------------------------------------------- all-reduce
+
+
+def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None) -> Any:
+    """Reduce ``x`` elementwise over ranks; every rank gets the full result.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy)
+        The same shape and dtype on every rank (0-D allowed).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        ``"sum"``, ``"prod"``, ``"max"``, ``"min"`` or ``"avg"``.
+    out : array, optional
+        Where to write the result. ``out=x`` reduces in place (the only
+        allowed overlap with ``x``).
+
+    Returns
+    -------
+    array
+        The reduction, in ``x``'s dtype.
+
+    Examples
+    --------
+    >>> hpccoll.all_reduce(np.ones(3), op="sum")   # doctest: +SKIP
+    >>> # on 4 ranks: array([4., 4., 4.])
+    """
+    return _all_reduce(x, as_communicator(comm), op, out, "all_reduce")
+
+
+def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
+    x, kind = as_array(x)
+    xp = np if kind == "numpy" else module_of(kind)
+    err = desc = None
+    try:
+        check_dtype(x.dtype)
+        op = normalize_op(op)
+        transport = select_transport(c, kind)
+        plan = reduce_plan(x.dtype, op, transport.native_reduce)
+        desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
+        out = _out(out, x.shape, x.dtype, x, xp, allow_same=True)
+    except HpccollError as e:
+        err = e
+    _settle(c, what, desc, None, err)
+    if c.size == 1:
+        if out is not x:
+            xp.copyto(out, x)
+        return out
+    in_place = out is x or _same_view(out, x)
+    if in_place and not plan.widen and out.flags.c_contiguous:
+        recv = out.reshape(-1).view(plan.wire)
+        transport.allreduce(None, recv, plan.op)
+        if plan.divide:
+            _divide(recv, c.size)
+        return out
+    send = flat(x, xp)
+    send = send.astype(plan.wire) if plan.widen else send.view(plan.wire)
+    _reduce(transport, plan, send, out, xp, None, c.size)
+    return out
+
+
+def all_reduce_adjoint(
+    y: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying", out: Any = None
+) -> Any:
+    """Adjoint of :func:`all_reduce` under the inner product summed over ranks.
+
+    Parameters
+    ----------
+    y : array_like
+        The cotangent of the all-reduced result.
+    comm, out
+        As for :func:`all_reduce`.
+    op : str or mpi4py.MPI.Op
+        The forward's op; only ``"sum"`` and ``"avg"`` are linear.
+    cotangent : {"varying", "replicated"}
+        ``"varying"``: every rank holds its own cotangent (the true adjoint,
+        itself an all-reduce). ``"replicated"``: every rank holds the same
+        cotangent, as in tensor-parallel codes where the reduced result is
+        used identically everywhere: the identity for ``sum``, ``y / P`` for
+        ``avg``, with no communication. Using ``"varying"`` on replicated
+        cotangents overcounts by a factor of P. In check mode, a
+        ``"replicated"`` cotangent that differs across ranks raises
+        :class:`MismatchError`.
+
+    Returns
+    -------
+    array
+        The cotangent of this rank's input, a new array (or ``out``).
+    """
+    c = as_communicator(comm)
+    op = _linear_op(op, "all_reduce_adjoint")
+    if cotangent not in COTANGENTS:
+        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+    if cotangent == "varying":
+        return _all_reduce(y, c, op, out, "all_reduce_adjoint")
+    y, kind = as_array(y, "y")
+    xp = np if kind == "numpy" else module_of(kind)
+    check_dtype(y.dtype, "y")
+    if op == "avg":
+        reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
+    out = _out(out, y.shape, y.dtype, y, xp, allow_same=True)
+    if c.check and c.size > 1:
+        c.agree("all_reduce_adjoint", {"replicated cotangent": _digest(y)}, None, None)
+    if out is not y:
+        xp.copyto(out, y)
+    if op == "avg" and c.size > 1:
+        _divide(out, c.size)
+    return out
+
+
+def _digest(y: Any) -> str:
+    import hashlib
+
+    data = y if isinstance(y, np.ndarray) else y.get()
+    return hashlib.blake2b(np.ascontiguousarray(data).tobytes(), digest_size=16).hexdigest()

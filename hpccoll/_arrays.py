@@ -1,0 +1,68 @@
+"""Array-module helpers: NumPy always, CuPy only when the caller passes CuPy arrays."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Tuple
+
+import numpy as np
+
+from ._errors import ArgumentError
+
+__all__ = ["as_array", "module_of", "flat", "overlaps", "prod"]
+
+
+def as_array(x: Any, name: str = "x") -> Tuple[Any, str]:
+    """Return ``(array, kind)`` with kind ``"numpy"`` or ``"cupy"``.
+
+    NumPy arrays and CuPy arrays pass through untouched; other array-likes
+    (lists, scalars) become NumPy arrays.
+    """
+    if isinstance(x, np.ndarray):
+        return x, "numpy"
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return x, "cupy"
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # e.g. ragged nested lists
+        raise ArgumentError(f"{name}: expected an array; got {type(x).__name__} ({exc})") from None
+    if arr.dtype == object:
+        raise ArgumentError(f"{name}: expected a numeric array; got {type(x).__name__} of Python objects")
+    return arr, "numpy"
+
+
+def module_of(kind: str) -> Any:
+    """The array module for ``kind``."""
+    if kind == "numpy":
+        return np
+    import cupy
+
+    return cupy
+
+
+def flat(x: Any, xp: Any) -> Any:
+    """A 1-D C-contiguous view of ``x``, copying only when ``x`` is not C-contiguous."""
+    if not x.flags.c_contiguous:
+        x = xp.ascontiguousarray(x)
+    return x.reshape(-1)
+
+
+def overlaps(a: Any, b: Any, xp: Any) -> bool:
+    """Whether ``a`` and ``b`` share memory (exactly for NumPy; by bounds for CuPy)."""
+    if xp is np:
+        if not np.may_share_memory(a, b):
+            return False
+        try:
+            return bool(np.shares_memory(a, b, max_work=10_000))
+        except Exception:  # numpy's TooHardError: assume the worst
+            return True
+    return bool(xp.may_share_memory(a, b))
+
+
+def prod(dims: Any) -> int:
+    """Product of a tuple of ints (1 for an empty tuple)."""
+    p = 1
+    for d in dims:
+        p *= d
+    return p

@@ -1,0 +1,235 @@
+"""The Communicator: a private duplicate of an mpi4py communicator plus settings."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+from ._errors import ArgumentError, HpccollError, MismatchError
+
+__all__ = ["Communicator", "as_communicator", "env_flag"]
+
+
+def env_flag(name: str, default: Optional[bool] = False) -> Optional[bool]:
+    """Read a boolean environment variable: 1/true/yes/on or 0/false/no/off."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ArgumentError(f"{name}: expected 1/true/yes/on or 0/false/no/off; got {raw!r}")
+
+
+class Communicator:
+    """A group of MPI ranks that hpccoll's collectives run over.
+
+    The wrapped mpi4py communicator is duplicated, so hpccoll's traffic never
+    mixes with the caller's own messages on that communicator.
+
+    Parameters
+    ----------
+    mpi_comm : mpi4py.MPI.Intracomm or Communicator, optional
+        The ranks to use; default ``MPI.COMM_WORLD``. It is duplicated
+        (``Dup``, a collective call over ``mpi_comm``).
+    transport : str, optional
+        ``"auto"`` (default) or a transport name from
+        :data:`hpccoll.TRANSPORTS`. With ``"auto"`` the environment variable
+        ``HPCCOLL_TRANSPORT`` is honoured when set.
+    check : bool, optional
+        Check every collective across ranks (dtype, shapes, axis, op, sizes)
+        before moving data, and raise the same :class:`MismatchError` on every
+        rank on disagreement. Default: the ``HPCCOLL_CHECK`` environment
+        variable, else off.
+
+    Attributes
+    ----------
+    mpi : mpi4py.MPI.Intracomm
+        The private duplicate.
+    rank, size : int
+        This rank and the number of ranks.
+    check : bool
+        Whether the cross-rank check is on.
+    transport : str
+        The requested transport name (``"auto"`` unless chosen).
+
+    Examples
+    --------
+    >>> import hpccoll
+    >>> comm = hpccoll.Communicator()            # doctest: +SKIP
+    >>> rows = comm.split(comm.rank // 2)        # doctest: +SKIP
+    """
+
+    __slots__ = ("_mpi", "rank", "size", "check", "transport", "_transports", "_owned")
+
+    def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
+        base = _intracomm(mpi_comm)
+        self._setup(base.Dup(), transport, check)
+
+    @classmethod
+    def _adopt(cls, mpi_comm: Any, transport: str, check: bool) -> "Communicator":
+        """Wrap a communicator hpccoll made itself (no further ``Dup``)."""
+        self = cls.__new__(cls)
+        self._setup(mpi_comm, transport, check)
+        return self
+
+    def _setup(self, mpi_comm: Any, transport: str, check: Optional[bool]) -> None:
+        from .transports import resolve_transport_name
+
+        self._mpi = mpi_comm
+        self._owned = True
+        self.rank: int = mpi_comm.Get_rank()
+        self.size: int = mpi_comm.Get_size()
+        self.transport: str = resolve_transport_name(transport)
+        if check is None:
+            check = env_flag("HPCCOLL_CHECK", False)
+        elif not isinstance(check, bool):
+            raise ArgumentError(f"check: expected True, False or None; got {check!r}")
+        self.check: bool = check
+        self._transports: Dict[str, Any] = {}
+
+    @property
+    def mpi(self) -> Any:
+        """The private duplicate of the MPI communicator."""
+        return self._mpi
+
+    def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
+        """Split into sub-groups, like ``MPI_Comm_split`` (collective).
+
+        Parameters
+        ----------
+        color : int
+            Ranks with the same color form one group; ``MPI.UNDEFINED`` joins none.
+        key : int
+            Orders the ranks within a group (ties broken by the current rank).
+
+        Returns
+        -------
+        Communicator or None
+            This rank's group, with the same ``transport`` and ``check``
+            settings; ``None`` where ``color`` is ``MPI.UNDEFINED``.
+        """
+        for name, value in (("color", color), ("key", key)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ArgumentError(f"{name}: expected an int; got {type(value).__name__} {value!r}")
+        sub = self._mpi.Split(color, key)
+        from mpi4py import MPI
+
+        if sub == MPI.COMM_NULL:
+            return None
+        return Communicator._adopt(sub, self.transport, self.check)
+
+    def transport_instance(self, name: str) -> Any:
+        """The transport ``name`` bound to this communicator (made on first use)."""
+        inst = self._transports.get(name)
+        if inst is None:
+            from .transports import make_transport
+
+            inst = self._transports[name] = make_transport(name, self)
+        return inst
+
+    def agree(self, what: str, descriptor: Any, local: Any = None, error: Optional[HpccollError] = None) -> list:
+        """Compare ``descriptor`` across ranks and share any local ``error`` (collective).
+
+        Raises the lowest failing rank's error on every rank (same type, the
+        message naming the rank), or :class:`MismatchError` on every rank when
+        the descriptors differ. Returns every rank's ``local`` value.
+        """
+        gathered = self._mpi.allgather((descriptor, local, _portable(error)))
+        for rank, (_, _, err) in enumerate(gathered):
+            if err is not None:
+                cls, msg = err
+                raise cls(f"{msg} (raised on rank {rank})" if self.size > 1 else msg)
+        first = gathered[0][0]
+        for rank, (desc, _, _) in enumerate(gathered):
+            if desc != first:
+                raise MismatchError(f"{what}: {_difference(first, desc, rank)}")
+        return [loc for _, loc, _ in gathered]
+
+    def free(self) -> None:
+        """Release the duplicate communicator and transport resources (collective)."""
+        for inst in self._transports.values():
+            inst.close()
+        self._transports.clear()
+        if self._owned and not _finalized():
+            self._mpi.Free()
+        self._owned = False
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        return (
+            f"Communicator(rank={self.rank}, size={self.size}, "
+            f"transport={self.transport!r}, check={self.check})"
+        )
+
+
+def _portable(error: Optional[HpccollError]) -> Optional[tuple]:
+    if error is None:
+        return None
+    return (type(error), str(error))
+
+
+def _difference(first: dict, other: dict, rank: int) -> str:
+    for key in first:
+        if first[key] != other.get(key):
+            return f"rank 0 has {key}={first[key]!r} but rank {rank} has {key}={other.get(key)!r}"
+    return f"rank 0 and rank {rank} disagree: {first!r} vs {other!r}"
+
+
+def _finalized() -> bool:
+    from mpi4py import MPI
+
+    return MPI.Is_finalized()
+
+
+def _intracomm(mpi_comm: Any) -> Any:
+    from mpi4py import MPI
+
+    if mpi_comm is None:
+        return MPI.COMM_WORLD
+    if isinstance(mpi_comm, Communicator):
+        return mpi_comm.mpi
+    if not isinstance(mpi_comm, MPI.Intracomm) or mpi_comm == MPI.COMM_NULL:
+        raise ArgumentError(
+            "comm: expected an hpccoll.Communicator, an mpi4py Intracomm or None; "
+            f"got {type(mpi_comm).__name__}"
+            + (" (COMM_NULL)" if isinstance(mpi_comm, MPI.Comm) and mpi_comm == MPI.COMM_NULL else "")
+        )
+    return mpi_comm
+
+
+_KEYVAL: Optional[int] = None
+_WORLD: Optional[Communicator] = None
+
+
+def as_communicator(comm: Any) -> Communicator:
+    """Return the :class:`Communicator` for ``comm``.
+
+    ``None`` means the world; an mpi4py communicator gets one duplicate,
+    cached on it as an MPI attribute, so repeated calls do not ``Dup`` again.
+    """
+    global _WORLD, _KEYVAL
+    if type(comm) is Communicator:
+        return comm
+    if comm is None:
+        if _WORLD is None:
+            _WORLD = as_communicator(_intracomm(None))
+        return _WORLD
+    if isinstance(comm, Communicator):
+        return comm
+    mpi_comm = _intracomm(comm)
+    from mpi4py import MPI
+
+    if _KEYVAL is None:
+        _KEYVAL = MPI.Comm.Create_keyval()
+    cached = mpi_comm.Get_attr(_KEYVAL)
+    if cached is None:
+        cached = Communicator(mpi_comm)
+        mpi_comm.Set_attr(_KEYVAL, cached)
+    return cached

@@ -1,0 +1,150 @@
+"""Dtypes and reduction ops: what is supported, and how each (dtype, op) pair travels.
+
+The transports see only *wire* dtypes and the four wire ops ``sum``, ``prod``,
+``max`` and ``min``. Everything else (bool as 0/1 bytes, 16-bit floats widened
+to float32, ``avg`` as a sum followed by a division) is decided here, once,
+for every transport.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from ._errors import ArgumentError, DTypeError
+
+__all__ = [
+    "OPS",
+    "SUPPORTED_DTYPES",
+    "ReducePlan",
+    "check_dtype",
+    "normalize_op",
+    "reduce_plan",
+    "movement_dtype",
+]
+
+#: Reduction ops accepted by the public functions.
+OPS = ("sum", "prod", "max", "min", "avg")
+
+_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_FLOATS = ("float32", "float64")
+_HALFS = ("float16", "bfloat16")
+_COMPLEX = ("complex64", "complex128")
+
+#: Dtype names every collective accepts (``bfloat16`` is ml_dtypes').
+SUPPORTED_DTYPES = ("bool",) + _INTS + _HALFS + _FLOATS + _COMPLEX
+
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+
+
+def check_dtype(dtype: np.dtype, name: str = "x") -> str:
+    """Return the name of a supported ``dtype``; raise :class:`DTypeError` otherwise."""
+    key = dtype.name
+    if key not in _SUPPORTED or not dtype.isnative:
+        raise DTypeError(
+            f"{name}: expected a native-byte-order dtype among "
+            f"{', '.join(SUPPORTED_DTYPES)}; got {dtype.str!r} ({dtype})"
+        )
+    return key
+
+
+def movement_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype an array of ``dtype`` is viewed as for pure data movement.
+
+    ``bfloat16`` has no MPI or NCCL type: its bits move as ``uint16``.
+    """
+    if dtype.name == "bfloat16":
+        return np.dtype(np.uint16)
+    return dtype
+
+
+def normalize_op(op: Any) -> str:
+    """Map ``op`` (a name or an mpi4py ``MPI.Op``) to one of :data:`OPS`."""
+    if isinstance(op, str):
+        key = op.lower()
+        if key in OPS:
+            return key
+    else:
+        mpi_op = _mpi_op_name(op)
+        if mpi_op is not None:
+            return mpi_op
+    raise ArgumentError(
+        f"op: expected one of {', '.join(map(repr, OPS))} or MPI.SUM/PROD/MAX/MIN; got {op!r}"
+    )
+
+
+def _mpi_op_name(op: Any) -> Optional[str]:
+    if type(op).__name__ != "Op":
+        return None
+    from mpi4py import MPI
+
+    for name, mpi_op in (("sum", MPI.SUM), ("prod", MPI.PROD), ("max", MPI.MAX), ("min", MPI.MIN)):
+        if op == mpi_op:
+            return name
+    return None
+
+
+class ReducePlan(NamedTuple):
+    """How a reduction of one (dtype, op) pair travels.
+
+    Attributes
+    ----------
+    wire : numpy.dtype
+        The dtype the transport reduces in.
+    op : str
+        The wire op: ``"sum"``, ``"prod"``, ``"max"`` or ``"min"``.
+    widen : bool
+        The input is converted to ``wire`` (and the result back); otherwise
+        the input is only *viewed* as ``wire`` (same bytes).
+    divide : bool
+        Divide by the communicator size afterwards (``avg``).
+    """
+
+    wire: np.dtype
+    op: str
+    widen: bool
+    divide: bool
+
+
+_BOOL_OPS = {"sum": "max", "max": "max", "prod": "min", "min": "min"}
+
+
+def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset()) -> ReducePlan:
+    """Choose the wire dtype and op for reducing ``dtype`` with ``op``.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        A supported dtype (see :func:`check_dtype`).
+    op : str
+        One of :data:`OPS`.
+    native : frozenset of str
+        16-bit float dtype names the transport reduces natively; others are
+        widened to float32 (never reduced in a type the transport lacks).
+
+    Raises
+    ------
+    DTypeError
+        For ``avg`` on bool or integers, and ``max``/``min`` on complex.
+    """
+    key = dtype.name
+    divide = op == "avg"
+    wire_op = "sum" if divide else op
+    if key == "bool":
+        if divide:
+            raise DTypeError(f"op='avg': expected a floating or complex dtype; got {key}")
+        # numpy's bool arithmetic: sum and max are OR, prod and min are AND.
+        return ReducePlan(np.dtype(np.uint8), _BOOL_OPS[op], False, False)
+    if key in _INTS:
+        if divide:
+            raise DTypeError(
+                f"op='avg': expected a floating or complex dtype; got {key} "
+                "(integer averages would need a rounding rule: sum, then divide yourself)"
+            )
+        return ReducePlan(dtype, op, False, False)
+    if key in _COMPLEX and op in ("max", "min"):
+        raise DTypeError(f"op={op!r}: expected a real dtype (complex numbers are not ordered); got {key}")
+    if key in _HALFS and key not in native:
+        return ReducePlan(np.dtype(np.float32), wire_op, True, divide)
+    return ReducePlan(dtype, wire_op, False, divide)

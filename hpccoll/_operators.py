@@ -1,0 +1,167 @@
+"""Operator objects: a collective's configuration with ``forward``, ``adjoint`` and ``H``."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ._api import (
+    COTANGENTS,
+    Sizes,
+    _sizes,
+    all_gather,
+    all_gather_adjoint,
+    all_reduce,
+    all_reduce_adjoint,
+    reduce_scatter,
+    reduce_scatter_adjoint,
+)
+from ._comm import Communicator, as_communicator
+from ._dtypes import normalize_op
+from ._errors import ArgumentError
+
+__all__ = ["Operator", "AllGather", "ReduceScatter", "AllReduce"]
+
+
+class Operator:
+    """A linear (or, for ``max``/``min``/``prod``, forward-only) collective map.
+
+    ``op(x)`` is ``op.forward(x)``; ``op.H`` is the adjoint as an operator,
+    with ``op.H.H is op``.
+    """
+
+    comm: Communicator
+
+    def forward(self, x: Any, out: Any = None) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def adjoint(self, y: Any, out: Any = None) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, x: Any, out: Any = None) -> Any:
+        return self.forward(x, out=out)
+
+    @property
+    def H(self) -> "Operator":
+        """The adjoint operator (its ``forward`` is this ``adjoint``)."""
+        return _Adjoint(self)
+
+
+class _Adjoint(Operator):
+    def __init__(self, base: Operator) -> None:
+        self.base = base
+        self.comm = base.comm
+
+    def forward(self, x: Any, out: Any = None) -> Any:
+        return self.base.adjoint(x, out=out)
+
+    def adjoint(self, y: Any, out: Any = None) -> Any:
+        return self.base.forward(y, out=out)
+
+    @property
+    def H(self) -> Operator:
+        return self.base
+
+    def __repr__(self) -> str:
+        return f"{self.base!r}.H"
+
+
+def _check_sizes(sizes: Sizes, comm: Communicator) -> Optional[tuple]:
+    return None if sizes is None else _sizes(sizes, comm.size)
+
+
+class AllGather(Operator):
+    """All-gather along ``axis``; adjoint: reduce-scatter with sum.
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    axis : int
+        The concatenation axis.
+    sizes : sequence of int, optional
+        Every rank's shard extent. ``None``: the forward discovers them and
+        the adjoint splits like ``numpy.array_split``; give ``sizes`` when
+        shards are split otherwise.
+
+    Examples
+    --------
+    >>> op = hpccoll.AllGather(axis=1)                  # doctest: +SKIP
+    >>> y = op(x); gx = op.H(gy)                        # doctest: +SKIP
+    """
+
+    def __init__(self, comm: Any = None, *, axis: int = 0, sizes: Sizes = None) -> None:
+        self.comm = as_communicator(comm)
+        self.axis = axis
+        self.sizes = _check_sizes(sizes, self.comm)
+
+    def forward(self, x: Any, out: Any = None) -> Any:
+        return all_gather(x, self.comm, axis=self.axis, sizes=self.sizes, out=out)
+
+    def adjoint(self, y: Any, out: Any = None) -> Any:
+        return all_gather_adjoint(y, self.comm, axis=self.axis, sizes=self.sizes, out=out)
+
+    def __repr__(self) -> str:
+        return f"AllGather(axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
+
+
+class ReduceScatter(Operator):
+    """Reduce-scatter along ``axis``; adjoint: all-gather (``sum``) or all-gather / P (``avg``).
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; ``adjoint`` exists for ``"sum"`` and ``"avg"`` only.
+    axis : int
+        The axis the result is split along.
+    sizes : sequence of int, optional
+        Every rank's block extent; ``None`` splits like ``numpy.array_split``.
+    """
+
+    def __init__(self, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Sizes = None) -> None:
+        self.comm = as_communicator(comm)
+        self.op = normalize_op(op)
+        self.axis = axis
+        self.sizes = _check_sizes(sizes, self.comm)
+
+    def forward(self, x: Any, out: Any = None) -> Any:
+        return reduce_scatter(x, self.comm, op=self.op, axis=self.axis, sizes=self.sizes, out=out)
+
+    def adjoint(self, y: Any, out: Any = None) -> Any:
+        return reduce_scatter_adjoint(y, self.comm, op=self.op, axis=self.axis, sizes=self.sizes, out=out)
+
+    def __repr__(self) -> str:
+        return f"ReduceScatter(op={self.op!r}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
+
+
+class AllReduce(Operator):
+    """All-reduce; adjoint per the ``cotangent`` convention.
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; ``adjoint`` exists for ``"sum"`` and ``"avg"`` only.
+    cotangent : {"varying", "replicated"}
+        How the adjoint treats its input (see :func:`all_reduce_adjoint`).
+        ``"varying"`` (default) is the true adjoint under the inner product
+        summed over ranks.
+    """
+
+    def __init__(self, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> None:
+        self.comm = as_communicator(comm)
+        self.op = normalize_op(op)
+        if cotangent not in COTANGENTS:
+            raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+        self.cotangent = cotangent
+
+    def forward(self, x: Any, out: Any = None) -> Any:
+        return all_reduce(x, self.comm, op=self.op, out=out)
+
+    def adjoint(self, y: Any, out: Any = None) -> Any:
+        return all_reduce_adjoint(y, self.comm, op=self.op, cotangent=self.cotangent, out=out)
+
+    def __repr__(self) -> str:
+        return f"AllReduce(op={self.op!r}, cotangent={self.cotangent!r}, size={self.comm.size})"

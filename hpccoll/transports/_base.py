@@ -1,0 +1,55 @@
+"""The one contract every transport implements.
+
+A transport moves *flat buffers*: 1-D, C-contiguous arrays of its array
+module (NumPy or CuPy) whose dtype is a wire dtype chosen by
+:mod:`hpccoll._dtypes`. Counts are in elements, one per rank, and blocks are
+laid out rank after rank (displacements are the prefix sums of the counts).
+Axes, uneven shards, dtype widening, ``avg`` and adjoints are handled once,
+above the transports, in :mod:`hpccoll._api`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, FrozenSet, Optional, Sequence
+
+__all__ = ["Transport"]
+
+
+class Transport(abc.ABC):
+    """Buffer-level collectives over one :class:`~hpccoll.Communicator`.
+
+    Subclasses set :attr:`name` and :attr:`array_kind` and implement the three
+    primitives. A primitive either completes (the output is ready for the
+    caller's next operation in its stream order) or raises.
+    """
+
+    #: The name users select the transport by.
+    name: ClassVar[str]
+    #: ``"numpy"`` or ``"cupy"``: the arrays this transport moves.
+    array_kind: ClassVar[str]
+    #: 16-bit float dtype names reduced natively (others are widened to float32).
+    native_reduce: ClassVar[FrozenSet[str]] = frozenset()
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+
+    @classmethod
+    def unavailable_reason(cls, comm: Any) -> Optional[str]:
+        """Why this transport cannot run for ``comm`` here, or ``None`` if it can."""
+        return None
+
+    @abc.abstractmethod
+    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
+        """Concatenate every rank's ``send`` (``counts[rank]`` elements) into ``recv``."""
+
+    @abc.abstractmethod
+    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
+        """Reduce ``send`` (``sum(counts)`` elements) over ranks; this rank's block to ``recv``."""
+
+    @abc.abstractmethod
+    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        """Reduce ``send`` over ranks into ``recv``; ``send=None`` reduces ``recv`` in place."""
+
+    def close(self) -> None:
+        """Release resources (pinned buffers, NCCL communicators)."""

@@ -1,0 +1,72 @@
+"""Host MPI transport: NumPy buffers through mpi4py's buffer interface."""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from ._base import Transport
+
+__all__ = ["HostMPI", "mpi_datatype", "mpi_op"]
+
+_DATATYPES: Dict[np.dtype, Any] = {}
+
+
+def mpi_datatype(dtype: np.dtype) -> Any:
+    """The predefined MPI datatype for a wire ``dtype``.
+
+    ``MPI.Datatype.fromcode`` is what ``mpi4py.util.dtlib.from_numpy_dtype``
+    uses for elementary types, minus the ``Dup`` that dtlib adds: MPI's
+    predefined reduction ops are not defined on duplicated types.
+    """
+    t = _DATATYPES.get(dtype)
+    if t is None:
+        from mpi4py import MPI
+
+        t = _DATATYPES[dtype] = MPI.Datatype.fromcode(dtype.char)
+    return t
+
+
+def mpi_op(op: str) -> Any:
+    """The MPI op for a wire op name."""
+    from mpi4py import MPI
+
+    return {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+
+
+def displacements(counts: Sequence[int]) -> list:
+    """Prefix sums of ``counts``, starting at 0."""
+    return [0, *accumulate(counts)][:-1]
+
+
+class HostMPI(Transport):
+    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``)."""
+
+    name = "mpi"
+    array_kind = "numpy"
+
+    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
+        t = mpi_datatype(recv.dtype)
+        first = counts[0]
+        if all(c == first for c in counts):
+            self.comm.mpi.Allgather([send, first, t], [recv, first, t])
+        else:
+            self.comm.mpi.Allgatherv(
+                [send, counts[self.comm.rank], t], [recv, (list(counts), displacements(counts)), t]
+            )
+
+    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
+        t = mpi_datatype(recv.dtype)
+        first = counts[0]
+        if all(c == first for c in counts):
+            self.comm.mpi.Reduce_scatter_block([send, t], [recv, first, t], mpi_op(op))
+        else:
+            self.comm.mpi.Reduce_scatter([send, t], [recv, counts[self.comm.rank], t], list(counts), mpi_op(op))
+
+    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        from mpi4py import MPI
+
+        t = mpi_datatype(recv.dtype)
+        self.comm.mpi.Allreduce(MPI.IN_PLACE if send is None else [send, t], [recv, t], mpi_op(op))

@@ -1,0 +1,121 @@
+"""Shared fixtures: the world communicator, data makers and a NumPy reference.
+
+Every test is written for any number of ranks: the data is a *global* array
+with a leading rank axis, made identically on every rank from a seed, and
+each rank takes its slice. References are computed with NumPy from the
+global array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hpccoll
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - the test extra installs it
+    ml_dtypes = None
+
+DTYPES = [np.dtype(n) for n in hpccoll.SUPPORTED_DTYPES if n != "bfloat16"]
+if ml_dtypes is not None:
+    DTYPES.append(np.dtype(ml_dtypes.bfloat16))
+DTYPE_IDS = [d.name for d in DTYPES]
+
+#: Shard extents along the split axis, for any number of ranks P.
+SIZE_PATTERNS = {
+    "even": lambda p: [2] * p,
+    "uneven": lambda p: [(3 * r + 2) % 4 for r in range(p)],  # 2,1,0,3: a rank with 0 from P=3
+    "empty-last": lambda p: [r + 1 for r in range(p - 1)] + [0],
+}
+
+
+@pytest.fixture(scope="session")
+def comm():
+    c = hpccoll.Communicator()
+    yield c
+    c.free()
+
+
+def make(shape, dtype, seed, kind="any"):
+    """Deterministic data of ``dtype``; ``kind='exact'`` keeps sums exact in 16-bit floats."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        lo = 0 if dtype.kind == "u" else -3
+        return rng.integers(lo, 4, size=shape).astype(dtype)
+    if dtype.itemsize == 2 or kind == "exact":
+        return (rng.integers(-8, 8, size=shape) / 4).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def layout(a, how):
+    """``a``'s values in another memory layout: C, Fortran, strided or reversed."""
+    if how == "C":
+        return np.ascontiguousarray(a)
+    if how == "F":
+        return np.asfortranarray(a)
+    if how == "strided":
+        big = np.zeros(tuple(2 * n for n in a.shape), dtype=a.dtype)
+        view = big[tuple(slice(None, None, 2) for _ in a.shape)]
+        view[...] = a
+        return view
+    if how == "reversed":
+        rev = np.ascontiguousarray(a[tuple(slice(None, None, -1) for _ in a.shape)])
+        return rev[tuple(slice(None, None, -1) for _ in a.shape)]
+    raise ValueError(how)
+
+
+LAYOUTS = ["C", "F", "strided", "reversed"]
+
+
+def reference(stack, op):
+    """NumPy reduction over the leading rank axis of ``stack`` in ``stack``'s dtype."""
+    dtype = stack.dtype
+    if op == "avg":
+        wide = np.complex128 if dtype.kind == "c" else np.float64
+        return stack.astype(wide).mean(axis=0).astype(dtype)
+    if dtype.itemsize == 2 and dtype.kind not in "iu":
+        wide = stack.astype(np.float64)
+        ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+        return ufunc.reduce(wide, axis=0).astype(dtype)
+    ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    return ufunc.reduce(stack, axis=0, dtype=dtype)
+
+
+def tolerance(dtype):
+    """``rtol`` for comparing a reduction in ``dtype`` with the float64 reference."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu":
+        return 0.0
+    return {2: 1e-2, 4: 2e-6, 8: 1e-13}[dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize]
+
+
+def assert_close(got, want):
+    """Compare a reduction with its reference: exact for bool and integers, else by tolerance."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    rtol = tolerance(want.dtype)
+    if rtol == 0.0:
+        np.testing.assert_array_equal(got, want)
+    else:
+        wide = np.complex128 if want.dtype.kind == "c" else np.float64
+        np.testing.assert_allclose(got.astype(wide), want.astype(wide), rtol=rtol, atol=rtol)
+
+
+def assert_same(got, want):
+    """Exact comparison for pure data movement: same dtype, shape and bits."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    np.testing.assert_array_equal(got.view(f"u{got.dtype.itemsize}") if got.dtype.itemsize <= 8 else got,
+                                  want.view(f"u{want.dtype.itemsize}") if want.dtype.itemsize <= 8 else want)
+
+
+def all_ranks(comm, ok):
+    """True only when ``ok`` holds on every rank, so a test fails on all ranks together."""
+    from mpi4py import MPI
+
+    return comm.mpi.allreduce(bool(ok), op=MPI.LAND)

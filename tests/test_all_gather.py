@@ -1,0 +1,81 @@
+"""all_gather and its adjoint's data movement, against a NumPy reference."""
+
+import numpy as np
+import pytest
+
+import hpccoll
+from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_same, layout, make
+
+pytestmark = pytest.mark.mpi
+
+
+def shards(comm, shape, axis, sizes, dtype, seed=0):
+    """Every rank's shard (extent ``sizes[r]`` along ``axis``) and the full concatenation."""
+    full_shape = list(shape)
+    full_shape[axis] = sum(sizes)
+    full = make(tuple(full_shape), dtype, seed)
+    bounds = np.cumsum([0] + list(sizes))
+    index = [slice(None)] * len(shape)
+    index[axis] = slice(bounds[comm.rank], bounds[comm.rank + 1])
+    return full[tuple(index)], full
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_every_dtype(comm, dtype):
+    x, full = shards(comm, (0, 3), 0, SIZE_PATTERNS["uneven"](comm.size), dtype)
+    assert_same(hpccoll.all_gather(x, comm), full)
+
+
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize(
+    "shape,axis",
+    # the extent at ``axis`` is replaced by the shard size; (3, 0, _) has no elements at all
+    [((0,), 0), ((0, 5), 0), ((4, 0), 1), ((4, 0), -1), ((3, 0, 2), 1), ((3, 4, 0), 2), ((0, 4, 2), -3),
+     ((3, 0, 0), 2), ((2, 3, 0, 2), 2), ((2, 3, 2, 0), 3), ((2, 3, 2, 0), -2)],
+)
+@pytest.mark.parametrize("how", LAYOUTS)
+def test_axes_layouts_sizes(comm, shape, axis, pattern, how):
+    sizes = SIZE_PATTERNS[pattern](comm.size)
+    x, full = shards(comm, shape, axis % len(shape), sizes, np.float64, seed=len(shape) + axis % 7)
+    x = layout(x, how)
+    before = x.copy()
+    y = hpccoll.all_gather(x, comm, axis=axis)
+    assert_same(y, full)
+    assert_same(x, before)  # the input is never modified
+    assert not np.shares_memory(y, x)
+    # the same with the sizes given (no discovery) and into a preallocated, non-contiguous out
+    out = layout(np.empty_like(full), how)
+    res = hpccoll.all_gather(x, comm, axis=axis, sizes=sizes, out=out)
+    assert res is out
+    assert_same(out, full)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "complex64"])
+def test_operator_and_sizes_given(comm, dtype):
+    sizes = SIZE_PATTERNS["uneven"](comm.size)
+    x, full = shards(comm, (2, 0, 3), 1, sizes, dtype)
+    op = hpccoll.AllGather(comm, axis=1, sizes=sizes)
+    assert_same(op(x), full)
+    assert_same(op.forward(x), full)
+    assert op.H.H is op
+
+
+def test_mpi4py_communicator_accepted(comm):
+    from mpi4py import MPI
+
+    x = np.full(2, comm.rank, dtype=np.int64)
+    want = np.repeat(np.arange(comm.size), 2)
+    assert_same(hpccoll.all_gather(x, comm.mpi), want)
+    assert_same(hpccoll.all_gather(x, MPI.COMM_WORLD), want)
+    assert_same(hpccoll.all_gather(x), want)
+    assert_same(hpccoll.all_gather(x.tolist(), comm), want)  # array-likes become NumPy arrays
+
+
+def test_mismatched_other_dims_detected_without_check(comm):
+    # The size discovery also compares a signature of dtype and the other extents.
+    x = np.zeros((2, 3 if comm.rank == 0 else 4))
+    if comm.size == 1:
+        assert hpccoll.all_gather(x, comm).shape == (2, 3)
+    else:
+        with pytest.raises(hpccoll.MismatchError, match="disagree"):
+            hpccoll.all_gather(x, comm)

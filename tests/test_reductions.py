@@ -1,0 +1,116 @@
+"""reduce_scatter and all_reduce over every dtype and op, against a NumPy reference."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_close, layout, make, reference
+
+pytestmark = pytest.mark.mpi
+
+OPS = ["sum", "prod", "max", "min", "avg"]
+
+
+def unsupported(dtype, op):
+    """The (dtype, op) pairs documented to raise DTypeError."""
+    if op == "avg" and dtype.kind in "biu":
+        return True
+    return dtype.kind == "c" and op in ("max", "min")
+
+
+def stack_for(comm, shape, dtype, seed):
+    """The global data with a leading rank axis, and this rank's slice."""
+    stack = make((comm.size,) + shape, dtype, seed)
+    return stack, stack[comm.rank]
+
+
+def block(full, axis, sizes, rank):
+    bounds = np.cumsum([0] + list(sizes))
+    index = [slice(None)] * full.ndim
+    index[axis] = slice(bounds[rank], bounds[rank + 1])
+    return full[tuple(index)]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_all_reduce_every_dtype_and_op(comm, dtype, op):
+    stack, x = stack_for(comm, (3, 5), dtype, seed=7)
+    if unsupported(dtype, op):
+        with pytest.raises(hpccoll.DTypeError, match="op="):
+            hpccoll.all_reduce(x, comm, op=op)
+        return
+    before = x.copy()
+    got = hpccoll.all_reduce(x, comm, op=op)
+    assert_close(got, reference(stack, op))
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_reduce_scatter_every_dtype_and_op(comm, dtype, op):
+    stack, x = stack_for(comm, (2 * comm.size + 1, 3), dtype, seed=11)
+    if unsupported(dtype, op):
+        with pytest.raises(hpccoll.DTypeError, match="op="):
+            hpccoll.reduce_scatter(x, comm, op=op)
+        return
+    got = hpccoll.reduce_scatter(x, comm, op=op)
+    sizes = hpccoll.split_sizes(x.shape[0], comm.size)
+    assert_close(got, block(reference(stack, op), 0, sizes, comm.rank))
+
+
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("shape,axis", [((0,), 0), ((4, 0), 1), ((0, 3), -2), ((2, 0, 3), 1), ((2, 3, 0), -1),
+                                        ((2, 2, 0, 3), 2)])
+@pytest.mark.parametrize("how", LAYOUTS)
+def test_reduce_scatter_axes_layouts_sizes(comm, shape, axis, pattern, how):
+    sizes = SIZE_PATTERNS[pattern](comm.size)
+    shape = list(shape)
+    shape[axis] = sum(sizes)
+    stack, x = stack_for(comm, tuple(shape), np.float64, seed=3)
+    x = layout(x, how)
+    before = x.copy()
+    want = block(reference(stack, "sum"), axis % len(shape), sizes, comm.rank)
+    got = hpccoll.reduce_scatter(x, comm, axis=axis, sizes=sizes)
+    assert_close(got, want)
+    np.testing.assert_array_equal(x, before)
+    out = layout(np.empty_like(want), how)
+    assert hpccoll.reduce_scatter(x, comm, axis=axis, sizes=sizes, out=out) is out
+    assert_close(out, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "int64", "bool"])
+@pytest.mark.parametrize("how", LAYOUTS)
+def test_all_reduce_layouts_and_out(comm, dtype, how):
+    op = "sum" if dtype == "bool" else "max"
+    stack, x = stack_for(comm, (3, 4, 2), np.dtype(dtype), seed=5)
+    x = layout(x, how)
+    want = reference(stack, op)
+    out = layout(np.empty_like(want), how)
+    assert hpccoll.all_reduce(x, comm, op=op, out=out) is out
+    assert_close(out, want)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "int32"])
+@pytest.mark.parametrize("how", ["C", "strided"])
+def test_all_reduce_in_place(comm, dtype, how):
+    stack, x = stack_for(comm, (6, 2), np.dtype(dtype), seed=9)
+    x = layout(x.copy(), how)
+    assert hpccoll.all_reduce(x, comm, out=x) is x
+    assert_close(x, reference(stack, "sum"))
+
+
+def test_zero_dim_and_mpi_ops(comm):
+    stack, x = stack_for(comm, (), np.float64, seed=1)
+    got = hpccoll.all_reduce(x, comm, op=MPI.MAX)
+    assert got.shape == () and got == stack.max()
+    assert hpccoll.all_reduce(2, comm, op="prod") == 2 ** comm.size
+
+
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_operators_match_functions(comm, op):
+    stack, x = stack_for(comm, (comm.size * 2, 3), np.float32, seed=2)
+    rs = hpccoll.ReduceScatter(comm, op=op, axis=0)
+    ar = hpccoll.AllReduce(comm, op=op)
+    np.testing.assert_array_equal(rs(x), hpccoll.reduce_scatter(x, comm, op=op))
+    np.testing.assert_array_equal(ar(x), hpccoll.all_reduce(x, comm, op=op))
