@@ -42,3 +42,6 @@ bench-quick: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+
+# Topic make fragments (jobs, GPU, adapters, ...) live in mk/.
+-include mk/*.mk
