@@ -65,6 +65,7 @@ class Communicator:
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
+        transport, check = _settings(transport, check)  # validated before the collective Dup
         self._setup(base.Dup(), transport, check)
 
     @classmethod
@@ -74,18 +75,12 @@ class Communicator:
         self._setup(mpi_comm, transport, check)
         return self
 
-    def _setup(self, mpi_comm: Any, transport: str, check: Optional[bool]) -> None:
-        from .transports import resolve_transport_name
-
+    def _setup(self, mpi_comm: Any, transport: str, check: bool) -> None:
         self._mpi = mpi_comm
         self._owned = True
         self.rank: int = mpi_comm.Get_rank()
         self.size: int = mpi_comm.Get_size()
-        self.transport: str = resolve_transport_name(transport)
-        if check is None:
-            check = env_flag("HPCCOLL_CHECK", False)
-        elif not isinstance(check, bool):
-            raise ArgumentError(f"check: expected True, False or None; got {check!r}")
+        self.transport: str = transport
         self.check: bool = check
         self._transports: Dict[str, Any] = {}
 
@@ -136,16 +131,19 @@ class Communicator:
         message naming the rank), or :class:`MismatchError` on every rank when
         the descriptors differ. Returns every rank's ``local`` value.
         """
-        gathered = self._mpi.allgather((descriptor, local, _portable(error)))
-        for rank, (_, _, err) in enumerate(gathered):
+        gathered = self._mpi.allgather((descriptor, local, _portable(error), what))
+        for rank, (_, _, err, _) in enumerate(gathered):
             if err is not None:
                 cls, msg = err
                 raise cls(f"{msg} (raised on rank {rank})" if self.size > 1 else msg)
-        first = gathered[0][0]
-        for rank, (desc, _, _) in enumerate(gathered):
+        first, _, _, first_what = gathered[0]
+        for rank, (desc, _, _, other_what) in enumerate(gathered):
             if desc != first:
-                raise MismatchError(f"{what}: {_difference(first, desc, rank)}")
-        return [loc for _, loc, _ in gathered]
+                raise MismatchError(
+                    f"ranks disagree on a collective call ({first_what} on rank 0, {other_what} on rank {rank}): "
+                    + _difference(first, desc, rank)
+                )
+        return [loc for _, loc, _, _ in gathered]
 
     def free(self) -> None:
         """Release the duplicate communicator and transport resources (collective)."""
@@ -167,6 +165,17 @@ class Communicator:
             f"Communicator(rank={self.rank}, size={self.size}, "
             f"transport={self.transport!r}, check={self.check})"
         )
+
+
+def _settings(transport: Any, check: Any) -> tuple:
+    from .transports import resolve_transport_name
+
+    name = resolve_transport_name(transport)
+    if check is None:
+        check = env_flag("HPCCOLL_CHECK", False)
+    elif not isinstance(check, bool):
+        raise ArgumentError(f"check: expected True, False or None; got {check!r}")
+    return name, check
 
 
 def _portable(error: Optional[HpccollError]) -> Optional[tuple]:

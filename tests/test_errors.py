@@ -1,0 +1,84 @@
+"""Bad input: a clear exception naming the argument, raised before any communication."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from hpccoll import ArgumentError, DTypeError, UnsupportedOpError
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize(
+    "call,exc,match",
+    [
+        (lambda c: hpccoll.all_gather(np.ones(3), c, axis=1), ArgumentError, r"axis: expected an int in \[-1, 0\]"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, axis=1.0), ArgumentError, "axis: expected an int; got float"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, axis=True), ArgumentError, "axis: expected an int; got bool"),
+        (lambda c: hpccoll.all_gather(np.float64(1), c), ArgumentError, "at least 1 dimension"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, sizes=[3] * (c.size + 1)), ArgumentError, "sizes: expected"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, sizes=[-1] * c.size), ArgumentError, "non-negative"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, sizes="abc"), ArgumentError, "sizes: expected"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, sizes=[4] * c.size), ArgumentError, r"sizes\[\d\] == x.shape"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, out=np.empty(2)), ArgumentError, "out: expected shape"),
+        (lambda c: hpccoll.all_gather(np.ones(3), c, out=[0.0] * 3 * c.size), ArgumentError, "out: expected a numpy"),
+        (lambda c: hpccoll.all_gather(np.array(["a"]), c), DTypeError, "x: expected a native"),
+        (lambda c: hpccoll.all_gather(np.ones(2, ">f8"), c), DTypeError, "native-byte-order"),
+        (lambda c: hpccoll.all_gather(np.ones(2, "M8[s]"), c), DTypeError, "datetime64"),
+        (lambda c: hpccoll.all_gather([[1], [2, 3]], c), ArgumentError, "x: expected"),
+        (lambda c: hpccoll.reduce_scatter(np.ones(4), c, op="mean"), ArgumentError, "op: expected one of"),
+        (lambda c: hpccoll.reduce_scatter(np.ones(4), c, op=MPI.LAND), ArgumentError, "op: expected"),
+        (lambda c: hpccoll.reduce_scatter(np.ones(4), c, sizes=[5] + [0] * (c.size - 1)), ArgumentError, "summing to"),
+        (lambda c: hpccoll.reduce_scatter(np.ones(4, "i4"), c, op="avg"), DTypeError, "op='avg'"),
+        (lambda c: hpccoll.reduce_scatter(np.ones(4, "c8"), c, op="max"), DTypeError, "not ordered"),
+        (lambda c: hpccoll.all_reduce(np.ones(4), c, out=np.empty(4, "f4")), ArgumentError, "out: expected dtype"),
+        (lambda c: hpccoll.all_reduce(np.ones(4, bool), c, op="avg"), DTypeError, "op='avg'"),
+        (lambda c: hpccoll.all_reduce_adjoint(np.ones(4), c, cotangent="same"), ArgumentError, "cotangent: expected"),
+        (lambda c: hpccoll.all_reduce_adjoint(np.ones(4), c, op="max"), UnsupportedOpError, "'max'"),
+        (lambda c: hpccoll.reduce_scatter_adjoint(np.ones(4, "i8"), c, op="avg"), DTypeError, "op='avg'"),
+        (lambda c: hpccoll.all_gather(np.ones(3), comm=MPI.COMM_NULL), ArgumentError, "COMM_NULL"),
+        (lambda c: hpccoll.all_gather(np.ones(3), comm=42), ArgumentError, "comm: expected"),
+        (lambda c: hpccoll.AllGather(c, sizes=[1] * (c.size + 1)), ArgumentError, "sizes: expected"),
+        (lambda c: hpccoll.Communicator(transport="carrier-pigeon"), ArgumentError, "transport: expected one of"),
+        (lambda c: hpccoll.Communicator(check="yes"), ArgumentError, "check: expected"),
+    ],
+)
+def test_bad_arguments(comm, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(comm)
+
+
+def test_errors_share_a_base_and_builtin_kinds():
+    for cls in (ArgumentError, DTypeError, UnsupportedOpError, hpccoll.MismatchError, hpccoll.TransportUnavailable):
+        assert issubclass(cls, hpccoll.HpccollError)
+    assert issubclass(ArgumentError, ValueError) and issubclass(DTypeError, TypeError)
+
+
+def test_out_must_not_overlap_the_input(comm):
+    buf = np.zeros(8 * comm.size)
+    x = buf[:3]
+    with pytest.raises(ArgumentError, match="overlaps"):
+        hpccoll.all_gather(x, comm, out=buf[: 3 * comm.size])
+    with pytest.raises(ArgumentError, match="overlaps"):
+        hpccoll.all_reduce(buf[:4], comm, out=buf[1:5])
+    ro = np.empty(3 * comm.size)
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match="writeable"):
+        hpccoll.all_gather(x, comm, out=ro)
+
+
+def test_interleaved_views_are_not_overlap(comm):
+    buf = np.arange(8.0)
+    out = hpccoll.all_reduce(buf[::2], comm, out=buf[1::2])
+    np.testing.assert_array_equal(out, np.arange(0.0, 8.0, 2.0) * comm.size)
+
+
+def test_env_values_are_validated(monkeypatch):
+    monkeypatch.setenv("HPCCOLL_CHECK", "maybe")
+    with pytest.raises(ArgumentError, match="HPCCOLL_CHECK: expected"):
+        hpccoll.Communicator()
+    monkeypatch.setenv("HPCCOLL_CHECK", "0")
+    monkeypatch.setenv("HPCCOLL_TRANSPORT", "tcp")
+    with pytest.raises(ArgumentError, match="HPCCOLL_TRANSPORT: expected one of"):
+        hpccoll.Communicator()
