@@ -47,6 +47,8 @@ def split_sizes(n: int, parts: int) -> Tuple[int, ...]:
 
 
 def _axis(axis: Any, ndim: int) -> int:
+    if type(axis) is int and -ndim <= axis < ndim:  # the common case, fast
+        return axis % ndim
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise ArgumentError(f"axis: expected an int; got {type(axis).__name__} {axis!r}")
     if ndim == 0:
@@ -58,10 +60,10 @@ def _axis(axis: Any, ndim: int) -> int:
 
 def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
     try:
-        vals = tuple(operator.index(s) for s in sizes)
+        vals = tuple(map(operator.index, sizes))
     except TypeError:
         raise ArgumentError(f"sizes: expected a sequence of {parts} non-negative ints; got {sizes!r}") from None
-    if len(vals) != parts or any(v < 0 for v in vals):
+    if len(vals) != parts or (vals and min(vals) < 0):
         raise ArgumentError(f"sizes: expected {parts} non-negative ints (one per rank); got {list(vals)}")
     return vals
 
@@ -122,11 +124,11 @@ def _pack(x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], wire: np.dtype, wide
     ``x`` is returned when no copy is needed.
     """
     if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous:
-        buf = x.reshape(-1)
-        return buf.astype(wire) if widen else buf.view(wire)
+        buf = flat(x, xp)
+        return buf.astype(wire) if widen else _as(buf, wire)
     buf = xp.empty(x.size, wire if widen else x.dtype)
     _blocks(buf, x, xp, ax, sizes, to_flat=True)
-    return buf.view(wire)
+    return _as(buf, wire)
 
 
 def _blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Tuple[int, ...], to_flat: bool) -> None:
@@ -158,6 +160,11 @@ def _blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Tuple[int, ...], to_fla
             xp.copyto(arr[where], piece, casting="unsafe")
         start += s
         offset += count
+
+
+def _as(buf: Any, dtype: np.dtype) -> Any:
+    """``buf`` reinterpreted as ``dtype`` (same itemsize); no new object when it already is."""
+    return buf if buf.dtype == dtype else buf.view(dtype)
 
 
 def _store(out: Any, result: Any, xp: Any) -> None:
@@ -216,8 +223,7 @@ def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, 
 def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what: str) -> Any:
     x, kind = as_array(x)
     xp = np if kind == "numpy" else module_of(kind)
-    err = desc = None
-    ax = 0
+    err = None
     try:
         check_dtype(x.dtype)
         ax = _axis(axis, x.ndim)
@@ -228,7 +234,11 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
                     f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]} on rank {c.rank}; "
                     f"got {sizes[c.rank]}"
                 )
-        desc = {
+            out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
+    except HpccollError as e:
+        err = e
+    if c.check and c.size > 1:
+        desc = None if err else {
             "collective": "all_gather",
             "dtype": x.dtype.name,
             "ndim": x.ndim,
@@ -236,24 +246,32 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
             "shape except axis": _shape_without(x.shape, ax),
             "sizes": sizes,
         }
-    except HpccollError as e:
-        err = e
-    extents = _settle(c, what, desc, x.shape[ax] if err is None else None, err)
-    if extents is not None and sizes is not None and list(sizes) != extents:
-        raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
-    if sizes is None:
-        sizes = tuple(extents) if extents is not None else _discover(c, x, ax, what)
-    out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
+        extents = c.agree(what, desc, None if err else x.shape[ax], err)
+        if sizes is None:
+            sizes = tuple(extents)
+            try:
+                out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
+            except HpccollError as e:
+                err = e
+            c.agree(what, None, None, err)
+        elif list(sizes) != extents:
+            raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
+    elif err is not None:
+        raise err
+    elif sizes is None:
+        sizes = _discover(c, x, ax, what)
+        out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
     if c.size == 1:
         xp.copyto(out, x)
         return out
     wire = movement_dtype(x.dtype)
-    trail = prod(x.shape[:ax]) * prod(x.shape[ax + 1 :])
+    lead = prod(x.shape[:ax])
+    trail = lead * prod(x.shape[ax + 1 :])
     counts = [s * trail for s in sizes]
-    send = flat(x, xp).view(wire)
+    send = _as(flat(x, xp), wire)
     transport = select_transport(c, kind)
-    if prod(x.shape[:ax]) == 1 and out.flags.c_contiguous:
-        transport.allgatherv(send, out.reshape(-1).view(wire), counts)
+    if lead == 1 and out.flags.c_contiguous:
+        transport.allgatherv(send, _as(flat(out, xp), wire), counts)
     else:
         recv = xp.empty(sum(counts), wire)
         transport.allgatherv(send, recv, counts)
@@ -268,15 +286,15 @@ def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
     mine = np.array([x.shape[ax], signature], dtype=np.int64)
     table = np.empty((c.size, 2), dtype=np.int64)
     c.mpi.Allgather(mine, table)
-    sigs = table[:, 1]
-    if (sigs != sigs[0]).any():
-        bad = int(np.flatnonzero(sigs != sigs[0])[0])
-        raise MismatchError(
-            f"{what}: ranks 0 and {bad} disagree on the dtype, the number of dimensions or the extents "
-            f"other than along axis {ax} (this rank has dtype {dt}, shape {x.shape}); "
-            "set HPCCOLL_CHECK=1 for a detailed report"
-        )
-    return tuple(int(n) for n in table[:, 0])
+    rows = table.tolist()
+    for rank, (_, sig) in enumerate(rows):
+        if sig != rows[0][1]:
+            raise MismatchError(
+                f"{what}: ranks 0 and {rank} disagree on the dtype, the number of dimensions or the extents "
+                f"other than along axis {ax} (this rank has dtype {dt}, shape {x.shape}); "
+                "set HPCCOLL_CHECK=1 for a detailed report"
+            )
+    return tuple(n for n, _ in rows)
 
 
 def all_gather_adjoint(y: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None) -> Any:
@@ -369,15 +387,10 @@ def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, o
                 raise ArgumentError(f"sizes: expected ints summing to x.shape[{ax}] == {n}; got {list(sizes)}")
         transport = select_transport(c, kind)
         plan = reduce_plan(x.dtype, op, transport.native_reduce)
-        desc = {
-            "collective": "reduce_scatter",
-            "dtype": x.dtype.name,
-            "shape": x.shape,
-            "axis": ax,
-            "op": op,
-            "sizes": sizes,
-        }
         out = _out(out, _with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp)
+        if c.check:
+            desc = {"collective": "reduce_scatter", "dtype": x.dtype.name, "shape": x.shape, "axis": ax,
+                    "op": op, "sizes": sizes}
     except HpccollError as e:
         err = e
     _settle(c, what, desc, None, err)
@@ -394,7 +407,7 @@ def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, o
 def _reduce(transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts: Optional[List[int]], parts: int) -> None:
     """Run reduce-scatter (``counts``) or all-reduce (``None``) from ``send`` into ``out``."""
     direct = not plan.widen and out.flags.c_contiguous
-    recv = out.reshape(-1).view(plan.wire) if direct else xp.empty(out.size, plan.wire)
+    recv = _as(flat(out, xp), plan.wire) if direct else xp.empty(out.size, plan.wire)
     if counts is None:
         transport.allreduce(send, recv, plan.op)
     else:
@@ -488,8 +501,9 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
         op = normalize_op(op)
         transport = select_transport(c, kind)
         plan = reduce_plan(x.dtype, op, transport.native_reduce)
-        desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
         out = _out(out, x.shape, x.dtype, x, xp, allow_same=True)
+        if c.check:
+            desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
     except HpccollError as e:
         err = e
     _settle(c, what, desc, None, err)
@@ -497,15 +511,15 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
         if out is not x:
             xp.copyto(out, x)
         return out
-    in_place = out is x or _same_view(out, x)
+    in_place = out is x or (xp.may_share_memory(out, x) and _same_view(out, x))
     if in_place and not plan.widen and out.flags.c_contiguous:
-        recv = out.reshape(-1).view(plan.wire)
+        recv = _as(flat(out, xp), plan.wire)
         transport.allreduce(None, recv, plan.op)
         if plan.divide:
             _divide(recv, c.size)
         return out
     send = flat(x, xp)
-    send = send.astype(plan.wire) if plan.widen else send.view(plan.wire)
+    send = send.astype(plan.wire) if plan.widen else _as(send, plan.wire)
     _reduce(transport, plan, send, out, xp, None, c.size)
     return out
 

@@ -45,7 +45,7 @@ def flat(x: Any, xp: Any) -> Any:
     """A 1-D C-contiguous view of ``x``, copying only when ``x`` is not C-contiguous."""
     if not x.flags.c_contiguous:
         x = xp.ascontiguousarray(x)
-    return x.reshape(-1)
+    return x if x.ndim == 1 else x.reshape(-1)
 
 
 def overlaps(a: Any, b: Any, xp: Any) -> bool:

@@ -8,7 +8,7 @@ for every transport.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -26,6 +26,7 @@ __all__ = [
 
 #: Reduction ops accepted by the public functions.
 OPS = ("sum", "prod", "max", "min", "avg")
+_OP_SET = frozenset(OPS)
 
 _INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _FLOATS = ("float32", "float64")
@@ -38,14 +39,21 @@ SUPPORTED_DTYPES = ("bool",) + _INTS + _HALFS + _FLOATS + _COMPLEX
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 
 
+_CHECKED: Dict[np.dtype, str] = {}
+
+
 def check_dtype(dtype: np.dtype, name: str = "x") -> str:
     """Return the name of a supported ``dtype``; raise :class:`DTypeError` otherwise."""
+    key = _CHECKED.get(dtype)
+    if key is not None:
+        return key
     key = dtype.name
     if key not in _SUPPORTED or not dtype.isnative:
         raise DTypeError(
             f"{name}: expected a native-byte-order dtype among "
             f"{', '.join(SUPPORTED_DTYPES)}; got {dtype.str!r} ({dtype})"
         )
+    _CHECKED[dtype] = key
     return key
 
 
@@ -54,7 +62,7 @@ def movement_dtype(dtype: np.dtype) -> np.dtype:
 
     ``bfloat16`` has no MPI or NCCL type: its bits move as ``uint16``.
     """
-    if dtype.name == "bfloat16":
+    if _CHECKED.get(dtype) == "bfloat16":
         return np.dtype(np.uint16)
     return dtype
 
@@ -62,6 +70,8 @@ def movement_dtype(dtype: np.dtype) -> np.dtype:
 def normalize_op(op: Any) -> str:
     """Map ``op`` (a name or an mpi4py ``MPI.Op``) to one of :data:`OPS`."""
     if isinstance(op, str):
+        if op in _OP_SET:
+            return op
         key = op.lower()
         if key in OPS:
             return key
@@ -110,8 +120,11 @@ class ReducePlan(NamedTuple):
 _BOOL_OPS = {"sum": "max", "max": "max", "prod": "min", "min": "min"}
 
 
+_PLANS: Dict[Tuple[np.dtype, str, frozenset], Union[ReducePlan, DTypeError]] = {}
+
+
 def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset()) -> ReducePlan:
-    """Choose the wire dtype and op for reducing ``dtype`` with ``op``.
+    """Choose the wire dtype and op for reducing ``dtype`` with ``op`` (cached).
 
     Parameters
     ----------
@@ -128,7 +141,21 @@ def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset()) -> Re
     DTypeError
         For ``avg`` on bool or integers, and ``max``/``min`` on complex.
     """
-    key = dtype.name
+    key = (dtype, op, native)
+    plan = _PLANS.get(key)
+    if plan is None:
+        try:
+            plan = _make_plan(dtype, op, native)
+        except DTypeError as exc:
+            plan = exc
+        _PLANS[key] = plan
+    if isinstance(plan, DTypeError):
+        raise DTypeError(*plan.args)
+    return plan
+
+
+def _make_plan(dtype: np.dtype, op: str, native: frozenset) -> ReducePlan:
+    key = check_dtype(dtype)
     divide = op == "avg"
     wire_op = "sum" if divide else op
     if key == "bool":

@@ -29,11 +29,16 @@ def mpi_datatype(dtype: np.dtype) -> Any:
     return t
 
 
+_OPS: Dict[str, Any] = {}
+
+
 def mpi_op(op: str) -> Any:
     """The MPI op for a wire op name."""
-    from mpi4py import MPI
+    if not _OPS:
+        from mpi4py import MPI
 
-    return {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+        _OPS.update(sum=MPI.SUM, prod=MPI.PROD, max=MPI.MAX, min=MPI.MIN, in_place=MPI.IN_PLACE)
+    return _OPS[op]
 
 
 def displacements(counts: Sequence[int]) -> list:
@@ -50,7 +55,7 @@ class HostMPI(Transport):
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
         t = mpi_datatype(recv.dtype)
         first = counts[0]
-        if all(c == first for c in counts):
+        if counts.count(first) == len(counts):
             self.comm.mpi.Allgather([send, first, t], [recv, first, t])
         else:
             self.comm.mpi.Allgatherv(
@@ -60,13 +65,11 @@ class HostMPI(Transport):
     def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
         t = mpi_datatype(recv.dtype)
         first = counts[0]
-        if all(c == first for c in counts):
+        if counts.count(first) == len(counts):
             self.comm.mpi.Reduce_scatter_block([send, t], [recv, first, t], mpi_op(op))
         else:
             self.comm.mpi.Reduce_scatter([send, t], [recv, counts[self.comm.rank], t], list(counts), mpi_op(op))
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        from mpi4py import MPI
-
         t = mpi_datatype(recv.dtype)
-        self.comm.mpi.Allreduce(MPI.IN_PLACE if send is None else [send, t], [recv, t], mpi_op(op))
+        self.comm.mpi.Allreduce(mpi_op("in_place") if send is None else [send, t], [recv, t], mpi_op(op))

@@ -1,0 +1,179 @@
+"""hpccoll over raw mpi4py, side by side in one run: time ratios per message size.
+
+Launch (2 ranks is the reference setting; any number works):
+
+    mpiexec -n 2 python benchmarks/bench_quick.py [--max-bytes 64M] [--json FILE]
+
+For each size S (bytes per rank, float64) every row times hpccoll and the raw
+mpi4py buffer call on the same buffers, interleaved round by round, and prints
+the median time per call (max over ranks) and the ratio hpccoll / raw:
+
+- all_gather     vs ``Allgather``             (S per rank in, P*S out)
+- reduce_scatter vs ``Reduce_scatter_block``  (P*S in, S out)
+- all_reduce     vs ``Allreduce``             (S in, S out)
+
+``out=`` columns pass preallocated outputs to both; ``alloc`` columns let
+hpccoll allocate and have the raw side call ``numpy.empty`` first (the same
+work). A second table compares layouts at 16 MiB: all_gather along axis 1 vs
+axis 0, and uneven vs even shards. Ratios, not absolute times, are the result:
+these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import hpccoll
+
+
+def parse_bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("B")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
+
+
+def human(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:g} {unit}"
+    return f"{n} B"
+
+
+class Timer:
+    """Interleaved timing of several callables over the same communicator."""
+
+    def __init__(self, comm: MPI.Intracomm, rounds: int) -> None:
+        self.comm = comm
+        self.rounds = rounds
+
+    def iterations(self, nbytes: int) -> int:
+        return max(3, min(2000, int(2e8 // max(nbytes, 1)) // 4))
+
+    def run(self, fns: dict, nbytes: int) -> dict:
+        iters = self.iterations(nbytes)
+        for fn in fns.values():  # warm up (allocations, MPI internal buffers)
+            for _ in range(min(iters, 20)):
+                fn()
+        samples = {name: [] for name in fns}
+        for _ in range(self.rounds):
+            for name, fn in fns.items():
+                self.comm.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                elapsed = (time.perf_counter() - t0) / iters
+                samples[name].append(self.comm.allreduce(elapsed, op=MPI.MAX))
+        return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--min-bytes", default="8", help="smallest size per rank (default 8)")
+    parser.add_argument("--max-bytes", default="64M", help="largest size per rank (default 64M)")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per size (default 7)")
+    parser.add_argument("--json", help="also write the results to this JSON file (rank 0)")
+    args = parser.parse_args(argv)
+
+    world = MPI.COMM_WORLD
+    raw = world.Dup()
+    comm = hpccoll.Communicator(world)
+    P, rank = comm.size, comm.rank
+    say = print if rank == 0 else (lambda *a, **k: None)
+    timer = Timer(raw, args.rounds)
+    sizes = []
+    s = parse_bytes(args.min_bytes)
+    while s <= parse_bytes(args.max_bytes):
+        sizes.append(s)
+        s *= 8 if s < (1 << 20) else 4
+    say(f"# hpccoll {hpccoll.__version__} vs mpi4py {__import__('mpi4py').__version__} "
+        f"({MPI.Get_library_version().splitlines()[0].strip()}), {P} ranks, float64")
+    say(f"# command: mpiexec -n {P} python benchmarks/bench_quick.py {' '.join(argv or sys.argv[1:])}".rstrip())
+    say("# times: median over rounds of the per-call time (max over ranks), microseconds")
+    header = f"{'collective':<15}{'size/rank':>10}{'raw':>11}{'out=':>11}{'ratio':>7}{'added':>9}" \
+             f"{'raw+alloc':>11}{'alloc':>11}{'ratio':>7}"
+    say(header)
+    say("-" * len(header))
+    results = []
+    D = MPI.DOUBLE
+    for nbytes in sizes:
+        n = max(1, nbytes // 8)
+        x = np.random.default_rng(rank).standard_normal(n)
+        big = np.random.default_rng(rank).standard_normal(n * P)
+        g_out, r_out, a_out = np.empty(n * P), np.empty(n), np.empty(n)
+        sz = [n] * P
+        cases = {
+            "all_gather": {
+                "raw": lambda: raw.Allgather([x, D], [g_out, D]),
+                "out": lambda: hpccoll.all_gather(x, comm, sizes=sz, out=g_out),
+                "raw_alloc": lambda: raw.Allgather([x, D], [np.empty(n * P), D]),
+                "alloc": lambda: hpccoll.all_gather(x, comm, sizes=sz),
+                "discover": lambda: hpccoll.all_gather(x, comm, out=g_out),
+            },
+            "reduce_scatter": {
+                "raw": lambda: raw.Reduce_scatter_block([big, D], [r_out, D], MPI.SUM),
+                "out": lambda: hpccoll.reduce_scatter(big, comm, out=r_out),
+                "raw_alloc": lambda: raw.Reduce_scatter_block([big, D], [np.empty(n), D], MPI.SUM),
+                "alloc": lambda: hpccoll.reduce_scatter(big, comm),
+            },
+            "all_reduce": {
+                "raw": lambda: raw.Allreduce([x, D], [a_out, D], MPI.SUM),
+                "out": lambda: hpccoll.all_reduce(x, comm, out=a_out),
+                "raw_alloc": lambda: raw.Allreduce([x, D], [np.empty(n), D], MPI.SUM),
+                "alloc": lambda: hpccoll.all_reduce(x, comm),
+            },
+        }
+        for name, fns in cases.items():
+            t = timer.run(fns, nbytes * (P if name != "all_reduce" else 1))
+            row = {"collective": name, "bytes_per_rank": nbytes, **{k: v * 1e6 for k, v in t.items()}}
+            row["ratio_out"] = t["out"] / t["raw"]
+            row["ratio_alloc"] = t["alloc"] / t["raw_alloc"]
+            row["added_us"] = (t["out"] - t["raw"]) * 1e6
+            results.append(row)
+            say(f"{name:<15}{human(nbytes):>10}{row['raw']:>11.1f}{row['out']:>11.1f}{row['ratio_out']:>7.3f}"
+                f"{row['added_us']:>+9.1f}{row['raw_alloc']:>11.1f}{row['alloc']:>11.1f}{row['ratio_alloc']:>7.3f}"
+                + (f"   (sizes=None: {row['discover']:.1f})" if "discover" in row else ""))
+
+    layout = []
+    nbytes = min(16 << 20, parse_bytes(args.max_bytes))
+    n = nbytes // 8
+    say(f"\n# layouts at {human(nbytes)} per rank (ratio to the first column)")
+    x0 = np.random.default_rng(rank).standard_normal((n // 64, 64))
+    x1 = np.random.default_rng(rank).standard_normal((64, n // 64))
+    out0, out1 = np.empty((P * (n // 64), 64)), np.empty((64, P * (n // 64)))
+    rows = n // 64
+    even_sz = [rows] * P
+    uneven = [rows + rows // 2 if r == 0 else rows - rows // 2 if r == 1 else rows for r in range(P)]
+    xu = np.random.default_rng(rank).standard_normal((uneven[rank], 64))
+    xe = np.random.default_rng(rank).standard_normal((even_sz[rank], 64))
+    t = timer.run({
+        "axis0": lambda: hpccoll.all_gather(x0, comm, axis=0, out=out0),
+        "axis1": lambda: hpccoll.all_gather(x1, comm, axis=1, out=out1),
+    }, nbytes * P)
+    layout.append({"case": "all_gather axis=1 / axis=0", "ratio": t["axis1"] / t["axis0"], **t})
+    say(f"all_gather axis=1 / axis=0      {t['axis1'] * 1e6:>11.1f} / {t['axis0'] * 1e6:>11.1f} us = {t['axis1'] / t['axis0']:.3f}")
+    t = timer.run({
+        "even": lambda: hpccoll.all_gather(xe, comm, sizes=even_sz),
+        "uneven": lambda: hpccoll.all_gather(xu, comm, sizes=uneven),
+    }, nbytes * P)
+    # normalised by the bytes moved (the same total unless P == 1)
+    per_byte = (t["uneven"] / sum(uneven)) / (t["even"] / sum(even_sz))
+    layout.append({"case": "all_gather uneven / even (per byte)", "ratio": per_byte, **t})
+    say(f"all_gather uneven / even (per byte moved)                        = {per_byte:.3f}")
+    if rank == 0 and args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"ranks": P, "mpi": MPI.Get_library_version().splitlines()[0].strip(), "rows": results,
+                       "layouts": layout}, fh, indent=1)
+    comm.free()
+    raw.Free()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

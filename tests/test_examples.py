@@ -1,0 +1,46 @@
+"""Every example runs: in-process at the suite's rank count, and once under mpiexec as documented."""
+
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from mpi4py import MPI
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.mpi
+def test_quickstart_in_process():
+    assert load(EXAMPLES / "quickstart.py").main([]) == 0
+    assert load(EXAMPLES / "quickstart.py").main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
+def test_launch_line_in_header(script):
+    assert "mpiexec -n" in script.read_text().split('"""')[1], f"{script.name} must state its launch line"
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
+def test_runs_under_mpiexec(script):
+    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip(f"no mpiexec next to {sys.executable}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_"))}
+    proc = subprocess.run(
+        [str(mpiexec), "-n", "2", sys.executable, "-m", "mpi4py", str(script)],
+        capture_output=True, text=True, timeout=180, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "passed" in proc.stdout or "ok" in proc.stdout.lower(), proc.stdout
