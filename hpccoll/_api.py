@@ -6,6 +6,7 @@ once, above the transports (see :mod:`hpccoll.transports._base`).
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -31,6 +32,7 @@ Sizes = Optional[Sequence[int]]
 COTANGENTS = ("varying", "replicated")
 
 
+@functools.lru_cache(maxsize=1024)
 def split_sizes(n: int, parts: int) -> Tuple[int, ...]:
     """Extents of ``numpy.array_split(range(n), parts)``: the first ``n % parts`` get one more.
 
@@ -265,14 +267,14 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
         xp.copyto(out, x)
         return out
     wire = movement_dtype(x.dtype)
-    lead = prod(x.shape[:ax])
-    trail = lead * prod(x.shape[ax + 1 :])
-    counts = [s * trail for s in sizes]
+    lead, inner = prod(x.shape[:ax]), prod(x.shape[ax + 1 :])
+    counts = [s * lead * inner for s in sizes]
     send = _as(flat(x, xp), wire)
     transport = select_transport(c, kind)
-    if lead == 1 and out.flags.c_contiguous:
+    contiguous = out.flags.c_contiguous
+    if lead == 1 and contiguous:
         transport.allgatherv(send, _as(flat(out, xp), wire), counts)
-    else:
+    elif not (contiguous and transport.allgather_into(send, _as(flat(out, xp), wire), lead, inner, sizes)):
         recv = xp.empty(sum(counts), wire)
         transport.allgatherv(send, recv, counts)
         _blocks(recv, out.view(wire), xp, ax, sizes, to_flat=False)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import hpccoll
+from hpccoll.transports.host_mpi import HostMPI
 from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_same, layout, make
 
 pytestmark = pytest.mark.mpi
@@ -34,7 +35,13 @@ def test_every_dtype(comm, dtype):
      ((3, 0, 0), 2), ((2, 3, 0, 2), 2), ((2, 3, 2, 0), 3), ((2, 3, 2, 0), -2)],
 )
 @pytest.mark.parametrize("how", LAYOUTS)
-def test_axes_layouts_sizes(comm, shape, axis, pattern, how):
+@pytest.mark.parametrize("strided", [False, True], ids=["packed", "datatypes"])
+def test_axes_layouts_sizes(comm, shape, axis, pattern, how, strided, monkeypatch):
+    # "datatypes" lowers the thresholds so that even these small arrays take the
+    # MPI-derived-datatype path that large arrays along inner axes take.
+    if strided:
+        monkeypatch.setattr(HostMPI, "strided_min_bytes", 0)
+        monkeypatch.setattr(HostMPI, "strided_min_piece", 0)
     sizes = SIZE_PATTERNS[pattern](comm.size)
     x, full = shards(comm, shape, axis % len(shape), sizes, np.float64, seed=len(shape) + axis % 7)
     x = layout(x, how)

@@ -51,5 +51,14 @@ class Transport(abc.ABC):
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         """Reduce ``send`` over ranks into ``recv``; ``send=None`` reduces ``recv`` in place."""
 
+    def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
+        """Optionally gather straight into a C-contiguous ``out`` seen as ``(lead, sum(sizes), trail)``.
+
+        Rank r's ``send`` holds its ``(lead, sizes[r], trail)`` block, C-ordered.
+        Return ``False`` (the default) to let the caller gather into a flat
+        buffer and copy the blocks into place itself.
+        """
+        return False
+
     def close(self) -> None:
         """Release resources (pinned buffers, NCCL communicators)."""
