@@ -26,6 +26,7 @@ from ._errors import (
     UnsupportedOpError,
 )
 from ._operators import AllGather, AllReduce, Operator, ReduceScatter
+from . import testing
 from .transports import TRANSPORTS
 
 __version__ = "0.1.0"
@@ -52,5 +53,6 @@ __all__ = [
     "OPS",
     "SUPPORTED_DTYPES",
     "TRANSPORTS",
+    "testing",
     "__version__",
 ]

@@ -44,3 +44,14 @@ def test_runs_under_mpiexec(script):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "passed" in proc.stdout or "ok" in proc.stdout.lower(), proc.stdout
+
+
+@pytest.mark.mpi
+def test_readme_snippet_runs():
+    import re
+
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert code, "README.md has a python example"
+    for block in code:
+        exec(compile(block, "README.md", "exec"), {})
