@@ -26,6 +26,7 @@ from ._errors import (
     UnsupportedOpError,
 )
 from ._operators import AllGather, AllReduce, Operator, ReduceScatter
+from ._request import Request
 from . import testing
 from .transports import TRANSPORTS
 
@@ -40,6 +41,7 @@ __all__ = [
     "all_reduce",
     "all_reduce_adjoint",
     "split_sizes",
+    "Request",
     "Operator",
     "AllGather",
     "ReduceScatter",

@@ -16,6 +16,7 @@ from ._arrays import as_array, flat, module_of, overlaps, prod
 from ._comm import Communicator, as_communicator
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from ._request import Request
 from .transports import select_transport
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 Sizes = Optional[Sequence[int]]
+_SEQUENCES = (list, tuple)
 COTANGENTS = ("varying", "replicated")
 
 
@@ -178,10 +180,18 @@ def _divide(arr: Any, parts: int) -> None:
     arr /= arr.dtype.type(parts)
 
 
+def _divided(arr: Any, parts: int) -> Any:
+    for a in arr if isinstance(arr, list) else (arr,):
+        _divide(a, parts)
+    return arr
+
+
 # --------------------------------------------------------------------------- all-gather
 
 
-def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None) -> Any:
+def all_gather(
+    x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None, async_op: bool = False
+) -> Any:
     """Concatenate every rank's ``x`` along ``axis``; every rank gets the result.
 
     Parameters
@@ -198,6 +208,10 @@ def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, 
         discovers them with one small exchange.
     out : array, optional
         Where to write the result (shape of the concatenation, dtype of ``x``).
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
 
     Returns
     -------
@@ -219,10 +233,12 @@ def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, 
     >>> y = hpccoll.all_gather(np.full(2, comm.rank))        # doctest: +SKIP
     >>> # on 3 ranks: array([0, 0, 1, 1, 2, 2])
     """
-    return _all_gather(x, as_communicator(comm), axis, sizes, out, "all_gather")
+    return _all_gather(x, as_communicator(comm), axis, sizes, out, "all_gather", async_op)
 
 
-def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what: str) -> Any:
+def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what: str, async_op: bool) -> Any:
+    if type(x) in _SEQUENCES and is_array_list(x):
+        return all_gather_many(x, c, axis, sizes, out, what, async_op)
     x, kind = as_array(x)
     xp = np if kind == "numpy" else module_of(kind)
     err = None
@@ -265,7 +281,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
         out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
     if c.size == 1:
         xp.copyto(out, x)
-        return out
+        return _done(out, async_op)
     wire = movement_dtype(x.dtype)
     lead, inner = prod(x.shape[:ax]), prod(x.shape[ax + 1 :])
     counts = [s * lead * inner for s in sizes]
@@ -273,12 +289,33 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
     transport = select_transport(c, kind)
     contiguous = out.flags.c_contiguous
     if lead == 1 and contiguous:
-        transport.allgatherv(send, _as(flat(out, xp), wire), counts)
-    elif not (contiguous and transport.allgather_into(send, _as(flat(out, xp), wire), lead, inner, sizes)):
-        recv = xp.empty(sum(counts), wire)
-        transport.allgatherv(send, recv, counts)
+        return _launch(transport, "allgatherv", (send, _as(flat(out, xp), wire), counts), lambda: out, async_op)
+    if not async_op and contiguous and transport.allgather_into(send, _as(flat(out, xp), wire), lead, inner, sizes):
+        return out
+    recv = xp.empty(sum(counts), wire)
+
+    def finish() -> Any:
         _blocks(recv, out.view(wire), xp, ax, sizes, to_flat=False)
-    return out
+        return out
+
+    return _launch(transport, "allgatherv", (send, recv, counts), finish, async_op)
+
+
+def _launch(transport: Any, primitive: str, args: tuple, finish: Any, async_op: bool) -> Any:
+    """Run a transport primitive; blocking: ``finish()``, else a :class:`Request` that finishes later."""
+    if not async_op:
+        getattr(transport, primitive)(*args)
+        return finish()
+    return Request([getattr(transport, "i" + primitive)(*args)], finish)
+
+
+def _done(result: Any, async_op: bool) -> Any:
+    return Request.completed(result) if async_op else result
+
+
+def _then(result: Any, fn: Any) -> Any:
+    """Apply ``fn`` to a result now, or when a :class:`Request` completes."""
+    return result.then(fn) if isinstance(result, Request) else fn(result)
 
 
 def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
@@ -299,7 +336,9 @@ def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
     return tuple(n for n, _ in rows)
 
 
-def all_gather_adjoint(y: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None) -> Any:
+def all_gather_adjoint(
+    y: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None, async_op: bool = False
+) -> Any:
     """Adjoint of :func:`all_gather`: reduce-scatter with sum over the same ``axis`` and ``sizes``.
 
     Parameters
@@ -313,6 +352,10 @@ def all_gather_adjoint(y: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes 
         The forward's shard extents. ``None`` means ``numpy.array_split``'s
         split of ``y.shape[axis]``; pass the forward's sizes when the shards
         were split otherwise.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
 
     Returns
     -------
@@ -324,14 +367,21 @@ def all_gather_adjoint(y: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes 
     >>> g = hpccoll.all_gather_adjoint(np.ones(6))   # doctest: +SKIP
     >>> # on 3 ranks: array([3., 3.]) on every rank
     """
-    return _reduce_scatter(y, as_communicator(comm), "sum", axis, sizes, out, "all_gather_adjoint")
+    return _reduce_scatter(y, as_communicator(comm), "sum", axis, sizes, out, "all_gather_adjoint", async_op)
 
 
 # --------------------------------------------------------------------------- reduce-scatter
 
 
 def reduce_scatter(
-    x: Any, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Sizes = None, out: Any = None
+    x: Any,
+    comm: Any = None,
+    *,
+    op: Any = "sum",
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Any = None,
+    async_op: bool = False,
 ) -> Any:
     """Reduce ``x`` elementwise over ranks; return this rank's block along ``axis``.
 
@@ -351,6 +401,10 @@ def reduce_scatter(
         splits like ``numpy.array_split``.
     out : array, optional
         Where to write this rank's block.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
 
     Returns
     -------
@@ -369,10 +423,14 @@ def reduce_scatter(
     >>> b = hpccoll.reduce_scatter(np.arange(6.0))   # doctest: +SKIP
     >>> # on 3 ranks, rank 1 gets array([6., 9.])
     """
-    return _reduce_scatter(x, as_communicator(comm), op, axis, sizes, out, "reduce_scatter")
+    return _reduce_scatter(x, as_communicator(comm), op, axis, sizes, out, "reduce_scatter", async_op)
 
 
-def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, out: Any, what: str) -> Any:
+def _reduce_scatter(
+    x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, out: Any, what: str, async_op: bool
+) -> Any:
+    if type(x) in _SEQUENCES and is_array_list(x):
+        return reduce_scatter_many(x, c, op, axis, sizes, out, what, async_op)
     x, kind = as_array(x)
     xp = np if kind == "numpy" else module_of(kind)
     err = desc = None
@@ -398,30 +456,42 @@ def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, o
     _settle(c, what, desc, None, err)
     if c.size == 1:
         xp.copyto(out, x)
-        return out
+        return _done(out, async_op)
     send = _pack(x, xp, ax, sizes, plan.wire, plan.widen)
     trail = prod(_shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
-    _reduce(transport, plan, send, out, xp, counts, c.size)
-    return out
+    return _reduce(transport, plan, send, out, xp, counts, c.size, async_op)
 
 
-def _reduce(transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts: Optional[List[int]], parts: int) -> None:
-    """Run reduce-scatter (``counts``) or all-reduce (``None``) from ``send`` into ``out``."""
+def _reduce(
+    transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts: Optional[List[int]], parts: int,
+    async_op: bool,
+) -> Any:
+    """Reduce-scatter (``counts``) or all-reduce (``None``) from ``send`` into ``out``; return ``out``."""
     direct = not plan.widen and out.flags.c_contiguous
     recv = _as(flat(out, xp), plan.wire) if direct else xp.empty(out.size, plan.wire)
+
+    def finish() -> Any:
+        if plan.divide:
+            _divide(recv, parts)
+        if not direct:
+            _store(out, recv if plan.widen else recv.view(out.dtype), xp)
+        return out
+
     if counts is None:
-        transport.allreduce(send, recv, plan.op)
-    else:
-        transport.reduce_scatter(send, recv, counts, plan.op)
-    if plan.divide:
-        _divide(recv, parts)
-    if not direct:
-        _store(out, recv if plan.widen else recv.view(out.dtype), xp)
+        return _launch(transport, "allreduce", (send, recv, plan.op), finish, async_op)
+    return _launch(transport, "reduce_scatter", (send, recv, counts, plan.op), finish, async_op)
 
 
 def reduce_scatter_adjoint(
-    y: Any, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Sizes = None, out: Any = None
+    y: Any,
+    comm: Any = None,
+    *,
+    op: Any = "sum",
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Any = None,
+    async_op: bool = False,
 ) -> Any:
     """Adjoint of :func:`reduce_scatter`: all-gather (``sum``), or all-gather / P (``avg``).
 
@@ -435,6 +505,10 @@ def reduce_scatter_adjoint(
         The forward's op; only ``"sum"`` and ``"avg"`` are linear.
     sizes : sequence of int, optional
         The forward's block extents; ``None`` discovers them from ``y``.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
 
     Raises
     ------
@@ -443,13 +517,16 @@ def reduce_scatter_adjoint(
     """
     c = as_communicator(comm)
     op = _linear_op(op, "reduce_scatter_adjoint")
-    if op == "avg":
-        y, _ = as_array(y, "y")
-        check_dtype(y.dtype, "y")
-        reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
-    result = _all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint")
+    if op == "avg":  # avg on bool or integers raises, as in the forward
+        many = type(y) in _SEQUENCES and is_array_list(y)
+        for i, yi in enumerate(y if many else (y,)):
+            name = f"y[{i}]" if many else "y"
+            yi, _ = as_array(yi, name)
+            check_dtype(yi.dtype, name)
+            reduce_plan(yi.dtype, op)
+    result = _all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint", async_op)
     if op == "avg" and c.size > 1:
-        _divide(result, c.size)
+        return _then(result, lambda r: _divided(r, c.size))
     return result
 
 
@@ -466,7 +543,7 @@ def _linear_op(op: Any, what: str) -> str:
 # --------------------------------------------------------------------------- all-reduce
 
 
-def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None) -> Any:
+def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None, async_op: bool = False) -> Any:
     """Reduce ``x`` elementwise over ranks; every rank gets the full result.
 
     Parameters
@@ -480,6 +557,10 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None) ->
     out : array, optional
         Where to write the result. ``out=x`` reduces in place (the only
         allowed overlap with ``x``).
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
 
     Returns
     -------
@@ -491,10 +572,12 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None) ->
     >>> hpccoll.all_reduce(np.ones(3), op="sum")   # doctest: +SKIP
     >>> # on 4 ranks: array([4., 4., 4.])
     """
-    return _all_reduce(x, as_communicator(comm), op, out, "all_reduce")
+    return _all_reduce(x, as_communicator(comm), op, out, "all_reduce", async_op)
 
 
-def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
+def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op: bool) -> Any:
+    if type(x) in _SEQUENCES and is_array_list(x):
+        return all_reduce_many(x, c, op, out, what, async_op)
     x, kind = as_array(x)
     xp = np if kind == "numpy" else module_of(kind)
     err = desc = None
@@ -512,22 +595,30 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
     if c.size == 1:
         if out is not x:
             xp.copyto(out, x)
-        return out
+        return _done(out, async_op)
     in_place = out is x or (xp.may_share_memory(out, x) and _same_view(out, x))
     if in_place and not plan.widen and out.flags.c_contiguous:
         recv = _as(flat(out, xp), plan.wire)
-        transport.allreduce(None, recv, plan.op)
-        if plan.divide:
-            _divide(recv, c.size)
-        return out
+
+        def finish() -> Any:
+            if plan.divide:
+                _divide(recv, c.size)
+            return out
+
+        return _launch(transport, "allreduce", (None, recv, plan.op), finish, async_op)
     send = flat(x, xp)
     send = send.astype(plan.wire) if plan.widen else _as(send, plan.wire)
-    _reduce(transport, plan, send, out, xp, None, c.size)
-    return out
+    return _reduce(transport, plan, send, out, xp, None, c.size, async_op)
 
 
 def all_reduce_adjoint(
-    y: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying", out: Any = None
+    y: Any,
+    comm: Any = None,
+    *,
+    op: Any = "sum",
+    cotangent: str = "varying",
+    out: Any = None,
+    async_op: bool = False,
 ) -> Any:
     """Adjoint of :func:`all_reduce` under the inner product summed over ranks.
 
@@ -548,6 +639,10 @@ def all_reduce_adjoint(
         cotangents overcounts by a factor of P. In check mode, a
         ``"replicated"`` cotangent that differs across ranks raises
         :class:`MismatchError`.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
 
     Returns
     -------
@@ -559,7 +654,13 @@ def all_reduce_adjoint(
     if cotangent not in COTANGENTS:
         raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
     if cotangent == "varying":
-        return _all_reduce(y, c, op, out, "all_reduce_adjoint")
+        return _all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
+    if type(y) in _SEQUENCES and is_array_list(y):
+        outs = [None] * len(y) if out is None else out
+        if type(outs) not in _SEQUENCES or len(outs) != len(y):
+            raise ArgumentError(f"out: expected None or a list of {len(y)} arrays (one per input); got {out!r}")
+        results = [all_reduce_adjoint(yi, c, op=op, cotangent=cotangent, out=oi) for yi, oi in zip(y, outs)]
+        return _done(results, async_op)
     y, kind = as_array(y, "y")
     xp = np if kind == "numpy" else module_of(kind)
     check_dtype(y.dtype, "y")
@@ -572,7 +673,7 @@ def all_reduce_adjoint(
         xp.copyto(out, y)
     if op == "avg" and c.size > 1:
         _divide(out, c.size)
-    return out
+    return _done(out, async_op)
 
 
 def _digest(y: Any) -> str:
@@ -580,3 +681,6 @@ def _digest(y: Any) -> str:
 
     data = y if isinstance(y, np.ndarray) else y.get()
     return hashlib.blake2b(np.ascontiguousarray(data).tobytes(), digest_size=16).hexdigest()
+
+
+from ._coalesced import all_gather_many, all_reduce_many, is_array_list, reduce_scatter_many  # noqa: E402

@@ -7,7 +7,10 @@ from typing import Any, Dict, Optional
 
 from ._errors import ArgumentError, HpccollError, MismatchError
 
-__all__ = ["Communicator", "as_communicator", "env_flag"]
+__all__ = ["Communicator", "as_communicator", "env_flag", "DEFAULT_BUCKET_BYTES"]
+
+#: Largest message the list forms pack arrays into (``HPCCOLL_BUCKET_BYTES`` overrides).
+DEFAULT_BUCKET_BYTES = 64 << 20
 
 
 def env_flag(name: str, default: Optional[bool] = False) -> Optional[bool]:
@@ -51,6 +54,9 @@ class Communicator:
         This rank and the number of ranks.
     check : bool
         Whether the cross-rank check is on.
+    bucket_bytes : int
+        The largest message the list forms of the collectives pack arrays
+        into (default 64 MiB, or ``HPCCOLL_BUCKET_BYTES``); settable.
     transport : str
         The requested transport name (``"auto"`` unless chosen).
 
@@ -61,7 +67,7 @@ class Communicator:
     >>> rows = comm.split(comm.rank // 2)        # doctest: +SKIP
     """
 
-    __slots__ = ("_mpi", "rank", "size", "check", "transport", "_transports", "_owned")
+    __slots__ = ("_mpi", "rank", "size", "check", "transport", "bucket_bytes", "_transports", "_owned")
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
@@ -82,6 +88,7 @@ class Communicator:
         self.size: int = mpi_comm.Get_size()
         self.transport: str = transport
         self.check: bool = check
+        self.bucket_bytes: int = _bucket_bytes()
         self._transports: Dict[str, Any] = {}
 
     @property
@@ -113,7 +120,9 @@ class Communicator:
 
         if sub == MPI.COMM_NULL:
             return None
-        return Communicator._adopt(sub, self.transport, self.check)
+        child = Communicator._adopt(sub, self.transport, self.check)
+        child.bucket_bytes = self.bucket_bytes
+        return child
 
     def transport_instance(self, name: str) -> Any:
         """The transport ``name`` bound to this communicator (made on first use)."""
@@ -165,6 +174,19 @@ class Communicator:
             f"Communicator(rank={self.rank}, size={self.size}, "
             f"transport={self.transport!r}, check={self.check})"
         )
+
+
+def _bucket_bytes() -> int:
+    raw = os.environ.get("HPCCOLL_BUCKET_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_BUCKET_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise ArgumentError(f"HPCCOLL_BUCKET_BYTES: expected a positive int (bytes); got {raw!r}")
+    return value
 
 
 def _settings(transport: Any, check: Any) -> tuple:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar, FrozenSet, Optional, Sequence
 
+from .._request import DONE, Pending
+
 __all__ = ["Transport"]
 
 
@@ -50,6 +52,24 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         """Reduce ``send`` over ranks into ``recv``; ``send=None`` reduces ``recv`` in place."""
+
+    # Non-blocking forms: return a Pending (``wait()``/``test()``). The defaults
+    # run the blocking primitive, for transports without asynchronous progress.
+
+    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
+        """Non-blocking :meth:`allgatherv`."""
+        self.allgatherv(send, recv, counts)
+        return DONE
+
+    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
+        """Non-blocking :meth:`reduce_scatter`."""
+        self.reduce_scatter(send, recv, counts, op)
+        return DONE
+
+    def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
+        """Non-blocking :meth:`allreduce`."""
+        self.allreduce(send, recv, op)
+        return DONE
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         """Optionally gather straight into a C-contiguous ``out`` seen as ``(lead, sum(sizes), trail)``.

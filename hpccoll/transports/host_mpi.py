@@ -7,9 +7,10 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from .._request import Pending
 from ._base import Transport
 
-__all__ = ["HostMPI", "mpi_datatype", "mpi_op"]
+__all__ = ["HostMPI", "MPIPending", "mpi_datatype", "mpi_op"]
 
 _DATATYPES: Dict[np.dtype, Any] = {}
 
@@ -96,23 +97,57 @@ class HostMPI(Transport):
         return True
 
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
-        t = mpi_datatype(recv.dtype)
-        first = counts[0]
-        if counts.count(first) == len(counts):
-            self.comm.mpi.Allgather([send, first, t], [recv, first, t])
-        else:
-            self.comm.mpi.Allgatherv(
-                [send, counts[self.comm.rank], t], [recv, (list(counts), displacements(counts)), t]
-            )
+        self._allgatherv(send, recv, counts, blocking=True)
+
+    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
+        return MPIPending(self._allgatherv(send, recv, counts, blocking=False))
 
     def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
-        t = mpi_datatype(recv.dtype)
-        first = counts[0]
-        if counts.count(first) == len(counts):
-            self.comm.mpi.Reduce_scatter_block([send, t], [recv, first, t], mpi_op(op))
-        else:
-            self.comm.mpi.Reduce_scatter([send, t], [recv, counts[self.comm.rank], t], list(counts), mpi_op(op))
+        self._reduce_scatter(send, recv, counts, op, blocking=True)
+
+    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
+        return MPIPending(self._reduce_scatter(send, recv, counts, op, blocking=False))
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        t = mpi_datatype(recv.dtype)
-        self.comm.mpi.Allreduce(mpi_op("in_place") if send is None else [send, t], [recv, t], mpi_op(op))
+        self._allreduce(send, recv, op, blocking=True)
+
+    def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
+        return MPIPending(self._allreduce(send, recv, op, blocking=False))
+
+    def _allgatherv(self, send: Any, recv: Any, counts: Sequence[int], blocking: bool) -> Any:
+        mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
+        first = counts[0]
+        if counts.count(first) == len(counts):
+            call = mpi.Allgather if blocking else mpi.Iallgather
+            return call([send, first, t], [recv, first, t])
+        call = mpi.Allgatherv if blocking else mpi.Iallgatherv
+        return call([send, counts[self.comm.rank], t], [recv, (list(counts), displacements(counts)), t])
+
+    def _reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str, blocking: bool) -> Any:
+        mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
+        first = counts[0]
+        if counts.count(first) == len(counts):
+            call = mpi.Reduce_scatter_block if blocking else mpi.Ireduce_scatter_block
+            return call([send, t], [recv, first, t], mpi_op(op))
+        call = mpi.Reduce_scatter if blocking else mpi.Ireduce_scatter
+        return call([send, t], [recv, counts[self.comm.rank], t], list(counts), mpi_op(op))
+
+    def _allreduce(self, send: Optional[Any], recv: Any, op: str, blocking: bool) -> Any:
+        mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
+        call = mpi.Allreduce if blocking else mpi.Iallreduce
+        return call(mpi_op("in_place") if send is None else [send, t], [recv, t], mpi_op(op))
+
+
+class MPIPending(Pending):
+    """An MPI request (``wait``/``test``) as the transport contract's :class:`Pending`."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: Any) -> None:
+        self.request = request
+
+    def wait(self) -> None:
+        self.request.Wait()
+
+    def test(self) -> bool:
+        return bool(self.request.Test())
