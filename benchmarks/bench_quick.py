@@ -173,10 +173,50 @@ def main(argv=None) -> int:
     layout.append({"case": "all_gather uneven / even (same total)", "ratio": t["uneven"] / t["even"], **t})
     say(f"all_gather uneven / even        {t['uneven'] * 1e6:>11.1f} / {t['even'] * 1e6:>11.1f} us = "
         f"{t['uneven'] / t['even']:.3f}   (rank 0 holds 1.5x, rank 1 0.5x: bounded by the largest block)")
+    # Coalescing: 256 arrays of 1 KiB in one list call, against one 256 KiB call and 256 calls.
+    say("\n# coalesced all_reduce: 256 arrays of 1 KiB (float64)")
+    many = [np.random.default_rng(rank + i).standard_normal(128) for i in range(256)]
+    one = np.concatenate(many)
+    t = timer.run({
+        "one": lambda: hpccoll.all_reduce(one, comm),
+        "list": lambda: hpccoll.all_reduce(many, comm),
+        "loop": lambda: [hpccoll.all_reduce(a, comm) for a in many],
+    }, 256 * 1024 * 64)
+    coalesced = {"list_over_one": t["list"] / t["one"], "loop_over_list": t["loop"] / t["list"], **t}
+    say(f"list of 256 / one 256 KiB call  {t['list'] * 1e6:>11.1f} / {t['one'] * 1e6:>11.1f} us = "
+        f"{coalesced['list_over_one']:.2f}   (target <= 2)")
+    say(f"256 calls / list of 256         {t['loop'] * 1e6:>11.1f} / {t['list'] * 1e6:>11.1f} us = "
+        f"{coalesced['loop_over_list']:.1f}x faster   (target >= 10)")
+
+    # Overlap: a non-blocking all_reduce hidden behind local work of about the same duration.
+    nbytes = min(4 << 20, parse_bytes(args.max_bytes))
+    g = np.random.default_rng(rank).standard_normal(nbytes // 8)
+    out_g = np.empty_like(g)
+    a = np.random.default_rng(rank).standard_normal((160, 160))
+
+    def compute() -> None:
+        for _ in range(4):
+            a @ a
+
+    def together() -> None:
+        req = hpccoll.all_reduce(g, comm, out=out_g, async_op=True)
+        compute()
+        req.wait()
+
+    t = timer.run({
+        "comm": lambda: hpccoll.all_reduce(g, comm, out=out_g),
+        "compute": compute,
+        "together": together,
+    }, nbytes * 16)
+    overlap = {"apart": t["comm"] + t["compute"], **t}
+    say(f"\n# overlap: all_reduce of {human(nbytes)} with async_op=True around local matrix products")
+    say(f"comm {t['comm'] * 1e6:.1f} us + compute {t['compute'] * 1e6:.1f} us apart = {overlap['apart'] * 1e6:.1f} us; "
+        f"together {t['together'] * 1e6:.1f} us ({t['together'] / overlap['apart']:.2f} of apart)")
+
     if rank == 0 and args.json:
         with open(args.json, "w") as fh:
             json.dump({"ranks": P, "mpi": MPI.Get_library_version().splitlines()[0].strip(), "rows": results,
-                       "layouts": layout}, fh, indent=1)
+                       "layouts": layout, "coalesced": coalesced, "overlap": overlap}, fh, indent=1)
     comm.free()
     raw.Free()
     return 0

@@ -72,8 +72,14 @@ def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
     return vals
 
 
-def _out(out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any, allow_same: bool = False) -> Any:
-    """Validate a user's ``out``; ``None`` allocates a fresh array."""
+def _out(
+    out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any, in_place: Optional[Any] = None
+) -> Any:
+    """Validate a user's ``out``; ``None`` allocates a fresh array.
+
+    ``out`` may overlap ``x`` only where ``in_place(out)`` says the overlap is
+    the collective's in-place form.
+    """
     if out is None:
         return xp.empty(shape, dtype)
     if not isinstance(out, xp.ndarray):
@@ -84,9 +90,27 @@ def _out(out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any, all
         raise ArgumentError(f"out: expected dtype {dtype}; got {out.dtype}")
     if xp is np and not out.flags.writeable:
         raise ArgumentError("out: expected a writeable array; got a read-only one")
-    if out is not x and overlaps(out, x, xp) and not (allow_same and _same_view(out, x)):
-        raise ArgumentError("out: expected memory separate from the input; got an array that overlaps it")
+    if out is not x and overlaps(out, x, xp) and not (in_place is not None and in_place(out)):
+        raise ArgumentError(
+            "out: expected memory separate from the input (or exactly the in-place layout); "
+            "got an array that overlaps it"
+        )
     return out
+
+
+def _own_block(ax: int, sizes: Sequence[int], rank: int) -> tuple:
+    start = sum(sizes[:rank])
+    return _block(ax, start, start + sizes[rank])
+
+
+def _gathers_in_place(x: Any, ax: int, sizes: Sequence[int], rank: int) -> Any:
+    """All-gather in place: ``x`` is exactly this rank's block of ``out``."""
+    return lambda out: _same_view(x, out[_own_block(ax, sizes, rank)])
+
+
+def _scatters_in_place(x: Any, ax: int, sizes: Sequence[int], rank: int) -> Any:
+    """Reduce-scatter in place: ``out`` is exactly this rank's block of ``x``."""
+    return lambda out: _same_view(out, x[_own_block(ax, sizes, rank)])
 
 
 def _same_view(a: Any, b: Any) -> bool:
@@ -252,7 +276,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
                     f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]} on rank {c.rank}; "
                     f"got {sizes[c.rank]}"
                 )
-            out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
+            out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp, _gathers_in_place(x, ax, sizes, c.rank))
     except HpccollError as e:
         err = e
     if c.check and c.size > 1:
@@ -268,7 +292,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
         if sizes is None:
             sizes = tuple(extents)
             try:
-                out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
+                out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp, _gathers_in_place(x, ax, sizes, c.rank))
             except HpccollError as e:
                 err = e
             c.agree(what, None, None, err)
@@ -278,16 +302,20 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
         raise err
     elif sizes is None:
         sizes = _discover(c, x, ax, what)
-        out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp)
+        out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp, _gathers_in_place(x, ax, sizes, c.rank))
     if c.size == 1:
         xp.copyto(out, x)
         return _done(out, async_op)
     wire = movement_dtype(x.dtype)
     lead, inner = prod(x.shape[:ax]), prod(x.shape[ax + 1 :])
     counts = [s * lead * inner for s in sizes]
-    send = _as(flat(x, xp), wire)
     transport = select_transport(c, kind)
     contiguous = out.flags.c_contiguous
+    if xp.may_share_memory(out, x):  # in place: x is this rank's block of out (checked by _out)
+        if lead == 1 and contiguous:
+            return _launch(transport, "allgatherv", (None, _as(flat(out, xp), wire), counts), lambda: out, async_op)
+        x = x.copy()
+    send = _as(flat(x, xp), wire)
     if lead == 1 and contiguous:
         return _launch(transport, "allgatherv", (send, _as(flat(out, xp), wire), counts), lambda: out, async_op)
     if not async_op and contiguous and transport.allgather_into(send, _as(flat(out, xp), wire), lead, inner, sizes):
@@ -447,7 +475,8 @@ def _reduce_scatter(
                 raise ArgumentError(f"sizes: expected ints summing to x.shape[{ax}] == {n}; got {list(sizes)}")
         transport = select_transport(c, kind)
         plan = reduce_plan(x.dtype, op, transport.native_reduce)
-        out = _out(out, _with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp)
+        out = _out(out, _with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp,
+                   _scatters_in_place(x, ax, sizes, c.rank))
         if c.check:
             desc = {"collective": "reduce_scatter", "dtype": x.dtype.name, "shape": x.shape, "axis": ax,
                     "op": op, "sizes": sizes}
@@ -457,9 +486,22 @@ def _reduce_scatter(
     if c.size == 1:
         xp.copyto(out, x)
         return _done(out, async_op)
-    send = _pack(x, xp, ax, sizes, plan.wire, plan.widen)
     trail = prod(_shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
+    if xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked by _out)
+        if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen:
+            full = _as(flat(x, xp), plan.wire)
+            start = sum(counts[: c.rank])
+            mine = full[start : start + counts[c.rank]]
+
+            def finish() -> Any:
+                if plan.divide:
+                    _divide(mine, c.size)
+                return out
+
+            return _launch(transport, "reduce_scatter", (None, full, counts, plan.op), finish, async_op)
+        x = x.copy()
+    send = _pack(x, xp, ax, sizes, plan.wire, plan.widen)
     return _reduce(transport, plan, send, out, xp, counts, c.size, async_op)
 
 
@@ -468,7 +510,8 @@ def _reduce(
     async_op: bool,
 ) -> Any:
     """Reduce-scatter (``counts``) or all-reduce (``None``) from ``send`` into ``out``; return ``out``."""
-    direct = not plan.widen and out.flags.c_contiguous
+    # An empty out may point into the input (an empty block of x): MPI would see aliased buffers.
+    direct = not plan.widen and out.flags.c_contiguous and out.size > 0
     recv = _as(flat(out, xp), plan.wire) if direct else xp.empty(out.size, plan.wire)
 
     def finish() -> Any:
@@ -586,7 +629,7 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op:
         op = normalize_op(op)
         transport = select_transport(c, kind)
         plan = reduce_plan(x.dtype, op, transport.native_reduce)
-        out = _out(out, x.shape, x.dtype, x, xp, allow_same=True)
+        out = _out(out, x.shape, x.dtype, x, xp, lambda o: _same_view(o, x))
         if c.check:
             desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
     except HpccollError as e:
@@ -666,7 +709,7 @@ def all_reduce_adjoint(
     check_dtype(y.dtype, "y")
     if op == "avg":
         reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
-    out = _out(out, y.shape, y.dtype, y, xp, allow_same=True)
+    out = _out(out, y.shape, y.dtype, y, xp, lambda o: _same_view(o, y))
     if c.check and c.size > 1:
         c.agree("all_reduce_adjoint", {"replicated cotangent": _digest(y)}, None, None)
     if out is not y:

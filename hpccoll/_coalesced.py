@@ -18,6 +18,7 @@ from ._api import (
     _divide,
     _done,
     _out,
+    _same_view,
     _settle,
     _shape_without,
     _sizes,
@@ -109,7 +110,7 @@ def all_reduce_many(xs: Sequence[Any], c: Communicator, op: Any, out: Any, what:
         op = normalize_op(op)
         transport = select_transport(c, kind)
         plans = [reduce_plan(a.dtype, op, transport.native_reduce) for a in arrays]
-        outs = [_out(o, a.shape, a.dtype, a, xp, allow_same=True) if o is not None else None
+        outs = [_out(o, a.shape, a.dtype, a, xp, lambda oo, a=a: _same_view(oo, a)) if o is not None else None
                 for a, o in zip(arrays, _outs(out, len(arrays)))]
         if c.check:
             desc = {"collective": "all_reduce", "op": op, "arrays": [(a.dtype.name, a.shape) for a in arrays]}

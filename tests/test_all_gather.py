@@ -86,3 +86,22 @@ def test_mismatched_other_dims_detected_without_check(comm):
     else:
         with pytest.raises(hpccoll.MismatchError, match="disagree"):
             hpccoll.all_gather(x, comm)
+
+
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("async_op", [False, True])
+def test_in_place(comm, pattern, axis, async_op):
+    """x is this rank's block of out: the gather fills in the other blocks."""
+    sizes = SIZE_PATTERNS[pattern](comm.size)
+    _, full = shards(comm, (3, 0) if axis == 1 else (0, 3), axis, sizes, np.int64, seed=5)
+    out = np.zeros_like(full)
+    lo = sum(sizes[: comm.rank])
+    block = out[:, lo : lo + sizes[comm.rank]] if axis == 1 else out[lo : lo + sizes[comm.rank]]
+    block[...] = full[:, lo : lo + sizes[comm.rank]] if axis == 1 else full[lo : lo + sizes[comm.rank]]
+    got = hpccoll.all_gather(block, comm, axis=axis, out=out, async_op=async_op)
+    assert (got.wait() if async_op else got) is out
+    assert_same(out, full)
+    buf = np.zeros(2 * comm.size + 1)
+    with pytest.raises(hpccoll.ArgumentError, match="in-place layout"):  # overlaps, but not at its block
+        hpccoll.all_gather(buf[1:3], comm, out=buf[: 2 * comm.size], sizes=[2] * comm.size)

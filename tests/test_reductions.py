@@ -114,3 +114,21 @@ def test_operators_match_functions(comm, op):
     ar = hpccoll.AllReduce(comm, op=op)
     np.testing.assert_array_equal(rs(x), hpccoll.reduce_scatter(x, comm, op=op))
     np.testing.assert_array_equal(ar(x), hpccoll.all_reduce(x, comm, op=op))
+
+
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+@pytest.mark.parametrize("async_op", [False, True])
+def test_reduce_scatter_in_place(comm, pattern, axis, op, async_op):
+    """out is this rank's block of x: the reduction lands there (x is consumed)."""
+    sizes = SIZE_PATTERNS[pattern](comm.size)
+    shape = [2, 2]
+    shape[axis] = sum(sizes)
+    stack, x = stack_for(comm, tuple(shape), np.float64, seed=13)
+    x = x.copy()
+    want = block(reference(stack, op), axis, sizes, comm.rank)
+    mine = block(x, axis, sizes, comm.rank)
+    got = hpccoll.reduce_scatter(x, comm, op=op, axis=axis, sizes=sizes, out=mine, async_op=async_op)
+    assert (got.wait() if async_op else got) is mine
+    assert_close(mine, want)

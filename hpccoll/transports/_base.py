@@ -42,12 +42,21 @@ class Transport(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
-        """Concatenate every rank's ``send`` (``counts[rank]`` elements) into ``recv``."""
+    def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
+        """Concatenate every rank's ``send`` (``counts[rank]`` elements) into ``recv``.
+
+        ``send=None`` is the in-place form: this rank's data is already at its
+        block of ``recv``.
+        """
 
     @abc.abstractmethod
-    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
-        """Reduce ``send`` (``sum(counts)`` elements) over ranks; this rank's block to ``recv``."""
+    def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
+        """Reduce ``send`` (``sum(counts)`` elements) over ranks; this rank's block to ``recv``.
+
+        ``send=None`` is the in-place form: ``recv`` holds all ``sum(counts)``
+        input elements and the result goes to this rank's block of it (the
+        rest of ``recv`` is left undefined).
+        """
 
     @abc.abstractmethod
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:

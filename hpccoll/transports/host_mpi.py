@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -106,7 +106,7 @@ class HostMPI(Transport):
         self._reduce_scatter(send, recv, counts, op, blocking=True)
 
     def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
-        return MPIPending(self._reduce_scatter(send, recv, counts, op, blocking=False))
+        return self._reduce_scatter(send, recv, counts, op, blocking=False)
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         self._allreduce(send, recv, op, blocking=True)
@@ -114,40 +114,73 @@ class HostMPI(Transport):
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
         return MPIPending(self._allreduce(send, recv, op, blocking=False))
 
-    def _allgatherv(self, send: Any, recv: Any, counts: Sequence[int], blocking: bool) -> Any:
+    def _allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int], blocking: bool) -> Any:
         mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
         first = counts[0]
         if counts.count(first) == len(counts):
             call = mpi.Allgather if blocking else mpi.Iallgather
-            return call([send, first, t], [recv, first, t])
+            return call(_in_place() if send is None else [send, first, t], [recv, first, t])
         call = mpi.Allgatherv if blocking else mpi.Iallgatherv
-        return call([send, counts[self.comm.rank], t], [recv, (list(counts), displacements(counts)), t])
+        source = _in_place() if send is None else [send, counts[self.comm.rank], t]
+        return call(source, [recv, (list(counts), displacements(counts)), t])
 
-    def _reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str, blocking: bool) -> Any:
+    def _reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str, blocking: bool) -> Any:
         mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
-        first = counts[0]
-        if counts.count(first) == len(counts):
+        rank, first = self.comm.rank, counts[0]
+        mine = counts[rank]
+        even = counts.count(first) == len(counts)
+        if send is None:  # in place: recv holds the whole input
+            source, target = _in_place(), [recv, t]
+        else:
+            source, target = [send, t], [recv, first if even else mine, t]
+        if even:
             call = mpi.Reduce_scatter_block if blocking else mpi.Ireduce_scatter_block
-            return call([send, t], [recv, first, t], mpi_op(op))
-        call = mpi.Reduce_scatter if blocking else mpi.Ireduce_scatter
-        return call([send, t], [recv, counts[self.comm.rank], t], list(counts), mpi_op(op))
+            req = call(source, target, mpi_op(op))
+        else:
+            call = mpi.Reduce_scatter if blocking else mpi.Ireduce_scatter
+            req = call(source, target, list(counts), mpi_op(op))
+        start = sum(counts[:rank])
+        if send is None and start:
+            # MPI's in-place reduce-scatter leaves the result at the start of recv.
+            def move() -> None:
+                recv[start : start + mine] = recv[:mine]
+
+            if blocking:
+                move()
+            else:
+                return MPIPending(req, move)
+        return req if blocking else MPIPending(req)
 
     def _allreduce(self, send: Optional[Any], recv: Any, op: str, blocking: bool) -> Any:
         mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
         call = mpi.Allreduce if blocking else mpi.Iallreduce
-        return call(mpi_op("in_place") if send is None else [send, t], [recv, t], mpi_op(op))
+        return call(_in_place() if send is None else [send, t], [recv, t], mpi_op(op))
+
+
+def _in_place() -> Any:
+    return mpi_op("in_place")
 
 
 class MPIPending(Pending):
-    """An MPI request (``wait``/``test``) as the transport contract's :class:`Pending`."""
+    """An MPI request as the transport contract's :class:`Pending`, with an optional completion step."""
 
-    __slots__ = ("request",)
+    __slots__ = ("request", "then")
 
-    def __init__(self, request: Any) -> None:
+    def __init__(self, request: Any, then: Optional[Callable[[], None]] = None) -> None:
         self.request = request
+        self.then = then
+
+    def _finish(self) -> None:
+        if self.then is not None:
+            self.then()
+            self.then = None
 
     def wait(self) -> None:
         self.request.Wait()
+        self._finish()
 
     def test(self) -> bool:
-        return bool(self.request.Test())
+        if self.request.Test():
+            self._finish()
+            return True
+        return False
