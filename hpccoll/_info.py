@@ -1,0 +1,121 @@
+"""``python -m hpccoll info``: what this installation and this launch look like."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any, Dict, List
+
+__all__ = ["collect", "report", "main"]
+
+_ENV_PREFIXES = ("HPCCOLL_", "NCCL_", "UCX_", "FI_", "MPICH_", "MPIR_CVAR_", "OMPI_MCA_", "CUDA_VISIBLE_DEVICES",
+                 "SLURM_LOCALID", "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID", "MPI_LOCALRANKID")
+
+
+def _gpu() -> Dict[str, Any]:
+    """CuPy, CUDA and NCCL versions and the device count, without importing CuPy when absent."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        return {"cupy": None, "reason": "CuPy is not installed (pip install 'hpccoll[cuda12]')"}
+    try:
+        import cupy
+
+        info: Dict[str, Any] = {"cupy": cupy.__version__}
+        info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        info["devices"] = cupy.cuda.runtime.getDeviceCount()
+        try:
+            from cupy.cuda import nccl
+
+            info["nccl"] = nccl.get_version()
+        except Exception as exc:  # NCCL missing from this CuPy build
+            info["nccl"] = f"unavailable ({exc})"
+        return info
+    except Exception as exc:  # no driver, no device
+        return {"cupy": getattr(sys.modules.get("cupy"), "__version__", "?"), "reason": f"{type(exc).__name__}: {exc}"}
+
+
+def collect(comm: Any) -> Dict[str, Any]:
+    """Everything ``info`` prints, for this rank (collective: gathers host names)."""
+    import numpy
+    from mpi4py import MPI
+
+    import hpccoll
+    from .transports import _REGISTRY
+
+    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+              MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    hosts = comm.mpi.allgather(MPI.Get_processor_name())
+    per_host: Dict[str, int] = {}
+    for h in hosts:
+        per_host[h] = per_host.get(h, 0) + 1
+    transports = {}
+    for name, cls in _REGISTRY.items():
+        try:
+            reason = cls.unavailable_reason(comm)
+        except Exception as exc:  # a probe must never break info
+            reason = f"{type(exc).__name__}: {exc}"
+        transports[name] = {"arrays": cls.array_kind, "usable": reason is None, "reason": reason}
+    return {
+        "hpccoll": hpccoll.__version__,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "mpi4py": __import__("mpi4py").__version__,
+        "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+        "mpi_standard": "%d.%d" % MPI.Get_version(),
+        "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
+        "ranks": comm.size,
+        "hosts": per_host,
+        "gpu": _gpu(),
+        "transports": transports,
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
+        "settings": {"transport": comm.transport, "check": comm.check, "bucket_bytes": comm.bucket_bytes},
+    }
+
+
+def report(info: Dict[str, Any]) -> str:
+    """Format :func:`collect`'s result as the text ``info`` prints."""
+    lines: List[str] = [f"hpccoll {info['hpccoll']}"]
+    lines.append(f"  python {info['python']}, numpy {info['numpy']}, mpi4py {info['mpi4py']}")
+    lines.append("MPI")
+    lines.append(f"  library: {info['mpi_library']} (MPI {info['mpi_standard']}), thread level: {info['thread_level']}")
+    hosts = ", ".join(f"{h}: {n}" for h, n in info["hosts"].items())
+    lines.append(f"  ranks: {info['ranks']} on {len(info['hosts'])} host(s) ({hosts})")
+    lines.append("GPU")
+    gpu = info["gpu"]
+    if gpu.get("reason"):
+        lines.append(f"  none usable: {gpu['reason']}")
+    else:
+        lines.append(f"  cupy {gpu['cupy']}, CUDA runtime {gpu['cuda_runtime']}, NCCL {gpu['nccl']}, "
+                     f"{gpu['devices']} device(s) visible on rank 0's host")
+    lines.append("transports")
+    for name, t in info["transports"].items():
+        state = "usable" if t["usable"] else f"unavailable: {t['reason']}"
+        lines.append(f"  {name:<9} ({t['arrays']} arrays) {state}")
+    lines.append("settings")
+    for key, value in info["settings"].items():
+        lines.append(f"  {key} = {value}")
+    lines.append("environment")
+    if not info["environment"]:
+        lines.append("  (no HPCCOLL_, NCCL_, UCX_, FI_, MPICH or Open MPI variables set)")
+    for key, value in info["environment"].items():
+        lines.append(f"  {key}={value}")
+    return "\n".join(lines)
+
+
+def main(argv: Any = None) -> int:
+    """Print the report once, from rank 0."""
+    import argparse
+    import json
+
+    from ._comm import as_communicator
+
+    parser = argparse.ArgumentParser(prog="python -m hpccoll info", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    comm = as_communicator(None)
+    info = collect(comm)
+    if comm.rank == 0:
+        print(json.dumps(info, indent=1) if args.json else report(info), flush=True)
+    return 0
