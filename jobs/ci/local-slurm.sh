@@ -238,6 +238,8 @@ run_test() {
     check "$test_id" hpccoll-test '[0-9]+ passed' '[0-9]+ (failed|errors?)'
     check "$bench_id" hpccoll-bench '[^[:space:]]' '' "$DIR/out/bench-quick-$bench_id.json"
     check "$multi_id" hpccoll-multinode '[0-9]+ passed' '[0-9]+ (failed|errors?)'
+    trap - EXIT
+    stop
     say "$PASSED passed, $FAILED failed"
     [ "$FAILED" = 0 ]
 }
