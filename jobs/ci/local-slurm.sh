@@ -109,51 +109,73 @@ cancel_jobs() {
     done
 }
 
+# end NAME PID: SIGTERM, then SIGKILL if PID is still there 10 s later.
+end() {
+    say "stopping $1 (pid $2)"
+    kill "$2" 2>/dev/null || true
+    for _ in $(seq 20); do
+        [ -d "/proc/$2" ] || return 0
+        sleep 0.5
+    done
+    kill -9 "$2" 2>/dev/null || true
+}
+
+# slurmstepd processes of this cluster, which outlive slurmd when a job was not cancelled first;
+# they carry its SLURM_CONF in their environment.
+steps() {
+    local proc
+    for proc in /proc/[0-9]*; do
+        [ "$(cat "$proc/comm" 2>/dev/null)" = slurmstepd ] || continue
+        tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
+        echo "${proc#/proc/}"
+    done
+}
+
 stop() {
     local name pid
     cancel_jobs
     for name in slurmd slurmctld; do
         if pid=$(pid_of "$name"); then
-            say "stopping $name (pid $pid)"
-            kill "$pid" 2>/dev/null || true
-            for _ in $(seq 20); do
-                [ -d "/proc/$pid" ] || break
-                sleep 0.5
-            done
-            if [ -d "/proc/$pid" ]; then
-                kill -9 "$pid" 2>/dev/null || true
-            fi
+            end "$name" "$pid"
         fi
         rm -f "$DIR/$name.pid"
+    done
+    for pid in $(steps); do
+        end slurmstepd "$pid"
     done
 }
 
 start() {
-    local name
+    local name up
     install_slurm
     stop
-    rm -rf "$DIR/state" "$DIR/spool"
+    rm -rf "$DIR/state" "$DIR/spool" "$DIR/out"
     mkdir -p "$DIR/state" "$DIR/spool" "$DIR/out"
     write_config
-    slurmctld -D -c -f "$SLURM_CONF" </dev/null >"$DIR/slurmctld.log" 2>&1 &
-    echo $! >"$DIR/slurmctld.pid"
-    slurmd -D -N "$NODE" -f "$SLURM_CONF" </dev/null >"$DIR/slurmd.log" 2>&1 &
-    echo $! >"$DIR/slurmd.pid"
+    # Each daemon in a session of its own, so that a signal to this script's process group (Ctrl-C,
+    # timeout) reaches only this script, whose trap then cancels the jobs before stopping them.
+    # They write their pid files themselves.
+    setsid slurmctld -D -c -f "$SLURM_CONF" </dev/null >"$DIR/slurmctld.log" 2>&1 &
+    setsid slurmd -D -N "$NODE" -f "$SLURM_CONF" </dev/null >"$DIR/slurmd.log" 2>&1 &
     for _ in $(seq 60); do
+        sleep 1
+        up=1
         for name in slurmctld slurmd; do
-            if ! pid_of "$name" >/dev/null; then
+            pid_of "$name" >/dev/null && continue
+            up=0
+            if [ -s "$DIR/$name.pid" ]; then
                 say "$name exited at start; its log, $DIR/$name.log, ends:"
                 tail -n 20 "$DIR/$name.log"
                 return 1
             fi
         done
-        if [ "$(sinfo -h -o %t 2>/dev/null)" = idle ]; then
+        if [ "$up" = 1 ] && [ "$(sinfo -h -o %t 2>/dev/null)" = idle ]; then
             say "up: node $NODE idle, $(sinfo -h -o %c) CPUs, SLURM_CONF=$SLURM_CONF"
             return 0
         fi
-        sleep 1
     done
-    say "the node is not idle after 60 s: $(sinfo -h -o '%t %E' 2>&1)"
+    say "the cluster is not up after 60 s: $(sinfo -h -o '%t %E' 2>&1); the ends of its logs:"
+    tail -n 20 "$DIR/slurmctld.log" "$DIR/slurmd.log"
     return 1
 }
 
