@@ -24,16 +24,14 @@ Examples
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from autograd.extend import defjvp, defvjp, primitive
 from autograd.tracer import getval
 
-from .. import _api
 from .._comm import as_communicator
-from ._common import check_cotangent, gather_sizes, scatter_sizes
+from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate"]
 
@@ -74,12 +72,7 @@ def all_gather(x: Array, comm: Any = None, *, axis: int = 0, sizes: Optional[Seq
         The concatenation of every rank's ``x``.
     """
     c = as_communicator(comm)
-    sizes = gather_sizes(getval(x), c, axis, sizes)
-    return _linear(
-        x,
-        functools.partial(_api.all_gather, comm=c, axis=axis, sizes=sizes),
-        functools.partial(_api.all_gather_adjoint, comm=c, axis=axis, sizes=sizes),
-    )
+    return _linear(x, *all_gather_maps(c, axis, gather_sizes(getval(x), c, axis, sizes)))
 
 
 def reduce_scatter(
@@ -107,12 +100,7 @@ def reduce_scatter(
         This rank's block of the reduction.
     """
     c = as_communicator(comm)
-    sizes = scatter_sizes(np.shape(getval(x)), c, axis, sizes)
-    return _linear(
-        x,
-        functools.partial(_api.reduce_scatter, comm=c, op=op, axis=axis, sizes=sizes),
-        functools.partial(_api.reduce_scatter_adjoint, comm=c, op=op, axis=axis, sizes=sizes),
-    )
+    return _linear(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(np.shape(getval(x)), c, axis, sizes)))
 
 
 def all_reduce(x: Array, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> Array:
@@ -140,13 +128,7 @@ def all_reduce(x: Array, comm: Any = None, *, op: Any = "sum", cotangent: str = 
     array or autograd box
         The reduction.
     """
-    c = as_communicator(comm)
-    check_cotangent(cotangent)
-    return _linear(
-        x,
-        functools.partial(_api.all_reduce, comm=c, op=op),
-        functools.partial(_api.all_reduce_adjoint, comm=c, op=op, cotangent=cotangent),
-    )
+    return _linear(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
 
 
 def replicate(x: Array, comm: Any = None) -> Array:
@@ -171,13 +153,4 @@ def replicate(x: Array, comm: Any = None) -> Array:
     array or autograd box
         ``x`` itself.
     """
-    c = as_communicator(comm)
-    return _linear(
-        x,
-        _identity,
-        functools.partial(_api.all_reduce, comm=c, op="sum"),
-    )
-
-
-def _identity(x: Array) -> Array:
-    return x
+    return _linear(x, *replicate_maps(as_communicator(comm)))

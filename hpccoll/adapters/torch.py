@@ -28,16 +28,14 @@ Examples
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .. import _api
 from .._comm import as_communicator
 from .._errors import ArgumentError, DTypeError
-from ._common import check_cotangent, gather_sizes, scatter_sizes
+from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate", "to_array", "from_array"]
 
@@ -172,12 +170,7 @@ def all_gather(x: torch.Tensor, comm: Any = None, *, axis: int = 0, sizes: Optio
         The concatenation, on ``x``'s device, in ``x``'s dtype.
     """
     c = as_communicator(comm)
-    sizes = gather_sizes(_Meta(x), c, axis, sizes)
-    return _Linear.apply(
-        x,
-        functools.partial(_api.all_gather, comm=c, axis=axis, sizes=sizes),
-        functools.partial(_api.all_gather_adjoint, comm=c, axis=axis, sizes=sizes),
-    )
+    return _Linear.apply(x, *all_gather_maps(c, axis, gather_sizes(_Meta(x), c, axis, sizes)))
 
 
 def reduce_scatter(
@@ -205,12 +198,7 @@ def reduce_scatter(
         This rank's block of the reduction.
     """
     c = as_communicator(comm)
-    sizes = scatter_sizes(_shape_of(x), c, axis, sizes)
-    return _Linear.apply(
-        x,
-        functools.partial(_api.reduce_scatter, comm=c, op=op, axis=axis, sizes=sizes),
-        functools.partial(_api.reduce_scatter_adjoint, comm=c, op=op, axis=axis, sizes=sizes),
-    )
+    return _Linear.apply(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(_shape_of(x), c, axis, sizes)))
 
 
 def all_reduce(x: torch.Tensor, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> torch.Tensor:
@@ -238,13 +226,7 @@ def all_reduce(x: torch.Tensor, comm: Any = None, *, op: Any = "sum", cotangent:
         The reduction.
     """
     _shape_of(x)
-    c = as_communicator(comm)
-    check_cotangent(cotangent)
-    return _Linear.apply(
-        x,
-        functools.partial(_api.all_reduce, comm=c, op=op),
-        functools.partial(_api.all_reduce_adjoint, comm=c, op=op, cotangent=cotangent),
-    )
+    return _Linear.apply(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
 
 
 def replicate(x: torch.Tensor, comm: Any = None) -> torch.Tensor:
@@ -269,10 +251,5 @@ def replicate(x: torch.Tensor, comm: Any = None) -> torch.Tensor:
         A tensor equal to ``x`` (sharing its memory).
     """
     _shape_of(x)
-    c = as_communicator(comm)
-    return _Linear.apply(x, _identity, functools.partial(_api.all_reduce, comm=c, op="sum"))
-
-
-def _identity(a: Any) -> Any:
-    return a
+    return _Linear.apply(x, *replicate_maps(as_communicator(comm)))
 
