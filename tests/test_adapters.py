@@ -245,6 +245,8 @@ def test_torch_zero_copy_dtypes_and_double_backward(comm):
     assert isinstance(a, np.ndarray) and a.dtype == np.float32 and np.shares_memory(a, t.numpy())
     back = hct.from_array(a)
     assert back.data_ptr() == t.data_ptr()
+    view = hct.replicate(t, comm)  # the identity forward returns a torch view of its input
+    assert view._is_view() and view.data_ptr() == t.data_ptr()
 
     x = torch.full((2,), float(comm.rank + 1), dtype=torch.float32, requires_grad=True)
     y = hct.all_gather(x, comm)

@@ -104,12 +104,20 @@ def _bfloat16() -> np.dtype:
 def _run(fn: Fn, t: torch.Tensor) -> torch.Tensor:
     """Apply an array function to ``t``; on CUDA, on PyTorch's current stream and device."""
     if t.device.type != "cuda":
-        return from_array(fn(to_array(t)))
+        return _wrap(fn, t)
     import cupy
 
     stream = torch.cuda.current_stream(t.device)
     with cupy.cuda.Device(t.device.index), cupy.cuda.ExternalStream(stream.cuda_stream):
-        return from_array(fn(to_array(t)))
+        return _wrap(fn, t)
+
+
+def _wrap(fn: Fn, t: torch.Tensor) -> torch.Tensor:
+    a = to_array(t)
+    out = fn(a)
+    # An identity returns its input: hand back a torch view, so that PyTorch knows the
+    # two share memory (version counter, in-place checks) instead of a second alias.
+    return t.view_as(t) if out is a else from_array(out)
 
 
 # --------------------------------------------------------------------------- the Function
@@ -248,7 +256,8 @@ def replicate(x: torch.Tensor, comm: Any = None) -> torch.Tensor:
     Returns
     -------
     torch.Tensor
-        A tensor equal to ``x`` (sharing its memory).
+        A view of ``x``. PyTorch forbids modifying it in place, as for any view
+        made inside a custom ``autograd.Function``.
     """
     _shape_of(x)
     return _Linear.apply(x, *replicate_maps(as_communicator(comm)))
