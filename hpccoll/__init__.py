@@ -15,6 +15,7 @@ from ._api import (
     reduce_scatter_adjoint,
     split_sizes,
 )
+from ._adjoint import adjoint_of
 from ._comm import Communicator
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._errors import (
@@ -40,6 +41,7 @@ __all__ = [
     "reduce_scatter_adjoint",
     "all_reduce",
     "all_reduce_adjoint",
+    "adjoint_of",
     "split_sizes",
     "Request",
     "Operator",

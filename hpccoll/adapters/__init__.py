@@ -1,0 +1,19 @@
+"""Optional adapters that plug hpccoll's collectives into other frameworks.
+
+Each submodule imports its framework when it is imported itself, never
+before: ``import hpccoll`` imports none of them.
+
+``hpccoll.adapters.autograd``
+    HIPS autograd primitives (``autograd.grad`` flows through the collectives).
+``hpccoll.adapters.torch``
+    ``torch.autograd.Function``\\ s for CPU tensors (zero-copy NumPy views) and
+    CUDA tensors (DLPack to CuPy).
+``hpccoll.adapters.scipy``
+    ``scipy.sparse.linalg.LinearOperator`` views of hpccoll operators, for LSQR
+    and CG.
+
+For JAX, use mpi4jax (or ``jax.shard_map`` with ``jax.lax`` collectives); see
+``docs/autodiff.md`` for why hpccoll ships no JAX adapter.
+"""
+
+__all__: list = []

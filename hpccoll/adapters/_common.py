@@ -1,0 +1,86 @@
+"""What every adapter shares: the shard sizes of an all-gather, argument checks."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import _api
+from .._api import COTANGENTS, _axis, _discover, _sizes, split_sizes
+from .._comm import Communicator
+from .._errors import ArgumentError
+
+__all__ = [
+    "gather_sizes",
+    "scatter_sizes",
+    "check_cotangent",
+    "all_gather_maps",
+    "reduce_scatter_maps",
+    "all_reduce_maps",
+    "replicate_maps",
+]
+
+#: A collective as the adapters see it: (forward, adjoint), each a function of one array.
+Maps = Tuple[Callable[[Any], Any], Callable[[Any], Any]]
+
+
+def gather_sizes(x: Any, comm: Communicator, axis: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
+    """Every rank's extent of ``x`` along ``axis`` (collective when ``sizes`` is None).
+
+    The backward pass of an all-gather needs the forward's shard sizes; when
+    the caller gave none they are discovered here with the same small
+    exchange (and signature check) that :func:`hpccoll.all_gather` does, so
+    the forward then moves the data without a second exchange.
+    """
+    if sizes is not None:
+        return _sizes(sizes, comm.size)
+    ax = _axis(axis, np.ndim(x))
+    if comm.size == 1:
+        return (int(np.shape(x)[ax]),)
+    return _discover(comm, x, ax, "all_gather")
+
+
+def scatter_sizes(shape: Tuple[int, ...], comm: Communicator, axis: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
+    """The block extents of a reduce-scatter of an array of ``shape`` (local, no communication)."""
+    if sizes is not None:
+        return _sizes(sizes, comm.size)
+    return split_sizes(shape[_axis(axis, len(shape))], comm.size)
+
+
+def check_cotangent(cotangent: Any) -> str:
+    """Validate an all-reduce ``cotangent`` convention."""
+    if cotangent not in COTANGENTS:
+        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+    return cotangent
+
+
+def all_gather_maps(comm: Communicator, axis: int, sizes: Tuple[int, ...]) -> Maps:
+    """All-gather and its adjoint with the same (resolved) ``sizes``."""
+    kw = dict(comm=comm, axis=axis, sizes=sizes)
+    return functools.partial(_api.all_gather, **kw), functools.partial(_api.all_gather_adjoint, **kw)
+
+
+def reduce_scatter_maps(comm: Communicator, op: Any, axis: int, sizes: Tuple[int, ...]) -> Maps:
+    """Reduce-scatter and its adjoint (which raises for the non-linear ops)."""
+    kw = dict(comm=comm, op=op, axis=axis, sizes=sizes)
+    return functools.partial(_api.reduce_scatter, **kw), functools.partial(_api.reduce_scatter_adjoint, **kw)
+
+
+def all_reduce_maps(comm: Communicator, op: Any, cotangent: str) -> Maps:
+    """All-reduce and its adjoint under the ``cotangent`` convention (validated here)."""
+    check_cotangent(cotangent)
+    return (
+        functools.partial(_api.all_reduce, comm=comm, op=op),
+        functools.partial(_api.all_reduce_adjoint, comm=comm, op=op, cotangent=cotangent),
+    )
+
+
+def replicate_maps(comm: Communicator) -> Maps:
+    """Identity, whose adjoint (replicated value counted once) is the all-reduce with sum."""
+    return _identity, functools.partial(_api.all_reduce, comm=comm, op="sum")
+
+
+def _identity(a: Any) -> Any:
+    return a

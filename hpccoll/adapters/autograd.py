@@ -1,0 +1,156 @@
+"""HIPS autograd primitives for hpccoll's collectives.
+
+``autograd.grad`` (and ``make_vjp``, ``make_jvp``, higher orders) flows
+through :func:`all_gather`, :func:`reduce_scatter` and :func:`all_reduce`;
+every rank must run the same sequence of forward and backward calls, as for
+any collective. Requires ``pip install autograd`` (``hpccoll[autograd]``).
+
+The gradient computed on each rank is the gradient of the **sum over ranks**
+of the rank-local values that each rank differentiates (see
+``docs/autodiff.md``, "Adjoint conventions"). Where a value is replicated and
+counted once instead — a loss computed identically on every rank from an
+all-reduced result — use ``all_reduce(..., cotangent="replicated")``, and
+:func:`replicate` where a replicated value enters rank-local computation.
+
+Examples
+--------
+>>> import autograd, autograd.numpy as anp                     # doctest: +SKIP
+>>> from hpccoll.adapters import autograd as hca               # doctest: +SKIP
+>>> def loss(w_shard):                                         # doctest: +SKIP
+...     w = hca.all_gather(w_shard)        # backward: reduce-scatter
+...     return anp.sum(anp.tanh(w) ** 2)
+>>> g = autograd.grad(loss)(w_shard)       # this rank's shard of the gradient
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+from autograd.extend import defjvp, defvjp, primitive
+from autograd.tracer import getval
+
+from .._comm import as_communicator
+from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
+
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate"]
+
+Array = Any
+
+
+@primitive
+def _linear(x: Array, forward: Callable[[Array], Array], adjoint: Callable[[Array], Array]) -> Array:
+    """``forward(x)``, differentiable: its VJP is ``adjoint`` and its JVP is ``forward``."""
+    return forward(x)
+
+
+# A linear map is its own derivative; its transpose is the adjoint, whose transpose is the
+# map again, so higher-order derivatives work too.
+defvjp(_linear, lambda ans, x, forward, adjoint: lambda g: _linear(g, adjoint, forward))
+defjvp(_linear, lambda g, ans, x, forward, adjoint: _linear(g, forward, adjoint))
+
+
+def all_gather(x: Array, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> Array:
+    """Differentiable :func:`hpccoll.all_gather`; its VJP is the reduce-scatter (sum) of the cotangent.
+
+    Parameters
+    ----------
+    x : array or autograd box
+        This rank's shard.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    axis : int
+        The axis to concatenate along.
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``. ``None`` discovers them (one small
+        exchange, as :func:`hpccoll.all_gather` does) and the backward pass
+        reuses them, so uneven shards are handled.
+
+    Returns
+    -------
+    array or autograd box
+        The concatenation of every rank's ``x``.
+    """
+    c = as_communicator(comm)
+    return _linear(x, *all_gather_maps(c, axis, gather_sizes(getval(x), c, axis, sizes)))
+
+
+def reduce_scatter(
+    x: Array, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> Array:
+    """Differentiable :func:`hpccoll.reduce_scatter`; its VJP all-gathers the cotangent (/P for ``avg``).
+
+    Parameters
+    ----------
+    x : array or autograd box
+        The full array, the same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction. Only ``"sum"`` and ``"avg"`` can be differentiated;
+        the others raise :class:`hpccoll.UnsupportedOpError` in the backward pass.
+    axis : int
+        The axis the result is split along.
+    sizes : sequence of int, optional
+        Every rank's block extent; ``None`` splits like ``numpy.array_split``.
+
+    Returns
+    -------
+    array or autograd box
+        This rank's block of the reduction.
+    """
+    c = as_communicator(comm)
+    return _linear(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(np.shape(getval(x)), c, axis, sizes)))
+
+
+def all_reduce(x: Array, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> Array:
+    """Differentiable :func:`hpccoll.all_reduce`, with the all-reduce convention selectable.
+
+    Parameters
+    ----------
+    x : array or autograd box
+        The same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated.
+    cotangent : {"varying", "replicated"}
+        ``"varying"`` (default): the VJP is an all-reduce, the true adjoint
+        when each rank differentiates its own value (the objective is the sum
+        over ranks). ``"replicated"``: the VJP is the identity (``/P`` for
+        ``avg``), right when the result is used identically on every rank and
+        the objective counts it once, as in tensor-parallel layers (the
+        TransformerEngine / Megatron convention). The wrong choice is off by
+        exactly a factor of P.
+
+    Returns
+    -------
+    array or autograd box
+        The reduction.
+    """
+    return _linear(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
+
+
+def replicate(x: Array, comm: Any = None) -> Array:
+    """Identity forward; all-reduce (sum) of the cotangent backward.
+
+    Marks a value that is replicated (identical on every rank, counted once)
+    as it enters rank-local computation, such as the input of a
+    column-parallel linear layer. Each rank's backward pass then holds only
+    its own part of the gradient of the replicated value; the all-reduce adds
+    them. It is the partner of ``all_reduce(..., cotangent="replicated")``
+    (Megatron's "copy to tensor-parallel region").
+
+    Parameters
+    ----------
+    x : array or autograd box
+        The replicated value.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+
+    Returns
+    -------
+    array or autograd box
+        ``x`` itself.
+    """
+    return _linear(x, *replicate_maps(as_communicator(comm)))

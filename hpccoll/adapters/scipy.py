@@ -1,0 +1,141 @@
+"""SciPy ``LinearOperator`` views of hpccoll operators, for LSQR, CG and friends.
+
+Requires ``pip install scipy`` (``hpccoll[scipy]``).
+
+.. warning::
+
+   A SciPy solver runs independently on every rank and computes its norms and
+   dot products **locally**. The solve is a distributed one only when the
+   vectors the solver sees are the same on every rank (replicated domain and
+   range), so that local norms are the global norms and every rank takes the
+   same steps and stops at the same iteration. Collectives inside ``matvec``
+   then keep the ranks in step. With rank-local (sharded) vectors, the ranks
+   would compute different step lengths, diverge, and may stop at different
+   iterations, leaving the others waiting forever in a collective. See
+   ``examples/distributed_lstsq.py`` for an operator with replicated domain
+   and range built from :class:`hpccoll.AllGather` and its adjoint.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence, Tuple
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator
+
+from .._errors import ArgumentError
+
+__all__ = ["aslinearoperator", "CollectiveLinearOperator"]
+
+
+class CollectiveLinearOperator(LinearOperator):
+    """A :class:`scipy.sparse.linalg.LinearOperator` whose ``matvec`` is ``op.forward``.
+
+    Made by :func:`aslinearoperator`; ``matvec``/``rmatvec`` are collective
+    calls (every rank must make them in the same order).
+
+    Attributes
+    ----------
+    op : object
+        The wrapped operator (``forward`` and ``adjoint``).
+    x_shape, y_shape : tuple of int
+        This rank's domain and range shapes.
+    """
+
+    def __init__(self, op: Any, x_shape: Tuple[int, ...], y_shape: Tuple[int, ...], dtype: np.dtype) -> None:
+        self.op = op
+        self.x_shape = x_shape
+        self.y_shape = y_shape
+        super().__init__(dtype=dtype, shape=(_size(y_shape), _size(x_shape)))
+
+    def _matvec(self, v: np.ndarray) -> np.ndarray:
+        y = self.op.forward(np.reshape(v, self.x_shape))
+        return _flat(y, self.y_shape, "forward")
+
+    def _rmatvec(self, v: np.ndarray) -> np.ndarray:
+        x = self.op.adjoint(np.reshape(v, self.y_shape))
+        return _flat(x, self.x_shape, "adjoint")
+
+    def __repr__(self) -> str:
+        return f"<{self.shape[0]}x{self.shape[1]} CollectiveLinearOperator of {self.op!r} with dtype={self.dtype}>"
+
+
+def aslinearoperator(
+    op: Any, x_shape: Sequence[int], y_shape: Sequence[int], dtype: Any = np.float64
+) -> CollectiveLinearOperator:
+    """View an operator as a :class:`scipy.sparse.linalg.LinearOperator` on this rank's shapes.
+
+    Parameters
+    ----------
+    op : object
+        Anything with ``forward(x)`` and ``adjoint(y)``: an
+        :class:`hpccoll.Operator` (``AllGather``, its ``.H``, ...) or your own
+        composition of collectives and local maps.
+    x_shape : sequence of int
+        This rank's shape of the domain (``op.forward``'s input).
+    y_shape : sequence of int
+        This rank's shape of the range (``op.forward``'s output).
+    dtype : dtype
+        The dtype the solver works in.
+
+    Returns
+    -------
+    CollectiveLinearOperator
+        Of shape ``(prod(y_shape), prod(x_shape))``; ``matvec`` reshapes to
+        ``x_shape``, applies ``op.forward`` and flattens, ``rmatvec`` does the
+        same with ``op.adjoint``.
+
+    Raises
+    ------
+    ArgumentError
+        ``op`` lacks ``forward``/``adjoint``, or a shape or the dtype is invalid.
+
+    Notes
+    -----
+    SciPy's solvers compute norms and dot products on each rank's vectors
+    alone: use this with operators whose domain and range are replicated
+    (see the module docstring) unless you run on one rank.
+
+    Examples
+    --------
+    >>> from scipy.sparse.linalg import lsqr                        # doctest: +SKIP
+    >>> A = aslinearoperator(my_op, x_shape=(n,), y_shape=(m,))     # doctest: +SKIP
+    >>> x = lsqr(A, b, atol=1e-12, btol=1e-12)[0]                   # doctest: +SKIP
+    """
+    for name in ("forward", "adjoint"):
+        if not callable(getattr(op, name, None)):
+            raise ArgumentError(
+                f"op: expected an operator with forward() and adjoint() (e.g. hpccoll.AllGather); "
+                f"got {type(op).__name__} without {name}()"
+            )
+    x_shape = _shape("x_shape", x_shape)
+    y_shape = _shape("y_shape", y_shape)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ArgumentError(f"dtype: expected a NumPy dtype; got {dtype!r}") from None
+    if dt.kind not in "fc":
+        raise ArgumentError(f"dtype: expected a floating or complex dtype for a solver; got {dt}")
+    return CollectiveLinearOperator(op, x_shape, y_shape, dt)
+
+
+def _shape(name: str, shape: Any) -> Tuple[int, ...]:
+    try:
+        dims = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise ArgumentError(f"{name}: expected a sequence of non-negative ints; got {shape!r}") from None
+    if any(n < 0 for n in dims):
+        raise ArgumentError(f"{name}: expected non-negative extents; got {dims}")
+    return dims
+
+
+def _size(shape: Tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _flat(a: Any, shape: Tuple[int, ...], which: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.shape != shape:
+        raise ArgumentError(f"op: expected {which}() to return shape {shape}; got {a.shape}")
+    return a.reshape(-1)

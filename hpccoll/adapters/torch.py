@@ -1,0 +1,264 @@
+"""PyTorch ``autograd.Function``\\ s for hpccoll's collectives.
+
+CPU tensors reach hpccoll as zero-copy NumPy views (``tensor.detach().numpy()``)
+and the results come back with ``torch.from_numpy``, also without a copy.
+``bfloat16`` travels as its bits (needs ``ml_dtypes``). CUDA tensors are handed
+to CuPy through DLPack and the collective runs on PyTorch's current CUDA stream;
+that needs CuPy and one of hpccoll's GPU transports (NCCL, CUDA-aware MPI).
+Communication goes through mpi4py (and NCCL where the GPU transports use
+it); ``torch.distributed`` is not involved and need not be initialised.
+
+Every rank must run the same sequence of forward and backward calls, as for
+any collective. Gradients are those of the **sum over ranks** of what each
+rank differentiates; for a value replicated on every rank and counted once
+use ``all_reduce(..., cotangent="replicated")`` and :func:`replicate` (see
+``docs/autodiff.md``). Backward passes are themselves differentiable
+(double backward works: every map here is linear).
+
+Requires ``pip install torch`` (``hpccoll[torch]``).
+
+Examples
+--------
+>>> import torch                                                # doctest: +SKIP
+>>> from hpccoll.adapters import torch as hct                   # doctest: +SKIP
+>>> w = torch.randn(4, 8, requires_grad=True)                   # doctest: +SKIP
+>>> y = hct.all_gather(w, axis=1)     # backward: reduce-scatter
+>>> y.square().sum().backward()       # w.grad: this rank's shard of the gradient
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .._comm import as_communicator
+from .._errors import ArgumentError, DTypeError
+from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
+
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate", "to_array", "from_array"]
+
+Fn = Callable[[Any], Any]
+
+
+# --------------------------------------------------------------------------- tensor <-> array
+
+
+def to_array(t: torch.Tensor) -> Any:
+    """A NumPy (CPU) or CuPy (CUDA) array sharing ``t``'s memory.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        A CPU or CUDA tensor; its autograd history is ignored.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+        A view of ``t``'s data (a copy only where ``t`` has a lazy conjugate
+        or negative bit set).
+
+    Raises
+    ------
+    ArgumentError
+        ``t`` is not a tensor, or lives on a device other than CPU or CUDA.
+    DTypeError
+        ``t`` is ``bfloat16`` and ``ml_dtypes`` is not installed.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise ArgumentError(f"x: expected a torch.Tensor; got {type(t).__name__}")
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.device.type == "cuda":
+        import cupy
+
+        with cupy.cuda.Device(t.device.index):
+            return cupy.from_dlpack(t)
+    if t.device.type != "cpu":
+        raise ArgumentError(f"x: expected a CPU or CUDA tensor; got one on device {t.device}")
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_bfloat16())
+    return t.numpy()
+
+
+def from_array(a: Any) -> torch.Tensor:
+    """A tensor sharing the memory of a NumPy or CuPy array (inverse of :func:`to_array`)."""
+    if isinstance(a, np.ndarray):
+        if a.dtype.name == "bfloat16":
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+    return torch.from_dlpack(a)
+
+
+def _bfloat16() -> np.dtype:
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise DTypeError(
+            "x: expected a dtype NumPy can represent; got torch.bfloat16 without ml_dtypes installed "
+            "(pip install ml_dtypes, or hpccoll[bf16])"
+        ) from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _run(fn: Fn, t: torch.Tensor) -> torch.Tensor:
+    """Apply an array function to ``t``; on CUDA, on PyTorch's current stream and device."""
+    if t.device.type != "cuda":
+        return _wrap(fn, t)
+    import cupy
+
+    stream = torch.cuda.current_stream(t.device)
+    with cupy.cuda.Device(t.device.index), cupy.cuda.ExternalStream(stream.cuda_stream):
+        return _wrap(fn, t)
+
+
+def _wrap(fn: Fn, t: torch.Tensor) -> torch.Tensor:
+    a = to_array(t)
+    out = fn(a)
+    # An identity returns its input: hand back a torch view, so that PyTorch knows the
+    # two share memory (version counter, in-place checks) instead of a second alias.
+    return t.view_as(t) if out is a else from_array(out)
+
+
+# --------------------------------------------------------------------------- the Function
+
+
+class _Linear(torch.autograd.Function):
+    """``forward(x)`` whose backward is ``adjoint(grad)``, itself a ``_Linear``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, forward: Fn, adjoint: Fn) -> torch.Tensor:  # type: ignore[override]
+        ctx.maps = (forward, adjoint)
+        return _run(forward, x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None]:  # type: ignore[override]
+        forward, adjoint = ctx.maps
+        return _Linear.apply(grad, adjoint, forward), None, None
+
+
+class _Meta:
+    """A tensor's shape and NumPy dtype, for the size discovery (no data access, any device)."""
+
+    __slots__ = ("shape", "ndim", "dtype")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.shape = _shape_of(t)
+        self.ndim = len(self.shape)
+        self.dtype = to_array(torch.empty(0, dtype=t.dtype)).dtype
+
+
+def _shape_of(x: torch.Tensor) -> Tuple[int, ...]:
+    if not isinstance(x, torch.Tensor):
+        raise ArgumentError(f"x: expected a torch.Tensor; got {type(x).__name__}")
+    return tuple(x.shape)
+
+
+# --------------------------------------------------------------------------- public functions
+
+
+def all_gather(x: torch.Tensor, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.all_gather` of a tensor; backward: reduce-scatter (sum).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        This rank's shard (CPU or CUDA).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    axis : int
+        The axis to concatenate along.
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``; ``None`` discovers them (one small
+        exchange) and the backward pass reuses them, so uneven shards work.
+
+    Returns
+    -------
+    torch.Tensor
+        The concatenation, on ``x``'s device, in ``x``'s dtype.
+    """
+    c = as_communicator(comm)
+    return _Linear.apply(x, *all_gather_maps(c, axis, gather_sizes(_Meta(x), c, axis, sizes)))
+
+
+def reduce_scatter(
+    x: torch.Tensor, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.reduce_scatter` of a tensor; backward: all-gather (/P for ``avg``).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        The full tensor, the same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated
+        (the others raise :class:`hpccoll.UnsupportedOpError` in backward).
+    axis : int
+        The axis the result is split along.
+    sizes : sequence of int, optional
+        Every rank's block extent; ``None`` splits like ``numpy.array_split``.
+
+    Returns
+    -------
+    torch.Tensor
+        This rank's block of the reduction.
+    """
+    c = as_communicator(comm)
+    return _Linear.apply(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(_shape_of(x), c, axis, sizes)))
+
+
+def all_reduce(x: torch.Tensor, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> torch.Tensor:
+    """Differentiable :func:`hpccoll.all_reduce` of a tensor, with the backward convention selectable.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        The same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated.
+    cotangent : {"varying", "replicated"}
+        ``"varying"`` (default): backward is an all-reduce (as in
+        ``torch.distributed.nn.functional.all_reduce``), the true adjoint when
+        each rank differentiates its own loss. ``"replicated"``: backward is
+        the identity (``/P`` for ``avg``), as in TransformerEngine and
+        Megatron row-parallel layers, where the result and the loss are
+        replicated and counted once. The wrong choice is off by a factor of P.
+
+    Returns
+    -------
+    torch.Tensor
+        The reduction.
+    """
+    _shape_of(x)
+    return _Linear.apply(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
+
+
+def replicate(x: torch.Tensor, comm: Any = None) -> torch.Tensor:
+    """Identity forward; all-reduce (sum) of the gradient backward.
+
+    Marks a replicated tensor (identical on every rank, counted once) entering
+    rank-local computation, e.g. the input of a column-parallel linear layer:
+    each rank's backward holds only its part of the gradient, and the
+    all-reduce adds them. The partner of ``all_reduce(..., cotangent="replicated")``
+    (Megatron's "copy to tensor-parallel region").
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        The replicated tensor.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+
+    Returns
+    -------
+    torch.Tensor
+        A view of ``x``. PyTorch forbids modifying it in place, as for any view
+        made inside a custom ``autograd.Function``.
+    """
+    _shape_of(x)
+    return _Linear.apply(x, *replicate_maps(as_communicator(comm)))
+
