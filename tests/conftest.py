@@ -8,6 +8,9 @@ global array.
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -29,6 +32,15 @@ SIZE_PATTERNS = {
     "uneven": lambda p: [(3 * r + 2) % 4 for r in range(p)],  # 2,1,0,3: a rank with 0 from P=3
     "empty-last": lambda p: [r + 1 for r in range(p - 1)] + [0],
 }
+
+
+def pytest_configure(config):
+    """Give every MPI rank its own tmp_path root: ranks cleaning one shared root race each other."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if world.size > 1 and not config.option.basetemp:
+        config.option.basetemp = os.path.join(tempfile.gettempdir(), f"hpccoll-pytest-rank{world.rank}")
 
 
 @pytest.fixture(scope="session")
