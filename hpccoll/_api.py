@@ -78,6 +78,8 @@ def _out(out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any, all
         raise ArgumentError(f"out: expected dtype {dtype}; got {out.dtype}")
     if xp is np and not out.flags.writeable:
         raise ArgumentError("out: expected a writeable array; got a read-only one")
+    if xp is not np and out.device.id != x.device.id:
+        raise ArgumentError(f"out: expected an array on x's GPU {x.device.id}; got one on GPU {out.device.id}")
     if out is not x and overlaps(out, x, xp) and not (allow_same and _same_view(out, x)):
         raise ArgumentError("out: expected memory separate from the input; got an array that overlaps it")
     return out
@@ -367,8 +369,7 @@ def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, o
             sizes = _sizes(sizes, c.size)
             if sum(sizes) != n:
                 raise ArgumentError(f"sizes: expected ints summing to x.shape[{ax}] == {n}; got {list(sizes)}")
-        transport = select_transport(c, kind)
-        plan = reduce_plan(x.dtype, op, transport.native_reduce)
+        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         desc = {
             "collective": "reduce_scatter",
             "dtype": x.dtype.name,
@@ -384,6 +385,8 @@ def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, o
     if c.size == 1:
         xp.copyto(out, x)
         return out
+    transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
+    plan = reduce_plan(x.dtype, op, transport.native_reduce)
     send = _pack(x, xp, ax, sizes, plan.wire, plan.widen)
     trail = prod(_shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
@@ -486,8 +489,7 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
     try:
         check_dtype(x.dtype)
         op = normalize_op(op)
-        transport = select_transport(c, kind)
-        plan = reduce_plan(x.dtype, op, transport.native_reduce)
+        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
         out = _out(out, x.shape, x.dtype, x, xp, allow_same=True)
     except HpccollError as e:
@@ -497,6 +499,8 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
         if out is not x:
             xp.copyto(out, x)
         return out
+    transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
+    plan = reduce_plan(x.dtype, op, transport.native_reduce)
     in_place = out is x or _same_view(out, x)
     if in_place and not plan.widen and out.flags.c_contiguous:
         recv = out.reshape(-1).view(plan.wire)
