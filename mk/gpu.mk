@@ -7,7 +7,7 @@
 #                    staged vs D2H+MPI+H2D by hand: ratios side by side, at 1 and 2 ranks
 #
 # cuda_mpi is tested only with HPCCOLL_CUDA_AWARE_MPI=1 in the environment: handing device
-# pointers to an MPI that is not CUDA-aware crashes (the mpich wheel is not).
+# pointers to an MPI that is not CUDA-aware crashes (treat the mpich wheel as not CUDA-aware).
 
 GPU_EXTRAS   ?= cuda12
 GPU_PYTEST   := $(PYTEST) -q -m gpu tests/test_gpu.py
