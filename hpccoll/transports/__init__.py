@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, NamedTuple, Type
 
-from .._errors import ArgumentError, HpccollError, TransportUnavailable
+from .._errors import ArgumentError, TransportUnavailable
 from ._base import Transport
+from ._state import remembered
 from .cuda_mpi import CudaMPI, cuda_aware, warn_undeclared
 from .host_mpi import HostMPI
 from .nccl import NcclTransport
@@ -94,17 +95,7 @@ def choose_transport(comm: Any, kind: str) -> TransportChoice:
     TransportUnavailable
         The requested transport cannot run (on every rank, same message).
     """
-    key = "choice:" + kind
-    hit = comm._state.get(key)
-    if hit is None:
-        try:
-            hit = _choose(comm, kind)
-        except HpccollError as exc:
-            hit = exc
-        comm._state[key] = hit
-    if isinstance(hit, HpccollError):
-        raise type(hit)(str(hit))
-    return hit
+    return remembered(comm, "choice:" + kind, lambda: _choose(comm, kind))
 
 
 def _choose(comm: Any, kind: str) -> TransportChoice:

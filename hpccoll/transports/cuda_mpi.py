@@ -18,15 +18,15 @@ import warnings
 from typing import Any, Optional, Sequence
 
 from .._comm import env_flag
-from .._errors import ArgumentError, MismatchError, TransportUnavailable
+from .._errors import MismatchError, TransportUnavailable
 from ._cuda import get_runtime
+from ._state import remembered
 from .host_mpi import HostMPI
 
 __all__ = ["CudaMPI", "cuda_aware", "CUDA_AWARE_VARIABLE"]
 
 CUDA_AWARE_VARIABLE = "HPCCOLL_CUDA_AWARE_MPI"
 _KEY = "cuda_mpi:declared"
-_UNKNOWN = object()
 _warned = False
 
 
@@ -42,21 +42,15 @@ def cuda_aware(comm: Any) -> Optional[bool]:
     MismatchError
         The ranks disagree about the value (on every rank).
     """
-    hit = comm._state.get(_KEY, _UNKNOWN)
-    if hit is _UNKNOWN:
-        values = comm.mpi.allgather(os.environ.get(CUDA_AWARE_VARIABLE, "").strip().lower())
-        bad = [rank for rank, value in enumerate(values) if value != values[0]]
-        if bad:
-            hit = MismatchError(f"{CUDA_AWARE_VARIABLE}: rank 0 has {values[0]!r} but rank {bad[0]} has {values[bad[0]]!r}")
-        else:
-            try:
-                hit = env_flag(CUDA_AWARE_VARIABLE, None)  # the same value, so the same verdict, everywhere
-            except ArgumentError as exc:
-                hit = exc
-        comm._state[_KEY] = hit
-    if isinstance(hit, Exception):
-        raise type(hit)(str(hit))
-    return hit
+    return remembered(comm, _KEY, lambda: _agreed_flag(comm))
+
+
+def _agreed_flag(comm: Any) -> Optional[bool]:
+    values = comm.mpi.allgather(os.environ.get(CUDA_AWARE_VARIABLE, "").strip().lower())
+    for rank, value in enumerate(values):
+        if value != values[0]:
+            raise MismatchError(f"{CUDA_AWARE_VARIABLE}: rank 0 has {values[0]!r} but rank {rank} has {value!r}")
+    return env_flag(CUDA_AWARE_VARIABLE, None)  # the same value, so the same verdict, on every rank
 
 
 def warn_undeclared() -> None:

@@ -53,6 +53,7 @@ import numpy as np
 from .._errors import ArgumentError, DTypeError, HpccollError, MismatchError, TransportUnavailable
 from ._base import Transport
 from ._cuda import get_runtime
+from ._state import remembered
 from .host_mpi import displacements
 
 __all__ = ["NcclTransport", "NcclProbe", "probe", "UNEVEN_DESIGNS", "INT_MAX"]
@@ -111,10 +112,7 @@ class NcclProbe(NamedTuple):
 
 def probe(comm: Any) -> NcclProbe:
     """Probe NCCL for ``comm`` (collective the first time; cached on ``comm``)."""
-    hit = comm._state.get(_PROBE_KEY)
-    if hit is None:
-        hit = comm._state[_PROBE_KEY] = _probe(comm)
-    return hit
+    return remembered(comm, _PROBE_KEY, lambda: _probe(comm))
 
 
 def _probe(comm: Any) -> NcclProbe:
