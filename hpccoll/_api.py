@@ -90,6 +90,8 @@ def _out(
         raise ArgumentError(f"out: expected dtype {dtype}; got {out.dtype}")
     if xp is np and not out.flags.writeable:
         raise ArgumentError("out: expected a writeable array; got a read-only one")
+    if xp is not np and out.device.id != x.device.id:
+        raise ArgumentError(f"out: expected an array on x's GPU {x.device.id}; got one on GPU {out.device.id}")
     if out is not x and overlaps(out, x, xp) and not (in_place is not None and in_place(out)):
         raise ArgumentError(
             "out: expected memory separate from the input (or exactly the in-place layout); "
@@ -312,7 +314,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
     transport = select_transport(c, kind)
     contiguous = out.flags.c_contiguous
     if xp.may_share_memory(out, x):  # in place: x is this rank's block of out (checked by _out)
-        if lead == 1 and contiguous:
+        if lead == 1 and contiguous and transport.in_place:
             return _launch(transport, "allgatherv", (None, _as(flat(out, xp), wire), counts), lambda: out, async_op)
         x = x.copy()
     send = _as(flat(x, xp), wire)
@@ -473,8 +475,7 @@ def _reduce_scatter(
             sizes = _sizes(sizes, c.size)
             if sum(sizes) != n:
                 raise ArgumentError(f"sizes: expected ints summing to x.shape[{ax}] == {n}; got {list(sizes)}")
-        transport = select_transport(c, kind)
-        plan = reduce_plan(x.dtype, op, transport.native_reduce)
+        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         out = _out(out, _with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp,
                    _scatters_in_place(x, ax, sizes, c.rank))
         if c.check:
@@ -486,10 +487,12 @@ def _reduce_scatter(
     if c.size == 1:
         xp.copyto(out, x)
         return _done(out, async_op)
+    transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
+    plan = reduce_plan(x.dtype, op, transport.native_reduce)
     trail = prod(_shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
     if xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked by _out)
-        if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen:
+        if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen and transport.in_place:
             full = _as(flat(x, xp), plan.wire)
             start = sum(counts[: c.rank])
             mine = full[start : start + counts[c.rank]]
@@ -627,8 +630,7 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op:
     try:
         check_dtype(x.dtype)
         op = normalize_op(op)
-        transport = select_transport(c, kind)
-        plan = reduce_plan(x.dtype, op, transport.native_reduce)
+        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         out = _out(out, x.shape, x.dtype, x, xp, lambda o: _same_view(o, x))
         if c.check:
             desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
@@ -639,6 +641,8 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op:
         if out is not x:
             xp.copyto(out, x)
         return _done(out, async_op)
+    transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
+    plan = reduce_plan(x.dtype, op, transport.native_reduce)
     in_place = out is x or (xp.may_share_memory(out, x) and _same_view(out, x))
     if in_place and not plan.widen and out.flags.c_contiguous:
         recv = _as(flat(out, xp), plan.wire)

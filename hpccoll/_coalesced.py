@@ -108,8 +108,8 @@ def all_reduce_many(xs: Sequence[Any], c: Communicator, op: Any, out: Any, what:
         arrays, kind = _prepare(xs, what)
         xp = module_of(kind)
         op = normalize_op(op)
-        transport = select_transport(c, kind)
-        plans = [reduce_plan(a.dtype, op, transport.native_reduce) for a in arrays]
+        for a in arrays:
+            reduce_plan(a.dtype, op)  # raises for unsupported (dtype, op) before any communication
         outs = [_out(o, a.shape, a.dtype, a, xp, lambda oo, a=a: _same_view(oo, a)) if o is not None else None
                 for a, o in zip(arrays, _outs(out, len(arrays)))]
         if c.check:
@@ -120,6 +120,8 @@ def all_reduce_many(xs: Sequence[Any], c: Communicator, op: Any, out: Any, what:
     if c.size == 1:
         results = [_copy_into(o, a, xp) for a, o in zip(arrays, outs)]
         return _done(results, async_op)
+    transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
+    plans = [reduce_plan(a.dtype, op, transport.native_reduce) for a in arrays]
     results: List[Any] = [None] * len(arrays)
     pending, finishers = [], []
     groups: dict = {}
@@ -277,8 +279,8 @@ def reduce_scatter_many(xs: Sequence[Any], c: Communicator, op: Any, axis: Any, 
                                     f"got {list(sizes)}")
             else:
                 table.append(sizes)
-        transport = select_transport(c, kind)
-        plans = [reduce_plan(a.dtype, op, transport.native_reduce) for a in arrays]
+        for a in arrays:
+            reduce_plan(a.dtype, op)  # raises for unsupported (dtype, op) before any communication
         outs = [_out(o, _with_extent(a.shape, ax, t[c.rank]), a.dtype, a, xp)
                 for a, ax, t, o in zip(arrays, axes, table, _outs(out, len(arrays)))]
         if c.check:
@@ -291,6 +293,8 @@ def reduce_scatter_many(xs: Sequence[Any], c: Communicator, op: Any, axis: Any, 
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
         return _done(outs, async_op)
+    transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
+    plans = [reduce_plan(a.dtype, op, transport.native_reduce) for a in arrays]
     pending, finishers = [], []
     groups: dict = {}
     for i, plan in enumerate(plans):

@@ -67,7 +67,7 @@ class Communicator:
     >>> rows = comm.split(comm.rank // 2)        # doctest: +SKIP
     """
 
-    __slots__ = ("_mpi", "rank", "size", "check", "transport", "bucket_bytes", "_transports", "_owned")
+    __slots__ = ("_mpi", "rank", "size", "check", "transport", "bucket_bytes", "_transports", "_owned", "_state")
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
@@ -90,6 +90,7 @@ class Communicator:
         self.check: bool = check
         self.bucket_bytes: int = _bucket_bytes()
         self._transports: Dict[str, Any] = {}
+        self._state: Dict[str, Any] = {}  # transport choices and probe results, per Communicator
 
     @property
     def mpi(self) -> Any:
@@ -133,6 +134,33 @@ class Communicator:
             inst = self._transports[name] = make_transport(name, self)
         return inst
 
+    def transport_for(self, array: Any) -> Any:
+        """Which transport ``array`` would use on this communicator, and why.
+
+        Collective the first time it is asked about a CuPy array (the GPU
+        transports are probed on every rank); cached afterwards.
+
+        Parameters
+        ----------
+        array : array_like
+            A NumPy or CuPy array (other array-likes count as NumPy).
+
+        Returns
+        -------
+        TransportChoice
+            A named tuple ``(name, reason)``, e.g. ``("nccl", "auto: NCCL is
+            usable (one GPU per rank)")``.
+
+        Raises
+        ------
+        TransportUnavailable
+            The requested transport cannot run here; the message names why.
+        """
+        from ._arrays import as_array
+        from .transports import choose_transport
+
+        return choose_transport(self, as_array(array)[1])
+
     def agree(self, what: str, descriptor: Any, local: Any = None, error: Optional[HpccollError] = None) -> list:
         """Compare ``descriptor`` across ranks and share any local ``error`` (collective).
 
@@ -159,6 +187,7 @@ class Communicator:
         for inst in self._transports.values():
             inst.close()
         self._transports.clear()
+        self._state.clear()
         if self._owned and not _finalized():
             self._mpi.Free()
         self._owned = False

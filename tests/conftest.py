@@ -66,19 +66,19 @@ def make(shape, dtype, seed, kind="any"):
     return rng.standard_normal(shape).astype(dtype)
 
 
-def layout(a, how):
-    """``a``'s values in another memory layout: C, Fortran, strided or reversed."""
+def layout(a, how, xp=np):
+    """``a``'s values in another memory layout: C, Fortran, strided or reversed (``xp``: the array module)."""
     if how == "C":
-        return np.ascontiguousarray(a)
+        return xp.ascontiguousarray(a)
     if how == "F":
-        return np.asfortranarray(a)
+        return xp.asfortranarray(a)
     if how == "strided":
-        big = np.zeros(tuple(2 * n for n in a.shape), dtype=a.dtype)
+        big = xp.zeros(tuple(2 * n for n in a.shape), dtype=a.dtype)
         view = big[tuple(slice(None, None, 2) for _ in a.shape)]
         view[...] = a
         return view
     if how == "reversed":
-        rev = np.ascontiguousarray(a[tuple(slice(None, None, -1) for _ in a.shape)])
+        rev = xp.ascontiguousarray(a[tuple(slice(None, None, -1) for _ in a.shape)])
         return rev[tuple(slice(None, None, -1) for _ in a.shape)]
     raise ValueError(how)
 
@@ -131,3 +131,13 @@ def all_ranks(comm, ok):
     from mpi4py import MPI
 
     return comm.mpi.allreduce(bool(ok), op=MPI.LAND)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say when the GPU tests were skipped, so they cannot vanish silently from every job."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "gpu" in getattr(r, "keywords", {})]
+    if skipped:
+        terminalreporter.write_sep(
+            "=", f"{len(skipped)} GPU tests (marker gpu) skipped, reasons above; on a GPU machine: make test-gpu",
+            yellow=True,
+        )

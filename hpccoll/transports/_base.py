@@ -32,6 +32,9 @@ class Transport(abc.ABC):
     array_kind: ClassVar[str]
     #: 16-bit float dtype names reduced natively (others are widened to float32).
     native_reduce: ClassVar[FrozenSet[str]] = frozenset()
+    #: Whether ``allgatherv`` and ``reduce_scatter`` accept ``send=None`` (in
+    #: place); without it the caller copies the input first.
+    in_place: ClassVar[bool] = False
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm

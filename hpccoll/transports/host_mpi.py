@@ -60,6 +60,7 @@ class HostMPI(Transport):
 
     name = "mpi"
     array_kind = "numpy"
+    in_place = True
     #: Outputs at least this large are gathered along an inner axis with MPI
     #: derived datatypes, straight into place (smaller ones pack and copy).
     strided_min_bytes = 1 << 16

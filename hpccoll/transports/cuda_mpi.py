@@ -1,0 +1,119 @@
+"""CUDA-aware MPI transport: CuPy arrays handed to mpi4py directly.
+
+mpi4py reads device buffers through the CUDA array interface (or DLPack).
+MPI knows nothing of CUDA streams, so the producing stream, the caller's
+current one, is synchronised first (that stream only, not the whole device).
+
+Whether an MPI library is CUDA-aware cannot be detected reliably, so it is
+declared: ``HPCCOLL_CUDA_AWARE_MPI=1`` (yes), ``0`` (no) or unset (not
+declared: ``auto`` does not pick this transport, and says so once through
+:mod:`warnings`). Asking for ``transport="cuda_mpi"`` explicitly is a
+declaration too, unless the variable says ``0``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Optional, Sequence
+
+from .._comm import env_flag
+from .._errors import MismatchError, TransportUnavailable
+from .._request import Pending
+from ._cuda import get_runtime
+from ._state import remembered
+from .host_mpi import HostMPI
+
+__all__ = ["CudaMPI", "cuda_aware", "CUDA_AWARE_VARIABLE"]
+
+CUDA_AWARE_VARIABLE = "HPCCOLL_CUDA_AWARE_MPI"
+_KEY = "cuda_mpi:declared"
+_warned = False
+
+
+def cuda_aware(comm: Any) -> Optional[bool]:
+    """``HPCCOLL_CUDA_AWARE_MPI`` as agreed by every rank: True, False or None (unset).
+
+    Collective the first time for ``comm`` (cached on it).
+
+    Raises
+    ------
+    ArgumentError
+        The value is not 1/true/yes/on, 0/false/no/off or empty (on every rank).
+    MismatchError
+        The ranks disagree about the value (on every rank).
+    """
+    return remembered(comm, _KEY, lambda: _agreed_flag(comm))
+
+
+def _agreed_flag(comm: Any) -> Optional[bool]:
+    values = comm.mpi.allgather(os.environ.get(CUDA_AWARE_VARIABLE, "").strip().lower())
+    for rank, value in enumerate(values):
+        if value != values[0]:
+            raise MismatchError(f"{CUDA_AWARE_VARIABLE}: rank 0 has {values[0]!r} but rank {rank} has {value!r}")
+    return env_flag(CUDA_AWARE_VARIABLE, None)  # the same value, so the same verdict, on every rank
+
+
+def warn_undeclared() -> None:
+    """Say once per process that CuPy arrays take the staged path because CUDA-awareness is undeclared."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"hpccoll: {CUDA_AWARE_VARIABLE} is not set, so CuPy arrays that cannot use NCCL go through "
+            "host memory (transport 'staged'); set it to 1 if your MPI is CUDA-aware (transport 'cuda_mpi') "
+            "or to 0 to silence this warning",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+class CudaMPI(HostMPI):
+    """CuPy arrays through a CUDA-aware MPI (mpi4py buffers from the CUDA array interface)."""
+
+    name = "cuda_mpi"
+    array_kind = "cupy"
+
+    def __init__(self, comm: Any) -> None:
+        super().__init__(comm)
+        self._rt = get_runtime()
+
+    @classmethod
+    def unavailable_reason(cls, comm: Any) -> Optional[str]:
+        if cuda_aware(comm) is False:
+            return f"{CUDA_AWARE_VARIABLE}=0 declares this MPI not CUDA-aware"
+        try:
+            get_runtime()
+        except TransportUnavailable as exc:
+            return str(exc)
+        return None
+
+    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
+        self._rt.sync_stream()
+        super().allgatherv(send, recv, counts)
+
+    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
+        self._rt.sync_stream()
+        super().reduce_scatter(send, recv, counts, op)
+
+    # MPI reads the buffers as soon as a non-blocking call starts: synchronise first here too.
+    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
+        self._rt.sync_stream()
+        return super().iallgatherv(send, recv, counts)
+
+    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
+        self._rt.sync_stream()
+        return super().ireduce_scatter(send, recv, counts, op)
+
+    def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
+        self._rt.sync_stream()
+        return super().iallreduce(send, recv, op)
+
+    def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
+        # MPI derived datatypes over device memory are slow or unsupported in many CUDA-aware
+        # MPIs: gather flat and let the GPU relayout.
+        return False
+
+    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        self._rt.sync_stream()
+        super().allreduce(send, recv, op)

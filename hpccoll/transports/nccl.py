@@ -1,0 +1,573 @@
+"""NCCL transport: CuPy arrays through ``cupy.cuda.nccl.NcclCommunicator``, bootstrapped over MPI.
+
+One NCCL communicator per :class:`~hpccoll.Communicator` (a ``split()``
+gets its own), made on first GPU use:
+
+1. *Probe* (collective, once per Communicator): each rank picks its GPU (a
+   device already selected wins; else the node-local rank modulo the visible
+   device count) and reads its PCI bus id; the ranks exchange what they found
+   over MPI and agree on one verdict, so every rank raises, or falls back,
+   together. Two ranks of the communicator on one GPU are refused.
+2. *Bootstrap* (collective): rank 0 makes the NCCL unique id and broadcasts
+   it over MPI; if that fails, the error is broadcast instead and every rank
+   raises :class:`~hpccoll.TransportUnavailable`.
+
+Everything runs on the caller's current CuPy stream, with no host
+synchronisation.
+
+Uneven shards: NCCL has no all-gather-v or reduce-scatter-v. Two designs are
+implemented, chosen by :attr:`NcclTransport.uneven` (default from
+``HPCCOLL_NCCL_UNEVEN``):
+
+``"grouped"``
+    one broadcast (all-gather) or reduce (reduce-scatter) per rank's block,
+    rooted at the block's owner, all inside one ``groupStart``/``groupEnd``;
+``"pad"``
+    every block padded to the largest, one ``allGather``/``reduceScatter``,
+    then the padding dropped (extra memory and traffic, plus copies);
+``"auto"`` (default)
+    ``"pad"`` when padding adds at most 1/8 to the bytes moved (nearly even
+    shards), else ``"grouped"``. Neither design has been measured on GPUs
+    yet; ``benchmarks/bench_gpu.py`` compares them.
+
+Dtypes are looked up by name. Complex numbers travel as twice as many reals
+(all-gather, and ``sum``); a complex ``prod`` (not elementwise on the real
+parts) is computed by an all-to-all of the blocks (grouped send/recv) and a
+local product, so it matches MPI; ``max``/``min`` on complex raise
+:class:`~hpccoll.DTypeError`. ``int16``/``uint16`` are widened to 32 bits for
+reductions; types NCCL lacks (bool, int16, uint16, bfloat16's bits) move as
+bytes in an all-gather. ``float16`` reduces natively, ``bfloat16`` too when
+the NCCL library is 2.10 or newer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import weakref
+from typing import Any, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._errors import ArgumentError, DTypeError, HpccollError, MismatchError, TransportUnavailable
+from .._request import Pending
+from ._base import Transport
+from ._cuda import get_runtime
+from ._state import remembered
+from .host_mpi import displacements
+
+__all__ = ["NcclTransport", "NcclProbe", "probe", "UNEVEN_DESIGNS", "INT_MAX"]
+
+#: The largest element count one NCCL call gets by default: C ``int``'s
+#: maximum. Older CuPy releases declare ``broadcast``/``bcast`` with C ``int``
+#: counts (the other calls take ``size_t``); splitting every call there is
+#: conservative, and costs nothing measurable at 2**31 elements a call.
+INT_MAX = 2**31 - 1
+
+#: Values of :attr:`NcclTransport.uneven` and ``HPCCOLL_NCCL_UNEVEN``.
+UNEVEN_DESIGNS = ("auto", "grouped", "pad")
+
+#: ``"auto"`` pads when padding adds at most this fraction to the bytes moved.
+PAD_SLACK = 0.125
+
+#: NCCL 2.10.0 (the first with ``ncclBfloat16``) as ``ncclGetVersion`` reports it.
+BF16_VERSION = 21000
+
+# Array dtype name -> the cupy.cuda.nccl constant naming it.
+_NCCL_TYPES = {
+    "int8": "NCCL_INT8",
+    "uint8": "NCCL_UINT8",
+    "int32": "NCCL_INT32",
+    "uint32": "NCCL_UINT32",
+    "int64": "NCCL_INT64",
+    "uint64": "NCCL_UINT64",
+    "float16": "NCCL_FLOAT16",
+    "float32": "NCCL_FLOAT32",
+    "float64": "NCCL_FLOAT64",
+    "bfloat16": "NCCL_BFLOAT16",
+}
+_NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
+# Integer types NCCL lacks, reduced in a wider type (wrap-around is preserved by the cast back).
+_WIDER = {"int16": np.dtype(np.int32), "uint16": np.dtype(np.uint32)}
+
+_PROBE_KEY = "nccl:probe"
+_CHOSEN: Optional[int] = None  # the GPU hpccoll selected for this process, once it has
+_LIVE: "weakref.WeakSet[NcclTransport]" = weakref.WeakSet()
+
+
+class NcclProbe(NamedTuple):
+    """What the collective probe found; ``reason`` and ``error`` are the same on every rank."""
+
+    #: Why NCCL cannot run for this communicator, or ``None``.
+    reason: Optional[str]
+    #: The GPU this rank would use (-1 when unknown).
+    device: int
+    #: How that GPU was chosen.
+    how: str
+    #: The uneven-shard design from ``HPCCOLL_NCCL_UNEVEN`` (default ``"auto"``).
+    uneven: str
+    #: A bad or disagreeing ``HPCCOLL_NCCL_UNEVEN``, raised by the transport on every rank.
+    error: Optional[HpccollError]
+
+
+def probe(comm: Any) -> NcclProbe:
+    """Probe NCCL for ``comm`` (collective the first time; cached on ``comm``)."""
+    return remembered(comm, _PROBE_KEY, lambda: _probe(comm))
+
+
+def _probe(comm: Any) -> NcclProbe:
+    from mpi4py import MPI
+
+    from .._local import local_rank_from_environment
+
+    # Collective steps first and unconditionally, so no rank can skip them.
+    node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        node_rank, leader = node.Get_rank(), node.bcast(comm.rank, root=0)
+    finally:
+        node.Free()
+    uneven = os.environ.get("HPCCOLL_NCCL_UNEVEN", "").strip() or "auto"
+    why, device, how, bus = None, -1, "", None
+    try:
+        rt = get_runtime()
+        if rt.nccl is None:
+            raise TransportUnavailable(f"NCCL is missing: {rt.nccl_missing}")
+        try:
+            count = rt.device_count()
+        except Exception as exc:
+            raise TransportUnavailable(f"no GPU ({type(exc).__name__}: {exc})") from None
+        if count < 1:
+            raise TransportUnavailable("no GPU visible to this process")
+        local = local_rank_from_environment() or (node_rank, "MPI.COMM_TYPE_SHARED split")
+        device, how = _choose_device(rt, count, local)
+        bus = rt.bus_id(device)
+    except TransportUnavailable as exc:
+        why = str(exc)
+    except Exception as exc:  # a broken driver or binding: unusable, said plainly
+        why = f"{type(exc).__name__}: {exc}"
+    facts = comm.mpi.allgather((why, leader, bus, uneven))
+    return NcclProbe(_verdict(facts), device, how, uneven, _uneven_error(facts))
+
+
+def _choose_device(rt: Any, count: int, local: Tuple[int, str]) -> Tuple[int, str]:
+    """The GPU this rank uses: the user's choice, hpccoll's earlier one, or local rank mod count."""
+    current = rt.current_device()
+    if current != 0 and current != _CHOSEN:
+        return current, f"GPU {current}, the current device (selected before hpccoll's first use)"
+    if _CHOSEN is not None:
+        return _CHOSEN, f"GPU {_CHOSEN}, selected earlier by hpccoll"
+    rank, source = local
+    device = rank % count
+    return device, f"GPU {device}: node-local rank {rank} ({source}) modulo {count} visible GPUs"
+
+
+def _verdict(facts: List[tuple]) -> Optional[str]:
+    many = len(facts) > 1
+    for rank, (why, _, _, _) in enumerate(facts):
+        if why is not None:
+            return f"rank {rank}: {why}" if many else why
+    owner: Dict[tuple, int] = {}
+    for rank, (_, node, bus, _) in enumerate(facts):
+        other = owner.setdefault((node, bus), rank)
+        if other != rank:
+            return (
+                f"ranks {other} and {rank} would share one GPU (PCI bus {bus}), which NCCL does not support: "
+                "run one rank per GPU (e.g. srun --gpus-per-task=1, or mpiexec with as many ranks per node "
+                "as GPUs), or select a different GPU per rank before the first collective"
+            )
+    return None
+
+
+def _uneven_error(facts: List[tuple]) -> Optional[HpccollError]:
+    values = [f[3] for f in facts]
+    for rank, value in enumerate(values):
+        if value != values[0]:
+            return MismatchError(f"HPCCOLL_NCCL_UNEVEN: rank 0 has {values[0]!r} but rank {rank} has {value!r}")
+    try:
+        _check_uneven(values[0], "HPCCOLL_NCCL_UNEVEN")
+    except ArgumentError as exc:
+        return exc
+    return None
+
+
+def _check_uneven(value: Any, name: str = "uneven") -> str:
+    if value not in UNEVEN_DESIGNS:
+        raise ArgumentError(f"{name}: expected one of {', '.join(map(repr, UNEVEN_DESIGNS))}; got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _bootstrap(comm: Any, rt: Any) -> Any:
+    """Make this rank's ``NcclCommunicator`` (collective); every rank raises together on failure."""
+    uid = err = None
+    if comm.rank == 0:
+        try:
+            uid = rt.nccl.get_unique_id()
+        except Exception as exc:
+            err = f"{type(exc).__name__}: {exc}"
+    uid, err = comm.mpi.bcast((uid, err), root=0)
+    if err is not None:
+        raise TransportUnavailable(f"transport 'nccl' cannot run here: rank 0 could not make the NCCL unique id ({err})")
+    nc = err = None
+    try:
+        nc = _init_rank(rt.nccl, comm.size, uid, comm.rank)
+    except Exception as exc:
+        err = f"{type(exc).__name__}: {exc}"
+    errors = comm.mpi.allgather(err)
+    failed = [(rank, e) for rank, e in enumerate(errors) if e is not None]
+    if failed:
+        if nc is not None:
+            _destroy(nc)
+        rank, e = failed[0]
+        raise TransportUnavailable(f"transport 'nccl' cannot run here: NcclCommunicator failed on rank {rank} ({e})")
+    return nc
+
+
+def _id_forms(uid: Any) -> List[Any]:
+    """``uid`` as rank 0's binding made it, then the other forms a binding may accept.
+
+    CuPy 14 takes and returns 128 ``bytes``; older CuPy a tuple of 128 C
+    ``char`` values (signed on x86, unsigned on ARM).
+    """
+    raw = bytes(uid) if isinstance(uid, (bytes, bytearray)) else bytes(int(v) & 0xFF for v in uid)
+    native = raw if isinstance(uid, (bytes, bytearray)) else tuple(int(v) for v in uid)
+    forms: List[Any] = [native]
+    for form in (raw, tuple(b - 256 if b > 127 else b for b in raw), tuple(raw)):
+        if form not in forms:
+            forms.append(form)
+    return forms
+
+
+def _init_rank(nccl: Any, size: int, uid: Any, rank: int) -> Any:
+    last: Optional[Exception] = None
+    for form in _id_forms(uid):
+        try:
+            return nccl.NcclCommunicator(size, form, rank)
+        except (TypeError, OverflowError) as exc:  # rejected by the binding, before NCCL was called
+            last = exc
+    raise TransportUnavailable(
+        f"unique id: expected a form NcclCommunicator accepts (bytes or a tuple of 128 chars); "
+        f"got {type(uid).__name__} ({last})"
+    )
+
+
+def _destroy(nc: Any) -> None:
+    try:
+        nc.destroy()
+    except Exception:
+        with contextlib.suppress(Exception):
+            nc.abort()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Destroy live NCCL communicators at exit, before mpi4py finalizes MPI."""
+    for transport in list(_LIVE):
+        with contextlib.suppress(Exception):
+            transport.close()
+
+
+def _chunks(count: int, limit: int) -> Iterator[Tuple[int, int]]:
+    """``(offset, length)`` pieces of ``count`` elements, each at most ``limit`` long."""
+    for offset in range(0, count, limit):
+        yield offset, min(limit, count - offset)
+
+
+def _split(n: int, parts: int) -> List[int]:
+    q, r = divmod(n, parts)
+    return [q + (i < r) for i in range(parts)]
+
+
+# --------------------------------------------------------------------------- transport
+
+
+class NcclTransport(Transport):
+    """CuPy arrays over NCCL, one ``NcclCommunicator`` per hpccoll Communicator.
+
+    Attributes
+    ----------
+    device : int
+        The GPU this rank's NCCL communicator runs on.
+    device_choice : str
+        How :attr:`device` was chosen.
+    uneven : str
+        The uneven-shard design: ``"auto"``, ``"grouped"`` or ``"pad"``
+        (see the module docstring). Settable; every rank must agree.
+    max_count : int
+        The largest element count passed to one NCCL call (default
+        :data:`INT_MAX`); larger messages are split. Every rank must agree.
+    native_reduce : frozenset of str
+        ``{"float16"}``, plus ``"bfloat16"`` with NCCL >= 2.10.
+    """
+
+    name = "nccl"
+    array_kind = "cupy"
+    max_count: int = INT_MAX
+
+    def __init__(self, comm: Any) -> None:
+        super().__init__(comm)
+        found = probe(comm)
+        if found.reason is not None:
+            raise TransportUnavailable(f"transport 'nccl' cannot run here: {found.reason}")
+        if found.error is not None:
+            raise type(found.error)(str(found.error))
+        global _CHOSEN
+        rt = self._rt = get_runtime()
+        rt.use_device(found.device)
+        _CHOSEN = found.device
+        self.device, self.device_choice = found.device, found.how
+        self._uneven = found.uneven
+        self._nccl = rt.nccl
+        self._xp = rt.xp
+        self._types = {
+            name: getattr(rt.nccl, const) for name, const in _NCCL_TYPES.items() if hasattr(rt.nccl, const)
+        }
+        if _version(rt.nccl) < BF16_VERSION:
+            self._types.pop("bfloat16", None)
+        self._ops = {op: getattr(rt.nccl, const) for op, const in _NCCL_OPS.items()}
+        self.native_reduce: FrozenSet[str] = frozenset(n for n in ("float16", "bfloat16") if n in self._types)
+        self._nc: Any = _bootstrap(comm, rt)
+        _LIVE.add(self)
+
+    @classmethod
+    def unavailable_reason(cls, comm: Any) -> Optional[str]:
+        return probe(comm).reason
+
+    @property
+    def uneven(self) -> str:
+        return self._uneven
+
+    @uneven.setter
+    def uneven(self, value: str) -> None:
+        self._uneven = _check_uneven(value)
+
+    def close(self) -> None:
+        nc, self._nc = getattr(self, "_nc", None), None
+        if nc is not None:
+            _destroy(nc)
+        _LIVE.discard(self)
+
+    # ------------------------------------------------------------------ helpers
+    def _check(self, *arrays: Any) -> None:
+        if self._nc is None:
+            raise TransportUnavailable("transport 'nccl': expected a live NCCL communicator; got a closed one")
+        for a in arrays:
+            if a is not None:
+                dev = self._rt.device_of(a)
+                if dev != self.device:
+                    raise ArgumentError(
+                        f"x: expected a CuPy array on GPU {self.device}, this rank's NCCL device "
+                        f"({self.device_choice}); got one on GPU {dev}. Select the GPU before allocating "
+                        "(cupy.cuda.Device(n).use()); hpccoll then keeps it"
+                    )
+
+    def _type(self, dtype: np.dtype) -> Any:
+        t = self._types.get(dtype.name)
+        if t is None:
+            raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype.name}")
+        return t
+
+    def _movement(self, dtype: np.dtype) -> np.dtype:
+        """The dtype to view ``dtype`` as for pure data movement (NCCL's own, reals, or bytes)."""
+        if dtype.name in self._types:
+            return dtype
+        if dtype.kind == "c":
+            return np.dtype(f"f{dtype.itemsize // 2}")
+        return np.dtype(np.uint8)
+
+    @contextlib.contextmanager
+    def _group(self) -> Iterator[None]:
+        self._nccl.groupStart()
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._nccl.groupEnd()
+            raise
+        self._nccl.groupEnd()
+
+    def _design(self, counts: Sequence[int]) -> str:
+        design = self._uneven
+        largest = max(counts)
+        if design == "auto":
+            design = "pad" if len(counts) * largest <= (1 + PAD_SLACK) * sum(counts) else "grouped"
+        if design == "pad" and largest > self.max_count:
+            design = "grouped"
+        return design
+
+    # ------------------------------------------------------------------ all-gather
+    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
+        self._check(send, recv)
+        if not any(counts):
+            return
+        view = self._movement(recv.dtype)
+        if view != recv.dtype:
+            scale = recv.dtype.itemsize // view.itemsize
+            send, recv, counts = send.view(view), recv.view(view), [c * scale for c in counts]
+        t, stream, first = self._types[view.name], self._rt.stream(), counts[0]
+        if all(c == first for c in counts) and first <= self.max_count:
+            self._nc.allGather(self._rt.ptr(send), self._rt.ptr(recv), first, t, stream)
+        elif self._design(counts) == "pad":
+            self._allgather_padded(send, recv, counts, t, stream)
+        else:
+            self._allgather_grouped(send, recv, counts, t, stream)
+
+    def _allgather_grouped(self, send: Any, recv: Any, counts: List[int], t: Any, stream: int) -> None:
+        size, me = recv.itemsize, self.comm.rank
+        sp, rp = self._rt.ptr(send), self._rt.ptr(recv)
+        with self._group():
+            for root, (count, disp) in enumerate(zip(counts, displacements(counts))):
+                for off, n in _chunks(count, self.max_count):
+                    dst = rp + (disp + off) * size
+                    src = sp + off * size if root == me else dst
+                    self._nc.broadcast(src, dst, n, t, root, stream)
+
+    def _allgather_padded(self, send: Any, recv: Any, counts: List[int], t: Any, stream: int) -> None:
+        xp, me, widest = self._xp, self.comm.rank, max(counts)
+        if counts[me] == widest:
+            padded_send = send
+        else:
+            padded_send = xp.empty(widest, send.dtype)
+            padded_send[: counts[me]] = send
+        padded = xp.empty((len(counts), widest), recv.dtype)
+        self._nc.allGather(self._rt.ptr(padded_send), self._rt.ptr(padded), widest, t, stream)
+        for root, (count, disp) in enumerate(zip(counts, displacements(counts))):
+            if count:
+                recv[disp : disp + count] = padded[root, :count]
+
+    # ------------------------------------------------------------------ reduce-scatter
+    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
+        self._check(send, recv)
+        if not any(counts):
+            return
+        dtype = recv.dtype
+        if dtype.name in _WIDER:
+            wide = self._xp.empty(recv.size, _WIDER[dtype.name])
+            self.reduce_scatter(send.astype(wide.dtype), wide, counts, op)
+            self._xp.copyto(recv, wide, casting="unsafe")
+            return
+        if dtype.kind == "c":
+            if op == "prod":
+                self._complex_prod(send, recv, list(counts))
+                return
+            if op != "sum":
+                raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype.name}; got {op!r}")
+            view = np.dtype(f"f{dtype.itemsize // 2}")
+            send, recv, counts = send.view(view), recv.view(view), [2 * c for c in counts]
+        t, o, stream, first = self._type(recv.dtype), self._ops[op], self._rt.stream(), counts[0]
+        if all(c == first for c in counts) and first <= self.max_count:
+            self._nc.reduceScatter(self._rt.ptr(send), self._rt.ptr(recv), first, t, o, stream)
+        elif self._design(counts) == "pad":
+            self._reduce_scatter_padded(send, recv, list(counts), t, o, stream)
+        else:
+            self._reduce_scatter_grouped(send, recv, list(counts), t, o, stream)
+
+    def _reduce_scatter_grouped(self, send: Any, recv: Any, counts: List[int], t: Any, o: Any, stream: int) -> None:
+        size, me = recv.itemsize, self.comm.rank
+        sp, rp = self._rt.ptr(send), self._rt.ptr(recv)
+        with self._group():
+            for root, (count, disp) in enumerate(zip(counts, displacements(counts))):
+                for off, n in _chunks(count, self.max_count):
+                    dst = rp + off * size if root == me else 0  # only the root's receive buffer is used
+                    self._nc.reduce(sp + (disp + off) * size, dst, n, t, o, root, stream)
+
+    def _reduce_scatter_padded(self, send: Any, recv: Any, counts: List[int], t: Any, o: Any, stream: int) -> None:
+        xp, me, widest = self._xp, self.comm.rank, max(counts)
+        padded = xp.zeros((len(counts), widest), send.dtype)
+        for root, (count, disp) in enumerate(zip(counts, displacements(counts))):
+            if count:
+                padded[root, :count] = send[disp : disp + count]
+        mine = recv if counts[me] == widest else xp.empty(widest, recv.dtype)
+        self._nc.reduceScatter(self._rt.ptr(padded), self._rt.ptr(mine), widest, t, o, stream)
+        if mine is not recv:
+            recv[...] = mine[: counts[me]]
+
+    def _complex_prod(self, send: Any, recv: Any, counts: List[int]) -> None:
+        """Complex product over ranks of block ``rank``: all-to-all of the blocks, then a local product."""
+        xp, me, ranks = self._xp, self.comm.rank, len(counts)
+        real = np.dtype(f"f{recv.dtype.itemsize // 2}")
+        t, stream, size = self._types[real.name], self._rt.stream(), recv.itemsize
+        disps = displacements(counts)
+        blocks = xp.empty((ranks, counts[me]), recv.dtype)
+        sp, bp = self._rt.ptr(send), self._rt.ptr(blocks)
+        with self._group():
+            for peer in range(ranks):
+                if peer == me:
+                    continue
+                for off, n in _chunks(2 * counts[peer], self.max_count):
+                    self._nc.send(sp + disps[peer] * size + off * real.itemsize, n, t, peer, stream)
+                for off, n in _chunks(2 * counts[me], self.max_count):
+                    self._nc.recv(bp + peer * counts[me] * size + off * real.itemsize, n, t, peer, stream)
+        blocks[me] = send[disps[me] : disps[me] + counts[me]]
+        xp.prod(blocks, axis=0, out=recv)
+
+    # ------------------------------------------------------------------ non-blocking forms
+    # NCCL calls are already asynchronous on the caller's stream: enqueue, then hand back
+    # an event recorded after them (test() queries it, wait() synchronises on it).
+    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
+        self.allgatherv(send, recv, counts)
+        return EventPending(self._rt.record())
+
+    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
+        self.reduce_scatter(send, recv, counts, op)
+        return EventPending(self._rt.record())
+
+    def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
+        self.allreduce(send, recv, op)
+        return EventPending(self._rt.record())
+
+    # ------------------------------------------------------------------ all-reduce
+    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        self._check(send, recv)
+        if recv.size == 0:
+            return
+        dtype = recv.dtype
+        if dtype.name in _WIDER:
+            wide = (recv if send is None else send).astype(_WIDER[dtype.name])
+            self.allreduce(None, wide, op)
+            self._xp.copyto(recv, wide, casting="unsafe")
+            return
+        if dtype.kind == "c":
+            if op == "prod":
+                counts = _split(recv.size, self.comm.size)
+                block = self._xp.empty(counts[self.comm.rank], dtype)
+                self._complex_prod(recv if send is None else send, block, counts)
+                self.allgatherv(block, recv, counts)
+                return
+            if op != "sum":
+                raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype.name}; got {op!r}")
+            view = np.dtype(f"f{dtype.itemsize // 2}")
+            send, recv = (None if send is None else send.view(view)), recv.view(view)
+        t, o, stream, size = self._type(recv.dtype), self._ops[op], self._rt.stream(), recv.itemsize
+        rp = self._rt.ptr(recv)
+        sp = rp if send is None else self._rt.ptr(send)
+        for off, n in _chunks(recv.size, self.max_count):
+            self._nc.allReduce(sp + off * size, rp + off * size, n, t, o, stream)
+
+
+class EventPending(Pending):
+    """Work enqueued on a CUDA stream, tracked by an event recorded after it."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def wait(self) -> None:
+        self.event.synchronize()
+
+    def test(self) -> bool:
+        return bool(self.event.done)
+
+
+def _version(nccl: Any) -> int:
+    """The NCCL library's version code (0 when unknown)."""
+    for getter in ("get_version", "get_build_version"):
+        fn = getattr(nccl, getter, None)
+        if fn is not None:
+            with contextlib.suppress(Exception):
+                return int(fn())
+    return 0

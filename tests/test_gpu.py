@@ -1,0 +1,216 @@
+"""Real GPU tests: CuPy arrays over nccl, staged and cuda_mpi (``make test-gpu``).
+
+Skipped, and reported as skipped at the end of the run, without CuPy or a
+GPU. ``cuda_mpi`` runs only where ``HPCCOLL_CUDA_AWARE_MPI=1`` declares the
+MPI CUDA-aware (handing device pointers to a host-only MPI crashes). NCCL
+needs one GPU per rank: where ranks outnumber GPUs, its refusal is tested.
+
+Every rank selects its GPU from its node-local rank before allocating, as
+a user program should (hpccoll's NCCL transport would pick the same one).
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+import hpccoll
+from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_close, assert_same, layout, make, reference
+from test_all_gather import shards
+from test_reductions import OPS, block, stack_for, unsupported
+
+try:
+    import cupy
+
+    GPUS = cupy.cuda.runtime.getDeviceCount()
+except Exception:  # no CuPy, no driver, no GPU
+    cupy, GPUS = None, 0
+
+pytestmark = [pytest.mark.gpu, pytest.mark.mpi, pytest.mark.skipif(GPUS < 1, reason="needs CuPy and a CUDA GPU")]
+
+CUDA_AWARE = os.environ.get("HPCCOLL_CUDA_AWARE_MPI", "").strip().lower() in ("1", "true", "yes", "on")
+TRANSPORTS = ["nccl", "staged", "cuda_mpi"]
+
+
+def _bf16_supported() -> bool:
+    try:
+        a = cupy.asarray(np.ones(2, [d for d in DTYPES if d.name == "bfloat16"][0]))
+        return bool((a.astype(np.float32) == 1).all())
+    except Exception:
+        return False
+
+
+if GPUS:
+    from hpccoll._local import local_rank
+
+    cupy.cuda.Device(local_rank()[0] % GPUS).use()
+    BF16 = _bf16_supported()
+else:
+    BF16 = False
+
+
+def up(a):
+    return cupy.asarray(a)
+
+
+def on_device(a, how):
+    """``a``'s values on the GPU in a memory layout: C, Fortran, strided or reversed (device strides)."""
+    return layout(up(np.ascontiguousarray(a)), how, cupy)
+
+
+def down(a):
+    assert isinstance(a, cupy.ndarray), type(a)
+    return cupy.asnumpy(a)
+
+
+def skip_unsupported_dtype(dtype):
+    if dtype.name == "bfloat16" and not BF16:
+        pytest.skip("this CuPy has no bfloat16 arrays")  # the same on every rank
+
+
+@pytest.fixture(params=TRANSPORTS)
+def tcomm(request, comm):
+    """A Communicator asking for one GPU transport by name."""
+    name = request.param
+    if name == "cuda_mpi" and not CUDA_AWARE:
+        pytest.skip("set HPCCOLL_CUDA_AWARE_MPI=1 where MPI is CUDA-aware to test cuda_mpi")
+    if name == "nccl" and comm.size > GPUS:
+        pytest.skip("NCCL needs one GPU per rank (test_nccl_refuses_shared_gpu covers this size)")
+    c = hpccoll.Communicator(comm.mpi, transport=name)
+    yield c
+    c.free()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_reductions_every_dtype_and_op(tcomm, dtype, op):
+    skip_unsupported_dtype(dtype)
+    stack, x = stack_for(tcomm, (2 * tcomm.size + 1, 3), dtype, seed=11)
+    if unsupported(dtype, op):
+        with pytest.raises(hpccoll.DTypeError, match="op="):
+            hpccoll.all_reduce(up(x), tcomm, op=op)
+        return
+    d = up(x)
+    scattered = hpccoll.reduce_scatter(d, tcomm, op=op)
+    reduced = hpccoll.all_reduce(d, tcomm, op=op)
+    y = up(x)
+    hpccoll.all_reduce(y, tcomm, op=op, out=y)
+    want = reference(stack, op)
+    sizes = hpccoll.split_sizes(x.shape[0], tcomm.size)
+    assert_close(down(scattered), block(want, 0, sizes, tcomm.rank))
+    assert_close(down(reduced), want)
+    assert_close(down(y), want)
+    assert_same(down(d), x)  # the input is untouched
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_all_gather_every_dtype_uneven_axis1(tcomm, dtype):
+    skip_unsupported_dtype(dtype)
+    sizes = SIZE_PATTERNS["uneven"](tcomm.size)
+    x, full = shards(tcomm, (2, 0, 3), 1, sizes, dtype)
+    gathered = hpccoll.all_gather(up(x), tcomm, axis=1)
+    adjoint = hpccoll.all_gather_adjoint(up(full), tcomm, axis=1, sizes=sizes)  # a reduce-scatter
+    assert_same(down(gathered), full)
+    want = block(reference(np.stack([full] * tcomm.size), "sum"), 1, sizes, tcomm.rank)
+    assert_close(down(adjoint), want)
+
+
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("shape,axis", [((4, 0), 1), ((2, 0, 3), 1), ((2, 3, 0), -1), ((0, 3), 0)])
+@pytest.mark.parametrize("how", LAYOUTS)
+def test_axes_layouts_uneven(tcomm, shape, axis, pattern, how):
+    sizes = SIZE_PATTERNS[pattern](tcomm.size)
+    x, full = shards(tcomm, shape, axis % len(shape), sizes, np.float64, seed=3)
+    shape = list(shape)
+    shape[axis] = sum(sizes)
+    stack, z = stack_for(tcomm, tuple(shape), np.float32, seed=4)
+    gathered = hpccoll.all_gather(on_device(x, how), tcomm, axis=axis, sizes=sizes)
+    out = on_device(np.zeros_like(block(stack[0], axis % len(shape), sizes, tcomm.rank)), how)
+    scattered = hpccoll.reduce_scatter(on_device(z, how), tcomm, axis=axis, sizes=sizes, out=out)
+    assert_same(down(gathered), full)
+    assert scattered is out
+    assert_close(down(out), block(reference(stack, "sum"), axis % len(shape), sizes, tcomm.rank))
+
+
+@pytest.mark.parametrize("uneven", ["grouped", "pad"])
+@pytest.mark.parametrize("dtype,op", [("float32", "sum"), ("complex128", "prod"), ("int16", "sum"), ("bool", "max")])
+def test_primitives_directly(tcomm, dtype, op, uneven):
+    """The transport's own primitives on flat device buffers: NCCL runs even at one rank."""
+    if tcomm.transport != "nccl" and uneven == "pad":
+        pytest.skip("only NCCL has uneven-shard designs")  # the same on every rank
+    t = tcomm.transport_instance(tcomm.transport)
+    if tcomm.transport == "nccl":
+        t.uneven = uneven
+    dtype = np.dtype(dtype)
+    counts = [r % 3 + 1 for r in range(tcomm.size)]
+    start, mine = sum(counts[: tcomm.rank]), counts[tcomm.rank]
+    full = make((sum(counts),), dtype, seed=5)
+    recv = cupy.empty(sum(counts), dtype)
+    t.allgatherv(up(full[start : start + mine]), recv, counts)
+    stack = make((tcomm.size, sum(counts)), dtype, seed=6)
+    if dtype == np.bool_:
+        stack = stack.view(np.uint8)  # transports reduce bool as uint8 (the API's plan)
+    part = cupy.empty(mine, stack.dtype)
+    t.reduce_scatter(up(stack[tcomm.rank]), part, counts, op)
+    whole = up(stack[tcomm.rank])
+    t.allreduce(None, whole, op)
+    cupy.cuda.get_current_stream().synchronize()
+    assert_same(down(recv), full)
+    want = reference(stack, op)
+    assert_close(down(part), want[start : start + mine])
+    assert_close(down(whole), want)
+
+
+def test_runs_on_the_callers_stream(tcomm):
+    stack, x = stack_for(tcomm, (1 << 16,), np.float32, seed=7)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        d = up(x)
+        y = hpccoll.all_reduce(d * 2, tcomm)
+        z = hpccoll.all_gather(d[:8], tcomm)
+    stream.synchronize()
+    assert_close(down(y), reference(stack * 2, "sum"))
+    assert_same(down(z), stack[:, :8].reshape(-1))
+
+
+def test_dot_test_on_device(tcomm):
+    from hpccoll.testing import dottest
+
+    sizes = SIZE_PATTERNS["uneven"](tcomm.size)
+    op = hpccoll.AllGather(tcomm, axis=1, sizes=sizes)
+    x = up(make((3, sizes[tcomm.rank]), np.float64, seed=10 + tcomm.rank))
+    y = up(make((3, sum(sizes)), np.float64, seed=20 + tcomm.rank))
+    assert dottest(op, x, y)
+
+
+def test_transport_for_and_split(comm):
+    c = hpccoll.Communicator(comm.mpi)
+    try:
+        x = cupy.ones(3)
+        choice = c.transport_for(x)
+        sub = c.split(comm.rank)  # one rank each: NCCL is always usable there
+        sub_choice = sub.transport_for(x)
+        got = hpccoll.all_reduce(x, sub)
+        sub_nccl = sub.transport_instance("nccl")
+        sub_nccl.allreduce(None, got, "sum")
+        sub.free()
+        if comm.size <= GPUS:
+            assert choice.name == "nccl", choice
+        else:
+            assert choice.name in ("staged", "cuda_mpi") and "share one GPU" in choice.reason, choice
+        assert sub_choice.name == "nccl"
+        assert_same(down(got), np.ones(3))
+    finally:
+        c.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_nccl_refuses_shared_gpu(comm):
+    if comm.size <= GPUS:
+        pytest.skip("enough GPUs for one rank each")  # the same on every rank
+    c = hpccoll.Communicator(comm.mpi, transport="nccl")
+    try:
+        with pytest.raises(hpccoll.TransportUnavailable, match="share one GPU"):
+            hpccoll.all_reduce(cupy.ones(2), c)
+    finally:
+        c.free()
