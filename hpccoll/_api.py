@@ -278,7 +278,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
                     f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]} on rank {c.rank}; "
                     f"got {sizes[c.rank]}"
                 )
-            out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp, _gathers_in_place(x, ax, sizes, c.rank))
+            out = _gather_out(out, x, xp, ax, sizes, c.rank)
     except HpccollError as e:
         err = e
     if c.check and c.size > 1:
@@ -294,7 +294,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
         if sizes is None:
             sizes = tuple(extents)
             try:
-                out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp, _gathers_in_place(x, ax, sizes, c.rank))
+                out = _gather_out(out, x, xp, ax, sizes, c.rank)
             except HpccollError as e:
                 err = e
             c.agree(what, None, None, err)
@@ -304,7 +304,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
         raise err
     elif sizes is None:
         sizes = _discover(c, x, ax, what)
-        out = _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp, _gathers_in_place(x, ax, sizes, c.rank))
+        out = _gather_out(out, x, xp, ax, sizes, c.rank)
     if c.size == 1:
         xp.copyto(out, x)
         return _done(out, async_op)
@@ -329,6 +329,11 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
         return out
 
     return _launch(transport, "allgatherv", (send, recv, counts), finish, async_op)
+
+
+def _gather_out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) -> Any:
+    """Validate (or allocate) an all-gather's ``out`` once ``sizes`` are known."""
+    return _out(out, _with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp, _gathers_in_place(x, ax, sizes, rank))
 
 
 def _launch(transport: Any, primitive: str, args: tuple, finish: Any, async_op: bool) -> Any:
