@@ -82,7 +82,8 @@ def _out(out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any, all
         raise ArgumentError(f"out: expected dtype {dtype}; got {out.dtype}")
     if xp is np and not out.flags.writeable:
         raise ArgumentError("out: expected a writeable array; got a read-only one")
-    if out is not x and overlaps(out, x, xp) and not (allow_same and _same_view(out, x)):
+    # ``out is x`` counts as overlap too (even for zero-size arrays): MPI forbids aliased buffers.
+    if (out is x or overlaps(out, x, xp)) and not (allow_same and _same_view(out, x)):
         raise ArgumentError("out: expected memory separate from the input; got an array that overlaps it")
     return out
 
