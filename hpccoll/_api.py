@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -103,6 +103,16 @@ def _settle(c: Communicator, what: str, desc: Any, local: Any, err: Optional[Hpc
     if err is not None:
         raise err
     return None
+
+
+def _refuse(c: Communicator, what: str, err: HpccollError) -> NoReturn:
+    """Raise ``err``, found before the collective's own check: in check mode on every rank.
+
+    The other ranks are then in that check (their first collective call), so
+    they learn of ``err`` there instead of waiting for this rank forever.
+    """
+    _settle(c, what, None, None, err)
+    raise err  # _settle raised already; this line only reassures type checkers
 
 
 def _shape_without(shape: Tuple[int, ...], ax: int) -> Tuple[int, ...]:
@@ -224,10 +234,10 @@ def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, 
 
 
 def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what: str) -> Any:
-    x, kind = as_array(x)
-    xp = np if kind == "numpy" else module_of(kind)
     err = None
     try:
+        x, kind = as_array(x)
+        xp = np if kind == "numpy" else module_of(kind)
         check_dtype(x.dtype)
         ax = _axis(axis, x.ndim)
         if sizes is not None:
@@ -374,10 +384,10 @@ def reduce_scatter(
 
 
 def _reduce_scatter(x: Any, c: Communicator, op: Any, axis: Any, sizes: Sizes, out: Any, what: str) -> Any:
-    x, kind = as_array(x)
-    xp = np if kind == "numpy" else module_of(kind)
     err = desc = None
     try:
+        x, kind = as_array(x)
+        xp = np if kind == "numpy" else module_of(kind)
         check_dtype(x.dtype)
         op = normalize_op(op)
         ax = _axis(axis, x.ndim)
@@ -443,11 +453,17 @@ def reduce_scatter_adjoint(
         For ``prod``, ``max`` and ``min``, which are not linear.
     """
     c = as_communicator(comm)
-    op = _linear_op(op, "reduce_scatter_adjoint")
-    if op == "avg":
-        y, _ = as_array(y, "y")
-        check_dtype(y.dtype, "y")
-        reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
+    early = None
+    try:
+        op = _linear_op(op, "reduce_scatter_adjoint")
+        if op == "avg":
+            y, _ = as_array(y, "y")
+            check_dtype(y.dtype, "y")
+            reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
+    except HpccollError as e:
+        early = e
+    if early is not None:  # outside the except block: no "during handling" chain
+        _refuse(c, "reduce_scatter_adjoint", early)
     result = _all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint")
     if op == "avg" and c.size > 1:
         _divide(result, c.size)
@@ -496,10 +512,10 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None) ->
 
 
 def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str) -> Any:
-    x, kind = as_array(x)
-    xp = np if kind == "numpy" else module_of(kind)
     err = desc = None
     try:
+        x, kind = as_array(x)
+        xp = np if kind == "numpy" else module_of(kind)
         check_dtype(x.dtype)
         op = normalize_op(op)
         transport = select_transport(c, kind)
@@ -556,17 +572,24 @@ def all_reduce_adjoint(
         The cotangent of this rank's input, a new array (or ``out``).
     """
     c = as_communicator(comm)
-    op = _linear_op(op, "all_reduce_adjoint")
-    if cotangent not in COTANGENTS:
-        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+    early = None
+    try:
+        op = _linear_op(op, "all_reduce_adjoint")
+        if cotangent not in COTANGENTS:
+            raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+        if cotangent == "replicated":
+            y, kind = as_array(y, "y")
+            xp = np if kind == "numpy" else module_of(kind)
+            check_dtype(y.dtype, "y")
+            if op == "avg":
+                reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
+            out = _out(out, y.shape, y.dtype, y, xp, allow_same=True)
+    except HpccollError as e:
+        early = e
+    if early is not None:  # outside the except block: no "during handling" chain
+        _refuse(c, "all_reduce_adjoint", early)
     if cotangent == "varying":
         return _all_reduce(y, c, op, out, "all_reduce_adjoint")
-    y, kind = as_array(y, "y")
-    xp = np if kind == "numpy" else module_of(kind)
-    check_dtype(y.dtype, "y")
-    if op == "avg":
-        reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
-    out = _out(out, y.shape, y.dtype, y, xp, allow_same=True)
     if c.check and c.size > 1:
         c.agree("all_reduce_adjoint", {"replicated cotangent": _digest(y)}, None, None)
     if out is not y:

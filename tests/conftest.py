@@ -8,6 +8,8 @@ global array.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,20 @@ def all_ranks(comm, ok):
     from mpi4py import MPI
 
     return comm.mpi.allreduce(bool(ok), op=MPI.LAND)
+
+
+def raises_everywhere(comm, exc, match, call):
+    """``call`` raises ``exc`` (its message matching ``match``), the same message on every rank.
+
+    Collective whatever happens: a rank that returns or raises something else
+    fails the test on every rank instead of leaving the others waiting.
+    Returns the message.
+    """
+    try:
+        call()
+        seen = ("returned", "", False)
+    except Exception as e:  # noqa: BLE001 - compared below, on every rank
+        seen = (type(e).__name__, str(e), isinstance(e, exc) and re.search(match, str(e)) is not None)
+    everyone = comm.mpi.allgather(seen)
+    assert all(ok for _, _, ok in everyone) and len({m for _, m, _ in everyone}) == 1, everyone
+    return everyone[0][1]
