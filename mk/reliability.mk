@@ -11,3 +11,7 @@ test-long: venv
 	for n in $(LONG_NP); do \
 	  HYPOTHESIS_PROFILE=long timeout 3600 $(MPIEXEC) -n $$n $(PY) $(PYTEST) -q tests/test_properties.py || exit 1; \
 	done
+
+## test-large: messages over 2^31 elements at 2 ranks (tests marked large; about 10 GiB of memory at the peak)
+test-large: venv
+	HPCCOLL_TEST_LARGE=1 timeout 1800 $(MPIEXEC) -n 2 $(PY) $(PYTEST) -q -s -m large tests

@@ -138,3 +138,18 @@ def raises_everywhere(comm, exc, match, call):
     everyone = comm.mpi.allgather(seen)
     assert all(ok for _, _, ok in everyone) and len({m for _, m, _ in everyone}) == 1, everyone
     return everyone[0][1]
+
+
+def pytest_collection_modifyitems(config, items):
+    """``large`` tests (messages over 2^31 elements, many GiB) run only with HPCCOLL_TEST_LARGE=1 (make test-large).
+
+    The decision depends on the environment only, so it is the same on every rank.
+    """
+    from hpccoll._comm import env_flag
+
+    if env_flag("HPCCOLL_TEST_LARGE", False):
+        return
+    skip = pytest.mark.skip(reason="large: set HPCCOLL_TEST_LARGE=1 (make test-large) to run")
+    for item in items:
+        if "large" in item.keywords:
+            item.add_marker(skip)
