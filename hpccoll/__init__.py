@@ -25,6 +25,7 @@ from ._errors import (
     TransportUnavailable,
     UnsupportedOpError,
 )
+from ._faults import abort_on_exception
 from ._operators import AllGather, AllReduce, Operator, ReduceScatter
 from . import testing
 from .transports import TRANSPORTS
@@ -53,6 +54,7 @@ __all__ = [
     "OPS",
     "SUPPORTED_DTYPES",
     "TRANSPORTS",
+    "abort_on_exception",
     "testing",
     "__version__",
 ]

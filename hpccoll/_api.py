@@ -16,6 +16,7 @@ from ._arrays import as_array, flat, module_of, overlaps, prod
 from ._comm import Communicator, as_communicator
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from ._faults import run
 from .transports import select_transport
 
 __all__ = [
@@ -298,7 +299,7 @@ def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
     signature = hash((ord(dt.char), dt.itemsize, x.ndim, ax) + _shape_without(x.shape, ax))
     mine = np.array([x.shape[ax], signature], dtype=np.int64)
     table = np.empty((c.size, 2), dtype=np.int64)
-    c.mpi.Allgather(mine, table)
+    run(c.mpi, "Allgather", mine, table, timeout=c.timeout, what=f"{what}'s size exchange")
     rows = table.tolist()
     for rank, (_, sig) in enumerate(rows):
         if sig != rows[0][1]:

@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, Optional
 
 from ._errors import ArgumentError, HpccollError, MismatchError
+from ._faults import allgather_object, timeout_from_env
 
 __all__ = ["Communicator", "as_communicator", "env_flag"]
 
@@ -43,6 +44,10 @@ class Communicator:
         rank on disagreement. Default: the ``HPCCOLL_CHECK`` environment
         variable, else off.
 
+    The ``HPCCOLL_TIMEOUT`` environment variable (seconds; unset or 0: off),
+    read here, turns on the watchdog: a collective still incomplete after that
+    long aborts the job (see :mod:`hpccoll._faults`).
+
     Attributes
     ----------
     mpi : mpi4py.MPI.Intracomm
@@ -51,6 +56,8 @@ class Communicator:
         This rank and the number of ranks.
     check : bool
         Whether the cross-rank check is on.
+    timeout : float or None
+        The watchdog's limit in seconds (``HPCCOLL_TIMEOUT``), or ``None``.
     transport : str
         The requested transport name (``"auto"`` unless chosen).
 
@@ -61,27 +68,28 @@ class Communicator:
     >>> rows = comm.split(comm.rank // 2)        # doctest: +SKIP
     """
 
-    __slots__ = ("_mpi", "rank", "size", "check", "transport", "_transports", "_owned")
+    __slots__ = ("_mpi", "rank", "size", "check", "transport", "timeout", "_transports", "_owned")
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
-        transport, check = _settings(transport, check)  # validated before the collective Dup
-        self._setup(base.Dup(), transport, check)
+        transport, check, timeout = _settings(transport, check)  # validated before the collective Dup
+        self._setup(base.Dup(), transport, check, timeout)
 
     @classmethod
-    def _adopt(cls, mpi_comm: Any, transport: str, check: bool) -> "Communicator":
+    def _adopt(cls, mpi_comm: Any, transport: str, check: bool, timeout: Optional[float]) -> "Communicator":
         """Wrap a communicator hpccoll made itself (no further ``Dup``)."""
         self = cls.__new__(cls)
-        self._setup(mpi_comm, transport, check)
+        self._setup(mpi_comm, transport, check, timeout)
         return self
 
-    def _setup(self, mpi_comm: Any, transport: str, check: bool) -> None:
+    def _setup(self, mpi_comm: Any, transport: str, check: bool, timeout: Optional[float]) -> None:
         self._mpi = mpi_comm
         self._owned = True
         self.rank: int = mpi_comm.Get_rank()
         self.size: int = mpi_comm.Get_size()
         self.transport: str = transport
         self.check: bool = check
+        self.timeout: Optional[float] = timeout
         self._transports: Dict[str, Any] = {}
 
     @property
@@ -113,7 +121,7 @@ class Communicator:
 
         if sub == MPI.COMM_NULL:
             return None
-        return Communicator._adopt(sub, self.transport, self.check)
+        return Communicator._adopt(sub, self.transport, self.check, self.timeout)
 
     def transport_instance(self, name: str) -> Any:
         """The transport ``name`` bound to this communicator (made on first use)."""
@@ -131,7 +139,8 @@ class Communicator:
         message naming the rank), or :class:`MismatchError` on every rank when
         the descriptors differ. Returns every rank's ``local`` value.
         """
-        gathered = self._mpi.allgather((descriptor, local, _portable(error), what))
+        gathered = allgather_object(self._mpi, (descriptor, local, _portable(error), what), self.timeout,
+                                    f"{what}'s cross-rank check")
         for rank, (_, _, err, _) in enumerate(gathered):
             if err is not None:
                 cls, msg = err
@@ -175,7 +184,7 @@ def _settings(transport: Any, check: Any) -> tuple:
         check = env_flag("HPCCOLL_CHECK", False)
     elif not isinstance(check, bool):
         raise ArgumentError(f"check: expected True, False or None; got {check!r}")
-    return name, check
+    return name, check, timeout_from_env()
 
 
 def _portable(error: Optional[HpccollError]) -> Optional[tuple]:

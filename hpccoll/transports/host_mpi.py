@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from .._faults import run
 from ._base import Transport
 
 __all__ = ["HostMPI", "mpi_datatype", "mpi_op"]
@@ -66,6 +67,10 @@ class HostMPI(Transport):
     #: time; below this many bytes per piece packing is faster.
     strided_min_piece = 512
 
+    def _run(self, name: str, *args: Any) -> None:
+        """The MPI collective ``name``; watched (nonblocking, polled) when ``HPCCOLL_TIMEOUT`` is set."""
+        run(self.comm.mpi, name, *args, timeout=self.comm.timeout)
+
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         itemsize = out.itemsize
         if out.nbytes < self.strided_min_bytes:
@@ -81,7 +86,7 @@ class HostMPI(Transport):
             # Rank r's block: lead rows of first*trail elements, row stride total*trail.
             recv_t = _committed(base.Create_vector(lead, first * trail, total * trail), first * trail * itemsize)
             try:
-                self.comm.mpi.Allgather([send, lead * mine * trail, base], [out, 1, recv_t])
+                self._run("Allgather", [send, lead * mine * trail, base], [out, 1, recv_t])
             finally:
                 recv_t.Free()
             return True
@@ -89,7 +94,7 @@ class HostMPI(Transport):
         recv_t = _committed(base.Create_vector(lead, trail, total * trail), trail * itemsize)
         send_t = _committed(base.Create_vector(lead, trail, max(mine, 1) * trail), trail * itemsize)
         try:
-            self.comm.mpi.Allgatherv([send, mine, send_t], [out, (list(sizes), displacements(sizes)), recv_t])
+            self._run("Allgatherv", [send, mine, send_t], [out, (list(sizes), displacements(sizes)), recv_t])
         finally:
             recv_t.Free()
             send_t.Free()
@@ -99,20 +104,18 @@ class HostMPI(Transport):
         t = mpi_datatype(recv.dtype)
         first = counts[0]
         if counts.count(first) == len(counts):
-            self.comm.mpi.Allgather([send, first, t], [recv, first, t])
+            self._run("Allgather", [send, first, t], [recv, first, t])
         else:
-            self.comm.mpi.Allgatherv(
-                [send, counts[self.comm.rank], t], [recv, (list(counts), displacements(counts)), t]
-            )
+            self._run("Allgatherv", [send, counts[self.comm.rank], t], [recv, (list(counts), displacements(counts)), t])
 
     def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
         t = mpi_datatype(recv.dtype)
         first = counts[0]
         if counts.count(first) == len(counts):
-            self.comm.mpi.Reduce_scatter_block([send, t], [recv, first, t], mpi_op(op))
+            self._run("Reduce_scatter_block", [send, t], [recv, first, t], mpi_op(op))
         else:
-            self.comm.mpi.Reduce_scatter([send, t], [recv, counts[self.comm.rank], t], list(counts), mpi_op(op))
+            self._run("Reduce_scatter", [send, t], [recv, counts[self.comm.rank], t], list(counts), mpi_op(op))
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         t = mpi_datatype(recv.dtype)
-        self.comm.mpi.Allreduce(mpi_op("in_place") if send is None else [send, t], [recv, t], mpi_op(op))
+        self._run("Allreduce", mpi_op("in_place") if send is None else [send, t], [recv, t], mpi_op(op))
