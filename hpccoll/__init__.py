@@ -26,6 +26,7 @@ from ._errors import (
     TransportUnavailable,
     UnsupportedOpError,
 )
+from ._faults import abort_on_exception
 from ._operators import AllGather, AllReduce, Operator, ReduceScatter
 from ._request import Request
 from . import testing
@@ -57,6 +58,7 @@ __all__ = [
     "OPS",
     "SUPPORTED_DTYPES",
     "TRANSPORTS",
+    "abort_on_exception",
     "testing",
     "__version__",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from ._arrays import as_array, flat, module_of, overlaps, prod
 from ._comm import Communicator, as_communicator
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from ._faults import run
 from ._request import Request
 from .transports import select_transport
 
@@ -92,7 +93,8 @@ def _out(
         raise ArgumentError("out: expected a writeable array; got a read-only one")
     if xp is not np and out.device.id != x.device.id:
         raise ArgumentError(f"out: expected an array on x's GPU {x.device.id}; got one on GPU {out.device.id}")
-    if out is not x and overlaps(out, x, xp) and not (in_place is not None and in_place(out)):
+    # ``out is x`` counts as overlap too (even for zero-size arrays): MPI forbids aliased buffers.
+    if (out is x or overlaps(out, x, xp)) and not (in_place is not None and in_place(out)):
         raise ArgumentError(
             "out: expected memory separate from the input (or exactly the in-place layout); "
             "got an array that overlaps it"
@@ -130,6 +132,16 @@ def _settle(c: Communicator, what: str, desc: Any, local: Any, err: Optional[Hpc
     if err is not None:
         raise err
     return None
+
+
+def _refuse(c: Communicator, what: str, err: HpccollError) -> NoReturn:
+    """Raise ``err``, found before the collective's own check: in check mode on every rank.
+
+    The other ranks are then in that check (their first collective call), so
+    they learn of ``err`` there instead of waiting for this rank forever.
+    """
+    _settle(c, what, None, None, err)
+    raise err  # _settle raised already; this line only reassures type checkers
 
 
 def _shape_without(shape: Tuple[int, ...], ax: int) -> Tuple[int, ...]:
@@ -265,10 +277,10 @@ def all_gather(
 def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what: str, async_op: bool) -> Any:
     if type(x) in _SEQUENCES and is_array_list(x):
         return all_gather_many(x, c, axis, sizes, out, what, async_op)
-    x, kind = as_array(x)
-    xp = np if kind == "numpy" else module_of(kind)
     err = None
     try:
+        x, kind = as_array(x)
+        xp = np if kind == "numpy" else module_of(kind)
         check_dtype(x.dtype)
         ax = _axis(axis, x.ndim)
         if sizes is not None:
@@ -313,7 +325,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
     counts = [s * lead * inner for s in sizes]
     transport = select_transport(c, kind)
     contiguous = out.flags.c_contiguous
-    if xp.may_share_memory(out, x):  # in place: x is this rank's block of out (checked by _out)
+    if out is x or xp.may_share_memory(out, x):  # in place: x is this rank's block of out (checked by _out)
         if lead == 1 and contiguous and transport.in_place:
             return _launch(transport, "allgatherv", (None, _as(flat(out, xp), wire), counts), lambda: out, async_op)
         x = x.copy()
@@ -359,7 +371,7 @@ def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
     signature = hash((ord(dt.char), dt.itemsize, x.ndim, ax) + _shape_without(x.shape, ax))
     mine = np.array([x.shape[ax], signature], dtype=np.int64)
     table = np.empty((c.size, 2), dtype=np.int64)
-    c.mpi.Allgather(mine, table)
+    run(c.mpi, "Allgather", mine, table, timeout=c.timeout, what=f"{what}'s size exchange")
     rows = table.tolist()
     for rank, (_, sig) in enumerate(rows):
         if sig != rows[0][1]:
@@ -466,10 +478,10 @@ def _reduce_scatter(
 ) -> Any:
     if type(x) in _SEQUENCES and is_array_list(x):
         return reduce_scatter_many(x, c, op, axis, sizes, out, what, async_op)
-    x, kind = as_array(x)
-    xp = np if kind == "numpy" else module_of(kind)
     err = desc = None
     try:
+        x, kind = as_array(x)
+        xp = np if kind == "numpy" else module_of(kind)
         check_dtype(x.dtype)
         op = normalize_op(op)
         ax = _axis(axis, x.ndim)
@@ -496,7 +508,7 @@ def _reduce_scatter(
     plan = reduce_plan(x.dtype, op, transport.native_reduce)
     trail = prod(_shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
-    if xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked by _out)
+    if out is x or xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked by _out)
         if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen and transport.in_place:
             full = _as(flat(x, xp), plan.wire)
             start = sum(counts[: c.rank])
@@ -567,14 +579,20 @@ def reduce_scatter_adjoint(
         For ``prod``, ``max`` and ``min``, which are not linear.
     """
     c = as_communicator(comm)
-    op = _linear_op(op, "reduce_scatter_adjoint")
-    if op == "avg":  # avg on bool or integers raises, as in the forward
-        many = type(y) in _SEQUENCES and is_array_list(y)
-        for i, yi in enumerate(y if many else (y,)):
-            name = f"y[{i}]" if many else "y"
-            yi, _ = as_array(yi, name)
-            check_dtype(yi.dtype, name)
-            reduce_plan(yi.dtype, op)
+    early = None
+    try:
+        op = _linear_op(op, "reduce_scatter_adjoint")
+        if op == "avg":  # avg on bool or integers raises, as in the forward
+            many = type(y) in _SEQUENCES and is_array_list(y)
+            for i, yi in enumerate(y if many else (y,)):
+                name = f"y[{i}]" if many else "y"
+                yi, _ = as_array(yi, name)
+                check_dtype(yi.dtype, name)
+                reduce_plan(yi.dtype, op)
+    except HpccollError as e:
+        early = e
+    if early is not None:  # outside the except block: no "during handling" chain
+        _refuse(c, "reduce_scatter_adjoint", early)
     result = _all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint", async_op)
     if op == "avg" and c.size > 1:
         return _then(result, lambda r: _divided(r, c.size))
@@ -629,10 +647,10 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None, as
 def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op: bool) -> Any:
     if type(x) in _SEQUENCES and is_array_list(x):
         return all_reduce_many(x, c, op, out, what, async_op)
-    x, kind = as_array(x)
-    xp = np if kind == "numpy" else module_of(kind)
     err = desc = None
     try:
+        x, kind = as_array(x)
+        xp = np if kind == "numpy" else module_of(kind)
         check_dtype(x.dtype)
         op = normalize_op(op)
         reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
@@ -702,23 +720,32 @@ def all_reduce_adjoint(
         The cotangent of this rank's input, a new array (or ``out``).
     """
     c = as_communicator(comm)
-    op = _linear_op(op, "all_reduce_adjoint")
-    if cotangent not in COTANGENTS:
-        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+    early = None
+    many = type(y) in _SEQUENCES and is_array_list(y)
+    try:
+        op = _linear_op(op, "all_reduce_adjoint")
+        if cotangent not in COTANGENTS:
+            raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+        if cotangent == "replicated" and many:
+            outs = [None] * len(y) if out is None else out
+            if type(outs) not in _SEQUENCES or len(outs) != len(y):
+                raise ArgumentError(f"out: expected None or a list of {len(y)} arrays (one per input); got {out!r}")
+        elif cotangent == "replicated":
+            y, kind = as_array(y, "y")
+            xp = np if kind == "numpy" else module_of(kind)
+            check_dtype(y.dtype, "y")
+            if op == "avg":
+                reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
+            out = _out(out, y.shape, y.dtype, y, xp, lambda o: _same_view(o, y))
+    except HpccollError as e:
+        early = e
+    if early is not None:  # outside the except block: no "during handling" chain
+        _refuse(c, "all_reduce_adjoint", early)
     if cotangent == "varying":
         return _all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
-    if type(y) in _SEQUENCES and is_array_list(y):
-        outs = [None] * len(y) if out is None else out
-        if type(outs) not in _SEQUENCES or len(outs) != len(y):
-            raise ArgumentError(f"out: expected None or a list of {len(y)} arrays (one per input); got {out!r}")
+    if many:  # replicated: no communication but the check, array by array
         results = [all_reduce_adjoint(yi, c, op=op, cotangent=cotangent, out=oi) for yi, oi in zip(y, outs)]
         return _done(results, async_op)
-    y, kind = as_array(y, "y")
-    xp = np if kind == "numpy" else module_of(kind)
-    check_dtype(y.dtype, "y")
-    if op == "avg":
-        reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
-    out = _out(out, y.shape, y.dtype, y, xp, lambda o: _same_view(o, y))
     if c.check and c.size > 1:
         c.agree("all_reduce_adjoint", {"replicated cotangent": _digest(y)}, None, None)
     if out is not y:

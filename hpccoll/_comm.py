@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, Optional
 
 from ._errors import ArgumentError, HpccollError, MismatchError
+from ._faults import allgather_object, timeout_from_env
 
 __all__ = ["Communicator", "as_communicator", "env_flag", "DEFAULT_BUCKET_BYTES"]
 
@@ -46,6 +47,10 @@ class Communicator:
         rank on disagreement. Default: the ``HPCCOLL_CHECK`` environment
         variable, else off.
 
+    The ``HPCCOLL_TIMEOUT`` environment variable (seconds; unset or 0: off),
+    read here, turns on the watchdog: a collective still incomplete after that
+    long aborts the job (see :mod:`hpccoll._faults`).
+
     Attributes
     ----------
     mpi : mpi4py.MPI.Intracomm
@@ -57,6 +62,8 @@ class Communicator:
     bucket_bytes : int
         The largest message the list forms of the collectives pack arrays
         into (default 64 MiB, or ``HPCCOLL_BUCKET_BYTES``); settable.
+    timeout : float or None
+        The watchdog's limit in seconds (``HPCCOLL_TIMEOUT``), or ``None``.
     transport : str
         The requested transport name (``"auto"`` unless chosen).
 
@@ -67,21 +74,23 @@ class Communicator:
     >>> rows = comm.split(comm.rank // 2)        # doctest: +SKIP
     """
 
-    __slots__ = ("_mpi", "rank", "size", "check", "transport", "bucket_bytes", "_transports", "_owned", "_state")
+    __slots__ = (
+        "_mpi", "rank", "size", "check", "transport", "timeout", "bucket_bytes", "_transports", "_owned", "_state",
+    )
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
-        transport, check = _settings(transport, check)  # validated before the collective Dup
-        self._setup(base.Dup(), transport, check)
+        transport, check, timeout = _settings(transport, check)  # validated before the collective Dup
+        self._setup(base.Dup(), transport, check, timeout)
 
     @classmethod
-    def _adopt(cls, mpi_comm: Any, transport: str, check: bool) -> "Communicator":
+    def _adopt(cls, mpi_comm: Any, transport: str, check: bool, timeout: Optional[float]) -> "Communicator":
         """Wrap a communicator hpccoll made itself (no further ``Dup``)."""
         self = cls.__new__(cls)
-        self._setup(mpi_comm, transport, check)
+        self._setup(mpi_comm, transport, check, timeout)
         return self
 
-    def _setup(self, mpi_comm: Any, transport: str, check: bool) -> None:
+    def _setup(self, mpi_comm: Any, transport: str, check: bool, timeout: Optional[float]) -> None:
         self._mpi = mpi_comm
         self._owned = True
         self.rank: int = mpi_comm.Get_rank()
@@ -89,6 +98,7 @@ class Communicator:
         self.transport: str = transport
         self.check: bool = check
         self.bucket_bytes: int = _bucket_bytes()
+        self.timeout: Optional[float] = timeout
         self._transports: Dict[str, Any] = {}
         self._state: Dict[str, Any] = {}  # transport choices and probe results, per Communicator
 
@@ -121,7 +131,7 @@ class Communicator:
 
         if sub == MPI.COMM_NULL:
             return None
-        child = Communicator._adopt(sub, self.transport, self.check)
+        child = Communicator._adopt(sub, self.transport, self.check, self.timeout)
         child.bucket_bytes = self.bucket_bytes
         return child
 
@@ -168,7 +178,8 @@ class Communicator:
         message naming the rank), or :class:`MismatchError` on every rank when
         the descriptors differ. Returns every rank's ``local`` value.
         """
-        gathered = self._mpi.allgather((descriptor, local, _portable(error), what))
+        gathered = allgather_object(self._mpi, (descriptor, local, _portable(error), what), self.timeout,
+                                    f"{what}'s cross-rank check")
         for rank, (_, _, err, _) in enumerate(gathered):
             if err is not None:
                 cls, msg = err
@@ -226,7 +237,7 @@ def _settings(transport: Any, check: Any) -> tuple:
         check = env_flag("HPCCOLL_CHECK", False)
     elif not isinstance(check, bool):
         raise ArgumentError(f"check: expected True, False or None; got {check!r}")
-    return name, check
+    return name, check, timeout_from_env()
 
 
 def _portable(error: Optional[HpccollError]) -> Optional[tuple]:
@@ -264,6 +275,20 @@ def _intracomm(mpi_comm: Any) -> Any:
     return mpi_comm
 
 
+def _release(mpi_comm: Any, keyval: int, cached: "Communicator") -> None:
+    """Free the cached duplicate when its communicator is freed (MPI attribute delete callback).
+
+    Without it every ``Comm.Free`` of a communicator hpccoll was given leaked
+    one duplicate, and MPICH runs out of communicators after about 2000.
+    The predefined communicators are left alone: they are only "freed" by
+    ``MPI_Finalize``, when hpccoll no longer calls MPI.
+    """
+    from mpi4py import MPI
+
+    if mpi_comm != MPI.COMM_WORLD and mpi_comm != MPI.COMM_SELF:
+        cached.free()
+
+
 _KEYVAL: Optional[int] = None
 _WORLD: Optional[Communicator] = None
 
@@ -287,7 +312,7 @@ def as_communicator(comm: Any) -> Communicator:
     from mpi4py import MPI
 
     if _KEYVAL is None:
-        _KEYVAL = MPI.Comm.Create_keyval()
+        _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_release)
     cached = mpi_comm.Get_attr(_KEYVAL)
     if cached is None:
         cached = Communicator(mpi_comm)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import re
 
 import numpy as np
 import pytest
@@ -141,3 +142,35 @@ def pytest_terminal_summary(terminalreporter):
             "=", f"{len(skipped)} GPU tests (marker gpu) skipped, reasons above; on a GPU machine: make test-gpu",
             yellow=True,
         )
+
+
+def raises_everywhere(comm, exc, match, call):
+    """``call`` raises ``exc`` (its message matching ``match``), the same message on every rank.
+
+    Collective whatever happens: a rank that returns or raises something else
+    fails the test on every rank instead of leaving the others waiting.
+    Returns the message.
+    """
+    try:
+        call()
+        seen = ("returned", "", False)
+    except Exception as e:  # noqa: BLE001 - compared below, on every rank
+        seen = (type(e).__name__, str(e), isinstance(e, exc) and re.search(match, str(e)) is not None)
+    everyone = comm.mpi.allgather(seen)
+    assert all(ok for _, _, ok in everyone) and len({m for _, m, _ in everyone}) == 1, everyone
+    return everyone[0][1]
+
+
+def pytest_collection_modifyitems(config, items):
+    """``large`` tests (messages over 2^31 elements, many GiB) run only with HPCCOLL_TEST_LARGE=1 (make test-large).
+
+    The decision depends on the environment only, so it is the same on every rank.
+    """
+    from hpccoll._comm import env_flag
+
+    if env_flag("HPCCOLL_TEST_LARGE", False):
+        return
+    skip = pytest.mark.skip(reason="large: set HPCCOLL_TEST_LARGE=1 (make test-large) to run")
+    for item in items:
+        if "large" in item.keywords:
+            item.add_marker(skip)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hpccoll
-from conftest import all_ranks
+from conftest import all_ranks, raises_everywhere
 from hpccoll import ArgumentError, MismatchError
 
 
@@ -13,14 +13,6 @@ def checked():
     c = hpccoll.Communicator(check=True)
     yield c
     c.free()
-
-
-def raises_everywhere(comm, exc, match, call):
-    """``call`` raises ``exc`` with the same message on every rank."""
-    with pytest.raises(exc, match=match) as info:
-        call()
-    messages = comm.mpi.allgather(str(info.value))
-    assert all(m == messages[0] for m in messages), messages
 
 
 @pytest.mark.mpi(min_size=2)

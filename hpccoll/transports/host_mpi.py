@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
+from .._faults import run, watch
 from .._request import Pending
 from ._base import Transport
 
@@ -68,6 +69,10 @@ class HostMPI(Transport):
     #: time; below this many bytes per piece packing is faster.
     strided_min_piece = 512
 
+    def _run(self, name: str, *args: Any) -> None:
+        """The MPI collective ``name``; watched (nonblocking, polled) when ``HPCCOLL_TIMEOUT`` is set."""
+        run(self.comm.mpi, name, *args, timeout=self.comm.timeout)
+
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         itemsize = out.itemsize
         if out.nbytes < self.strided_min_bytes:
@@ -83,7 +88,7 @@ class HostMPI(Transport):
             # Rank r's block: lead rows of first*trail elements, row stride total*trail.
             recv_t = _committed(base.Create_vector(lead, first * trail, total * trail), first * trail * itemsize)
             try:
-                self.comm.mpi.Allgather([send, lead * mine * trail, base], [out, 1, recv_t])
+                self._run("Allgather", [send, lead * mine * trail, base], [out, 1, recv_t])
             finally:
                 recv_t.Free()
             return True
@@ -91,42 +96,52 @@ class HostMPI(Transport):
         recv_t = _committed(base.Create_vector(lead, trail, total * trail), trail * itemsize)
         send_t = _committed(base.Create_vector(lead, trail, max(mine, 1) * trail), trail * itemsize)
         try:
-            self.comm.mpi.Allgatherv([send, mine, send_t], [out, (list(sizes), displacements(sizes)), recv_t])
+            self._run("Allgatherv", [send, mine, send_t], [out, (list(sizes), displacements(sizes)), recv_t])
         finally:
             recv_t.Free()
             send_t.Free()
         return True
 
-    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
-        self._allgatherv(send, recv, counts, blocking=True)
+    def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
+        self._call(*self._allgatherv(send, recv, counts), blocking=True)
 
-    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
-        return MPIPending(self._allgatherv(send, recv, counts, blocking=False))
+    def iallgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> Pending:
+        return self._call(*self._allgatherv(send, recv, counts), blocking=False)
 
-    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
-        self._reduce_scatter(send, recv, counts, op, blocking=True)
+    def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
+        self._call(*self._reduce_scatter(send, recv, counts, op), blocking=True)
 
-    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
-        return self._reduce_scatter(send, recv, counts, op, blocking=False)
+    def ireduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> Pending:
+        return self._call(*self._reduce_scatter(send, recv, counts, op), blocking=False)
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        self._allreduce(send, recv, op, blocking=True)
+        self._call(*self._allreduce(send, recv, op), blocking=True)
 
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
-        return MPIPending(self._allreduce(send, recv, op, blocking=False))
+        return self._call(*self._allreduce(send, recv, op), blocking=False)
 
-    def _allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int], blocking: bool) -> Any:
-        mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
+    def _call(self, name: str, args: tuple, then: Optional[Callable[[], None]], blocking: bool) -> Any:
+        """Run MPI collective ``name`` (blocking, watched under ``HPCCOLL_TIMEOUT``) or start its ``I`` twin."""
+        if blocking:
+            self._run(name, *args)
+            if then is not None:
+                then()
+            return None
+        request = getattr(self.comm.mpi, "I" + name[0].lower() + name[1:])(*args)
+        return MPIPending(request, then, self.comm, f"MPI_{name}")
+
+    # Each of these returns (MPI function name, its arguments, a step to run after completion).
+
+    def _allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> tuple:
+        t = mpi_datatype(recv.dtype)
         first = counts[0]
         if counts.count(first) == len(counts):
-            call = mpi.Allgather if blocking else mpi.Iallgather
-            return call(_in_place() if send is None else [send, first, t], [recv, first, t])
-        call = mpi.Allgatherv if blocking else mpi.Iallgatherv
+            return "Allgather", (_in_place() if send is None else [send, first, t], [recv, first, t]), None
         source = _in_place() if send is None else [send, counts[self.comm.rank], t]
-        return call(source, [recv, (list(counts), displacements(counts)), t])
+        return "Allgatherv", (source, [recv, (list(counts), displacements(counts)), t]), None
 
-    def _reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str, blocking: bool) -> Any:
-        mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
+    def _reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> tuple:
+        t = mpi_datatype(recv.dtype)
         rank, first = self.comm.rank, counts[0]
         mine = counts[rank]
         even = counts.count(first) == len(counts)
@@ -134,28 +149,20 @@ class HostMPI(Transport):
             source, target = _in_place(), [recv, t]
         else:
             source, target = [send, t], [recv, first if even else mine, t]
-        if even:
-            call = mpi.Reduce_scatter_block if blocking else mpi.Ireduce_scatter_block
-            req = call(source, target, mpi_op(op))
-        else:
-            call = mpi.Reduce_scatter if blocking else mpi.Ireduce_scatter
-            req = call(source, target, list(counts), mpi_op(op))
+        then = None
         start = sum(counts[:rank])
         if send is None and start:
             # MPI's in-place reduce-scatter leaves the result at the start of recv.
-            def move() -> None:
+            def then() -> None:
                 recv[start : start + mine] = recv[:mine]
 
-            if blocking:
-                move()
-            else:
-                return MPIPending(req, move)
-        return req if blocking else MPIPending(req)
+        if even:
+            return "Reduce_scatter_block", (source, target, mpi_op(op)), then
+        return "Reduce_scatter", (source, target, list(counts), mpi_op(op)), then
 
-    def _allreduce(self, send: Optional[Any], recv: Any, op: str, blocking: bool) -> Any:
-        mpi, t = self.comm.mpi, mpi_datatype(recv.dtype)
-        call = mpi.Allreduce if blocking else mpi.Iallreduce
-        return call(_in_place() if send is None else [send, t], [recv, t], mpi_op(op))
+    def _allreduce(self, send: Optional[Any], recv: Any, op: str) -> tuple:
+        t = mpi_datatype(recv.dtype)
+        return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], mpi_op(op)), None
 
 
 def _in_place() -> Any:
@@ -163,13 +170,19 @@ def _in_place() -> Any:
 
 
 class MPIPending(Pending):
-    """An MPI request as the transport contract's :class:`Pending`, with an optional completion step."""
+    """An MPI request as the transport contract's :class:`Pending`, with an optional completion step.
 
-    __slots__ = ("request", "then")
+    ``wait()`` is watched like the blocking calls when the communicator has a
+    ``timeout`` (``HPCCOLL_TIMEOUT``).
+    """
 
-    def __init__(self, request: Any, then: Optional[Callable[[], None]] = None) -> None:
+    __slots__ = ("request", "then", "comm", "what")
+
+    def __init__(self, request: Any, then: Optional[Callable[[], None]], comm: Any, what: str) -> None:
         self.request = request
         self.then = then
+        self.comm = comm
+        self.what = what
 
     def _finish(self) -> None:
         if self.then is not None:
@@ -177,7 +190,10 @@ class MPIPending(Pending):
             self.then = None
 
     def wait(self) -> None:
-        self.request.Wait()
+        if self.comm.timeout is None:
+            self.request.Wait()
+        else:
+            watch(self.request, self.comm.mpi, self.comm.timeout, self.what)
         self._finish()
 
     def test(self) -> bool:

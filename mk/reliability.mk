@@ -1,0 +1,17 @@
+# Reliability checks (docs/reliability.md): long property sweeps, messages over 2^31 elements,
+# memory and leak measurements, the no-check mismatch table, and the soak run.
+
+.PHONY: test-long test-large bench-memory mismatch-table soak
+
+LONG_NP      ?= 2 3
+SOAK_MINUTES ?= 10
+
+## test-long: the hypothesis sweeps with the long profile at 2 and 3 ranks (a fresh seed each run)
+test-long: venv
+	for n in $(LONG_NP); do \
+	  HYPOTHESIS_PROFILE=long timeout 3600 $(MPIEXEC) -n $$n $(PY) $(PYTEST) -q tests/test_properties.py || exit 1; \
+	done
+
+## test-large: messages over 2^31 elements at 2 ranks (tests marked large; about 10 GiB of memory at the peak)
+test-large: venv
+	HPCCOLL_TEST_LARGE=1 timeout 1800 $(MPIEXEC) -n 2 $(PY) $(PYTEST) -q -s -m large tests

@@ -1,0 +1,175 @@
+"""Faults: a rank that fails or never arrives ends the whole job promptly, it does not hang it.
+
+The jobs that must die are launched as subprocesses (``mpiexec -n 2``) from the
+serial run only: a size-dependent skip, the same on every rank, with no
+collective around it.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from conftest import all_ranks, assert_same, raises_everywhere
+from hpccoll import ArgumentError
+from hpccoll._faults import TIMEOUT_EXIT_CODE, timeout_from_env
+
+#: The issue's bound: the whole job exits non-zero within this many seconds instead of hanging.
+LIMIT = 30.0
+
+serial_only = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
+
+
+def launch(tmp_path, body, *, module=True, env=None, n=2):
+    """Run ``body`` as a script under ``mpiexec -n n`` (``python -m mpi4py`` when ``module``); (status, seconds, output)."""
+    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip(f"no mpiexec next to {sys.executable}")
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(body))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_", "HPCCOLL_"))}
+    clean.update(env or {})
+    cmd = [str(mpiexec), "-n", str(n), sys.executable] + (["-m", "mpi4py"] if module else []) + [str(script)]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * LIMIT, env=clean)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the job hung for {3 * LIMIT:.0f} s: {exc.stdout!r} {exc.stderr!r}")
+    return proc.returncode, time.monotonic() - start, proc.stdout + proc.stderr
+
+
+RAISES_BEFORE_A_COLLECTIVE = """
+    import numpy as np
+    import hpccoll
+    {setup}
+    comm = hpccoll.Communicator()
+    if comm.rank == 1:
+        raise RuntimeError("rank 1 fails before the collective")
+    hpccoll.all_reduce(np.ones(3), comm)  # rank 0 waits here for rank 1
+    print("rank", comm.rank, "finished")
+"""
+
+
+@serial_only
+def test_an_exception_on_one_rank_aborts_the_job_under_python_m_mpi4py(tmp_path):
+    status, seconds, output = launch(tmp_path, RAISES_BEFORE_A_COLLECTIVE.format(setup=""))
+    assert status != 0 and seconds < LIMIT, (status, seconds, output)
+    assert "rank 1 fails before the collective" in output and "finished" not in output
+    print(f"python -m mpi4py: exit status {status} after {seconds:.1f} s")
+
+
+@serial_only
+def test_abort_on_exception_does_the_same_for_plain_python(tmp_path):
+    """Launched as ``python script.py`` (no ``-m mpi4py``) such a job hangs; ``abort_on_exception`` ends it."""
+    body = RAISES_BEFORE_A_COLLECTIVE.format(setup="hpccoll.abort_on_exception(errorcode=3)")
+    status, seconds, output = launch(tmp_path, body, module=False)
+    assert status == 3 and seconds < LIMIT, (status, seconds, output)
+    assert "rank 1 fails before the collective" in output  # the traceback is still printed
+    print(f"abort_on_exception: exit status {status} after {seconds:.1f} s")
+
+
+STUCK = """
+    import numpy as np
+    import hpccoll
+    comm = hpccoll.Communicator(check={check})
+    last = comm.rank == comm.size - 1
+    if {cotangent}:
+        # the last rank says its cotangent is replicated (no communication), the others that theirs vary
+        hpccoll.all_reduce_adjoint(np.ones(2), comm, cotangent="replicated" if last else "varying")
+    elif not last:
+        hpccoll.all_gather(np.ones(2), comm, sizes=[2] * comm.size)
+    print("rank", comm.rank, "past the collective", flush=True)
+"""
+
+
+@serial_only
+@pytest.mark.parametrize(
+    "check,cotangent,where",
+    [(False, False, "MPI_Allgather"), (True, False, "cross-rank check"), (False, True, "MPI_Allreduce")],
+    ids=["missing-rank", "missing-rank-check-mode", "cotangent-conventions-differ"],
+)
+def test_watchdog_aborts_a_stuck_collective(tmp_path, check, cotangent, where):
+    """HPCCOLL_TIMEOUT=1: the stuck ranks abort the job (status 124), naming what they waited for."""
+    body = STUCK.format(check=check, cotangent=cotangent)
+    status, seconds, output = launch(tmp_path, body, env={"HPCCOLL_TIMEOUT": "1"})
+    assert status == TIMEOUT_EXIT_CODE and seconds < LIMIT, (status, seconds, output)
+    assert "did not complete within HPCCOLL_TIMEOUT=1 s" in output and where in output, output
+    print(f"watchdog: exit status {status} after {seconds:.1f} s")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("raw,want", [("", None), ("0", None), ("2.5", 2.5), (" 30 ", 30.0)])
+def test_timeout_setting(monkeypatch, raw, want):
+    monkeypatch.setenv("HPCCOLL_TIMEOUT", raw)
+    assert timeout_from_env() == want
+    with hpccoll.Communicator() as c:
+        assert c.timeout == want
+        sub = c.split(0)
+        assert sub.timeout == want
+        sub.free()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("raw", ["soon", "-1", "inf", "nan"])
+def test_bad_timeout_is_refused_before_any_communication(monkeypatch, raw):
+    monkeypatch.setenv("HPCCOLL_TIMEOUT", raw)
+    with pytest.raises(ArgumentError, match="HPCCOLL_TIMEOUT: expected a number of seconds"):
+        hpccoll.Communicator()
+
+
+@pytest.fixture(scope="module")
+def watched():
+    """Communicators under the watchdog (a generous limit), plain and in check mode."""
+    saved = os.environ.get("HPCCOLL_TIMEOUT")
+    os.environ["HPCCOLL_TIMEOUT"] = "120"
+    try:
+        pair = hpccoll.Communicator(), hpccoll.Communicator(check=True)
+    finally:
+        os.environ.pop("HPCCOLL_TIMEOUT") if saved is None else os.environ.__setitem__("HPCCOLL_TIMEOUT", saved)
+    yield pair
+    for c in pair:
+        c.free()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("checked", [False, True], ids=["plain", "check"])
+def test_watched_collectives_give_the_same_results(comm, watched, checked, monkeypatch):
+    """Under the watchdog every primitive (nonblocking, polled) returns what the blocking one does."""
+    from hpccoll.transports.host_mpi import HostMPI
+
+    w = watched[checked]
+    assert w.timeout == 120
+    rng = np.random.default_rng(comm.rank)
+    x, wide = rng.standard_normal((3, comm.rank + 1)), rng.standard_normal((2 * comm.size + 1, 4))
+    calls = [
+        lambda c: hpccoll.all_gather(x, c, axis=1),
+        lambda c: hpccoll.all_gather(x.T, c, sizes=[r + 1 for r in range(c.size)]),
+        lambda c: hpccoll.reduce_scatter(wide, c, axis=0),
+        lambda c: hpccoll.reduce_scatter(wide[:, :2], c, axis=1, sizes=[2] + [0] * (c.size - 1)),
+        lambda c: hpccoll.all_reduce(wide, c, op="max"),
+        lambda c: hpccoll.all_reduce(wide.copy(), c, out=None),
+    ]
+    for call in calls:
+        assert_same(call(w), call(comm))
+    in_place = wide.copy()
+    assert_same(hpccoll.all_reduce(in_place, w, out=in_place), hpccoll.all_reduce(wide, comm))
+    monkeypatch.setattr(HostMPI, "strided_min_bytes", 0)  # the derived-datatype gathers, watched too
+    monkeypatch.setattr(HostMPI, "strided_min_piece", 0)
+    assert_same(calls[0](w), calls[0](comm))
+    assert all_ranks(comm, True)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_watched_check_mode_still_shares_errors(watched):
+    """The check's pickled exchange, watched, still raises the same error on every rank."""
+    w = watched[True]
+    odd = w.rank == w.size - 1
+    raises_everywhere(w, hpccoll.MismatchError, "dtype", lambda: hpccoll.all_reduce(np.ones(2, "f4" if odd else "f8"), w))
+    raises_everywhere(w, ArgumentError, "raised on rank", lambda: hpccoll.all_gather(np.ones(2), w, axis=2 * odd))
