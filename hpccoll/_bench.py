@@ -255,20 +255,21 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
             wrong = [comm.mpi.allreduce(case.wrong(ip), op=MPI.SUM) for ip in (False, True)]
             row: Dict[str, Any] = {"collective": coll, "size": case.nbytes, "count": case.count,
                                    "type": args.datatype.name, "redop": op, "root": -1}
-            text = f"{case.nbytes:>12}{case.count:>13}{args.datatype.name:>10}{op:>8}{-1:>6}"
+            # every field starts with a space, so a wide value never runs into its neighbour
+            text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {-1:>5}"
             for key, w in (("oop", wrong[0]), ("ip", wrong[1])):
                 t = times[key]
                 algbw = case.nbytes / 1e9 / t
                 busbw = algbw * _BUS[coll](P)
                 row[key] = {"time_us": t * 1e6, "algbw": algbw, "busbw": busbw, "wrong": w}
-                text += f"{t * 1e6:>9.1f}{algbw:>8.2f}{busbw:>8.2f}{w:>7}"
+                text += f" {t * 1e6:>8.1f} {algbw:>7.2f} {busbw:>7.2f} {w:>6}"
             if args.baseline:
                 if "raw" in times:
                     row["baseline_us"] = times["raw"] * 1e6
                     row["ratio"] = times["oop"] / times["raw"]
-                    text += f"{times['raw'] * 1e6:>9.1f}{row['ratio']:>7.3f}"
+                    text += f" {times['raw'] * 1e6:>8.1f} {row['ratio']:>6.3f}"
                 else:
-                    text += f"{'n/a':>9}{'':>7}"
+                    text += f" {'n/a':>8} {'-':>6}"  # no raw MPI equivalent (avg, 16-bit floats, bool)
             say(text)
             rows.append(row)
             size *= args.stepfactor
