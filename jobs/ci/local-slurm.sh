@@ -126,7 +126,8 @@ steps() {
     local proc
     for proc in /proc/[0-9]*; do
         [ "$(cat "$proc/comm" 2>/dev/null)" = slurmstepd ] || continue
-        tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
+        # (the step may exit meanwhile: the redirection's own error is silenced too)
+        { tr '\0' '\n' <"$proc/environ"; } 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
         echo "${proc#/proc/}"
     done
 }
