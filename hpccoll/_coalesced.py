@@ -87,15 +87,22 @@ def _start(transport: Any, primitive: str, args: tuple, async_op: bool) -> Any:
 
 
 def _prepare(xs: Sequence[Any], what: str) -> Tuple[List[Any], str]:
-    arrays, kinds = [], set()
-    for i, x in enumerate(xs):
-        arr, kind = as_array(x, f"x[{i}]")
-        check_dtype(arr.dtype, f"x[{i}]")
-        arrays.append(arr)
-        kinds.add(kind)
-    if len(kinds) > 1:
-        raise ArgumentError(f"x: expected arrays of one library (all NumPy or all CuPy); got {sorted(kinds)}")
-    return arrays, (kinds.pop() if kinds else "numpy")
+    """The arrays of ``xs`` and their library, each dtype checked once (not once per array)."""
+    if all(type(x) is np.ndarray for x in xs):  # the common case, without per-array calls
+        arrays, kind = list(xs), "numpy"
+    else:
+        pairs = [as_array(x, f"x[{i}]") for i, x in enumerate(xs)]
+        kinds = {k for _, k in pairs}
+        if len(kinds) > 1:
+            raise ArgumentError(f"x: expected arrays of one library (all NumPy or all CuPy); got {sorted(kinds)}")
+        arrays, kind = [a for a, _ in pairs], (kinds.pop() if kinds else "numpy")
+    for dtype in {a.dtype for a in arrays}:
+        try:
+            check_dtype(dtype)
+        except HpccollError:
+            first = next(i for i, a in enumerate(arrays) if a.dtype == dtype)
+            check_dtype(dtype, f"x[{first}]")
+    return arrays, kind
 
 
 # --------------------------------------------------------------------------- all-reduce
@@ -108,10 +115,12 @@ def all_reduce_many(xs: Sequence[Any], c: Communicator, op: Any, out: Any, what:
         arrays, kind = _prepare(xs, what)
         xp = module_of(kind)
         op = normalize_op(op)
-        for a in arrays:
-            reduce_plan(a.dtype, op)  # raises for unsupported (dtype, op) before any communication
-        outs = [_out(o, a.shape, a.dtype, a, xp, lambda oo, a=a: _same_view(oo, a)) if o is not None else None
-                for a, o in zip(arrays, _outs(out, len(arrays)))]
+        for dtype in {a.dtype for a in arrays}:
+            reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
+        outs = [None] * len(arrays) if out is None else [
+            _out(o, a.shape, a.dtype, a, xp, lambda oo, a=a: _same_view(oo, a)) if o is not None else None
+            for a, o in zip(arrays, _outs(out, len(arrays)))
+        ]
         if c.check:
             desc = {"collective": "all_reduce", "op": op, "arrays": [(a.dtype.name, a.shape) for a in arrays]}
     except HpccollError as e:
@@ -121,12 +130,15 @@ def all_reduce_many(xs: Sequence[Any], c: Communicator, op: Any, out: Any, what:
         results = [_copy_into(o, a, xp) for a, o in zip(arrays, outs)]
         return _done(results, async_op)
     transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
-    plans = [reduce_plan(a.dtype, op, transport.native_reduce) for a in arrays]
+    plan_of = {dt: reduce_plan(dt, op, transport.native_reduce) for dt in {a.dtype for a in arrays}}
     results: List[Any] = [None] * len(arrays)
     pending, finishers = [], []
-    groups: dict = {}
-    for i, plan in enumerate(plans):
-        groups.setdefault(plan, []).append(i)
+    if len(plan_of) == 1:  # one dtype: one group, in order
+        groups = {next(iter(plan_of.values())): list(range(len(arrays)))}
+    else:
+        groups = {}
+        for i, a in enumerate(arrays):
+            groups.setdefault(plan_of[a.dtype], []).append(i)
     for plan, members in groups.items():
         sizes = [arrays[i].size * plan.wire.itemsize for i in members]
         for bucket in _buckets(sizes, c.bucket_bytes):
@@ -139,8 +151,8 @@ def all_reduce_many(xs: Sequence[Any], c: Communicator, op: Any, out: Any, what:
 
 
 def _concat(arrays: List[Any], wire: np.dtype, widen: bool, xp: Any) -> Any:
-    parts = [flat(a, xp) for a in arrays]
-    buf = xp.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+    """One flat buffer of ``wire`` holding every array's elements, C order, one after another."""
+    buf = xp.concatenate(arrays, axis=None) if len(arrays) > 1 else arrays[0].reshape(-1).copy()
     return buf.astype(wire) if widen else _as(buf, wire)
 
 
@@ -152,15 +164,18 @@ def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], res
         offset = 0
         for i in idx:
             a = arrays[i]
-            piece = recv[offset : offset + a.size].reshape(a.shape)
-            offset += a.size
+            n = a.size
+            piece = recv[offset : offset + n]
+            offset += n
+            if a.ndim != 1:
+                piece = piece.reshape(a.shape)
             if outs[i] is not None:
                 xp.copyto(outs[i], piece, casting="unsafe")
                 results[i] = outs[i]
             elif plan.widen:
                 results[i] = piece.astype(a.dtype)
             else:
-                results[i] = piece.view(a.dtype)  # a view into this bucket's fresh buffer
+                results[i] = _as(piece, a.dtype)  # a view into this bucket's fresh buffer
 
     return finish
 
