@@ -141,7 +141,7 @@ def watched():
 @pytest.mark.mpi
 @pytest.mark.parametrize("checked", [False, True], ids=["plain", "check"])
 def test_watched_collectives_give_the_same_results(comm, watched, checked, monkeypatch):
-    """Under the watchdog every primitive (nonblocking, polled) returns what the blocking one does."""
+    """Under the watchdog every primitive, and the check's exchange, returns what it does without."""
     from hpccoll.transports.host_mpi import HostMPI
 
     w = watched[checked]

@@ -68,8 +68,8 @@ class HostMPI(Transport):
     strided_min_piece = 512
 
     def _run(self, name: str, *args: Any) -> None:
-        """The MPI collective ``name``; watched (nonblocking, polled) when ``HPCCOLL_TIMEOUT`` is set."""
-        run(self.comm.mpi, name, *args, timeout=self.comm.timeout)
+        """The MPI collective ``name``, watched when ``HPCCOLL_TIMEOUT`` is set."""
+        run(self.comm, name, *args)
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         itemsize = out.itemsize
