@@ -1,7 +1,7 @@
 # Reliability checks (docs/reliability.md): long property sweeps, messages over 2^31 elements,
 # memory and leak measurements, the no-check mismatch table, and the soak run.
 
-.PHONY: test-long test-large bench-memory mismatch-table soak
+.PHONY: test-long test-large bench-memory bench-watchdog mismatch-table soak
 
 LONG_NP      ?= 2 3
 SOAK_MINUTES ?= 10
@@ -19,3 +19,13 @@ test-large: venv
 ## bench-memory: peak memory of each collective at 64 MiB per rank, and the 10,000-round leak check, at 2 ranks
 bench-memory: venv
 	timeout 900 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/memory.py
+
+## mismatch-table: what each cross-rank mismatch does at 2 ranks: without checking, in check mode, under the watchdog
+mismatch-table: venv
+	$(PY) benchmarks/mismatch.py --limit 8
+	$(PY) benchmarks/mismatch.py --limit 8 --check
+	$(PY) benchmarks/mismatch.py --limit 8 --timeout 3
+
+## bench-watchdog: the cost of HPCCOLL_TIMEOUT, with and without, interleaved, at 2 ranks
+bench-watchdog: venv
+	timeout 900 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/watchdog.py
