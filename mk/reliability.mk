@@ -29,3 +29,8 @@ mismatch-table: venv
 ## bench-watchdog: the cost of HPCCOLL_TIMEOUT, with and without, interleaved, at 2 ranks
 bench-watchdog: venv
 	timeout 900 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/watchdog.py
+
+## soak: random collectives and adjoints checked against NumPy at 4 ranks, check mode on, for SOAK_MINUTES (10)
+soak: venv
+	timeout $(shell $(PYTHON) -c 'print(int(float("$(SOAK_MINUTES)") * 60 + 300))') \
+	  $(MPIEXEC) -n 4 $(PY) -m mpi4py benchmarks/soak.py --minutes $(SOAK_MINUTES)

@@ -32,7 +32,6 @@ per dtype, 2 per dtype x op; the reduction sweeps skip 4+ ranks) and
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import secrets
@@ -44,9 +43,8 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 import hpccoll
-from conftest import DTYPE_IDS, DTYPES, assert_close, assert_same, make, reference
+from conftest import DTYPE_IDS, DTYPES, assert_close, assert_same, forced_datatypes, make, reference
 from hpccoll.testing import dottest
-from hpccoll.transports.host_mpi import HostMPI
 
 pytestmark = pytest.mark.mpi
 
@@ -261,18 +259,6 @@ def linear(dtype, op="sum"):
     return dtype.kind != "b" and not unsupported(dtype, op) and op in ("sum", "avg")
 
 
-@contextlib.contextmanager
-def datatypes_path(forced):
-    """Force MPI derived datatypes (the large-array path) for small arrays too, or leave the thresholds."""
-    saved = HostMPI.strided_min_bytes, HostMPI.strided_min_piece
-    if forced:
-        HostMPI.strided_min_bytes = HostMPI.strided_min_piece = 0
-    try:
-        yield
-    finally:
-        HostMPI.strided_min_bytes, HostMPI.strided_min_piece = saved
-
-
 # --------------------------------------------------------------------------- the collective verdict
 
 
@@ -394,7 +380,7 @@ def test_all_gather_sweep(comm, checked, dtype, case):
     ystack = values((c.size,) + full_shape, dtype, case["seed"] + 1)
     g = arrange(ystack[rank], case["g_layout"])
     g_before = g.copy()
-    with datatypes_path(case["datatypes"]):
+    with forced_datatypes(case["datatypes"]):
         y = v.call("all_gather", lambda: hpccoll.all_gather(
             x, c, axis=case["axis"], sizes=extents if case["pass_sizes"] else None, out=out))
         v.result("all_gather", y, full, exact=True)
@@ -420,7 +406,7 @@ def test_reduce_scatter_sweep(comm, checked, dtype, op, case):
     x_before = x.copy()
     block_shape = with_extent(shape, ax, sizes[rank])
     out = None if case["out_layout"] is None else arrange(np.zeros(block_shape, dtype), case["out_layout"])
-    with datatypes_path(case["datatypes"]):
+    with forced_datatypes(case["datatypes"]):
         reduction(v, "reduce_scatter", lambda: hpccoll.reduce_scatter(
             x, c, op=wire_op, axis=case["axis"], sizes=case["extents"], out=out),
             take(reference(stack, op), ax, lo, hi), out, op)
@@ -448,7 +434,7 @@ def test_all_reduce_sweep(comm, checked, dtype, op, case):
     x_before = x.copy()
     in_place = case["out_layout"] == "in-place"
     out = x if in_place else None if case["out_layout"] is None else arrange(np.zeros(shape, dtype), case["out_layout"])
-    with datatypes_path(case["datatypes"]):
+    with forced_datatypes(case["datatypes"]):
         reduction(v, "all_reduce" + " in place" * in_place, lambda: hpccoll.all_reduce(x, c, op=wire_op, out=out),
                   reference(stack, op), out, op)
         if not in_place:
