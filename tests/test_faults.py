@@ -96,11 +96,11 @@ STUCK = """
     ids=["missing-rank", "missing-rank-check-mode", "cotangent-conventions-differ"],
 )
 def test_watchdog_aborts_a_stuck_collective(tmp_path, check, cotangent, where):
-    """HPCCOLL_TIMEOUT=1: the stuck ranks abort the job (status 124), naming what they waited for."""
+    """HPCCOLL_TIMEOUT=0.5: the stuck ranks abort the job (status 124), naming what they waited for."""
     body = STUCK.format(check=check, cotangent=cotangent)
-    status, seconds, output = launch(tmp_path, body, env={"HPCCOLL_TIMEOUT": "1"})
+    status, seconds, output = launch(tmp_path, body, env={"HPCCOLL_TIMEOUT": "0.5"})
     assert status == TIMEOUT_EXIT_CODE and seconds < LIMIT, (status, seconds, output)
-    assert "did not complete within HPCCOLL_TIMEOUT=1 s" in output and where in output, output
+    assert "did not complete within HPCCOLL_TIMEOUT=0.5 s" in output and where in output, output
     print(f"watchdog: exit status {status} after {seconds:.1f} s")
 
 

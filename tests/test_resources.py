@@ -45,15 +45,25 @@ def memory():
     return _memory_benchmark()
 
 
-def test_no_leaks_over_a_few_hundred_rounds(comm, memory):
-    """The leak check of benchmarks/memory.py, 300 rounds instead of 10,000: no MPI handle or traced growth."""
-    leaks = memory.leak_check(comm, 300, warmup=50)
+#: The resource checks do not depend on the rank count beyond 2, and cost seconds on oversubscribed cores:
+#: they run at 1 and 2 ranks (a size-dependent skip, the same on every rank, no collective around it).
+small_worlds = pytest.mark.skipif(MPI.COMM_WORLD.size > 2, reason="resource checks run at 1 and 2 ranks")
+
+
+@small_worlds
+def test_no_leaks_over_a_hundred_rounds(comm, memory):
+    """The leak check of benchmarks/memory.py, 100 rounds instead of 10,000: no MPI handle or traced growth.
+
+    Enough to see one leaked datatype per gather or one communicator per split (every fifth round).
+    """
+    leaks = memory.leak_check(comm, 100, warmup=20)
     assert memory.no_leak(leaks), leaks
 
 
-def test_peak_memory_within_bound_at_4_mib(comm, memory):
-    """benchmarks/memory.py's peak cases at 4 MiB: what hpccoll allocates stays within output + one packing buffer."""
-    for row in memory.measure_peak(comm, 4 << 20):
+@small_worlds
+def test_peak_memory_within_bound_at_1_mib(comm, memory):
+    """benchmarks/memory.py's peak cases at 1 MiB: what hpccoll allocates stays within output + one packing buffer."""
+    for row in memory.measure_peak(comm, 1 << 20):
         assert row["traced"] <= row["bound"] + (64 << 10), row
 
 
@@ -64,4 +74,4 @@ def test_the_handle_probe_sees_a_leak(memory):
     after = memory.handle_probe()
     for obj in kept:
         obj.Free()
-    assert after[0] - before[0] >= 16 and after[1] - before[1] >= 16, (before, after)
+    assert after[0] - before[0] >= 8 and after[1] - before[1] >= 8, (before, after)
