@@ -4,12 +4,15 @@
 .PHONY: test-long test-large bench-memory bench-watchdog mismatch-table soak
 
 LONG_NP      ?= 2 3
+HPCCOLL_HYPOTHESIS_SEED ?= $(shell date +%s)
 SOAK_MINUTES ?= 10
 
-## test-long: the hypothesis sweeps with the long profile at 2 and 3 ranks (a fresh seed each run)
+## test-long: the hypothesis sweeps with the long profile at 2 and 3 ranks (a fresh seed each run, printed)
 test-long: venv
+	@echo "test-long: hypothesis seed $(HPCCOLL_HYPOTHESIS_SEED) (repeat with HPCCOLL_HYPOTHESIS_SEED=$(HPCCOLL_HYPOTHESIS_SEED))"
 	for n in $(LONG_NP); do \
-	  HYPOTHESIS_PROFILE=long timeout 3600 $(MPIEXEC) -n $$n $(PY) $(PYTEST) -q tests/test_properties.py || exit 1; \
+	  HYPOTHESIS_PROFILE=long HPCCOLL_HYPOTHESIS_SEED=$(HPCCOLL_HYPOTHESIS_SEED) \
+	    timeout 3600 $(MPIEXEC) -n $$n $(PY) $(PYTEST) -q tests/test_properties.py || exit 1; \
 	done
 
 ## test-large: messages over 2^31 elements at 2 ranks (tests marked large; about 10 GiB of memory at the peak)

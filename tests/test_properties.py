@@ -26,8 +26,8 @@ Running hypothesis on several ranks at once needs three things:
 
 Profiles: ``HYPOTHESIS_PROFILE=ci`` (default, part of ``make test``: 4 examples
 per dtype, 2 per dtype x op; the reduction sweeps run at 2 and 3 ranks) and
-``HYPOTHESIS_PROFILE=long`` (``make test-long``: 40 and 20, or
-``HPCCOLL_LONG_EXAMPLES`` per dtype).
+``HYPOTHESIS_PROFILE=long`` (``make test-long``: 100 and 50, or
+``HPCCOLL_LONG_EXAMPLES`` per dtype and half that per dtype x op).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ _SAFE = dict(
     report_multiple_bugs=False,  # stop at the first bug: no 10 s wall-clock window
 )
 settings.register_profile("ci", max_examples=4, derandomize=True, **_SAFE)
-settings.register_profile("long", max_examples=int(os.environ.get("HPCCOLL_LONG_EXAMPLES", 40)), derandomize=False, **_SAFE)
+settings.register_profile("long", max_examples=int(os.environ.get("HPCCOLL_LONG_EXAMPLES", 100)), derandomize=False, **_SAFE)
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 SWEEP = settings(settings.get_profile(PROFILE), **_SAFE)
 
