@@ -155,7 +155,7 @@ def _abort(what: str, timeout: float, rank: int, size: int, multiple: bool) -> N
         f"(a rank never called it, or called another collective); aborting the job with status {TIMEOUT_EXIT_CODE}\n"
     )
     os.write(2, message.encode())  # not sys.stderr: no Python-level lock the main thread might hold
-    time.sleep(0.2)  # let the launcher forward the message before the job is torn down
+    time.sleep(0.5)  # let the launcher forward the message before the job is torn down
     if multiple:
         from mpi4py import MPI
 
