@@ -371,7 +371,7 @@ def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
     signature = hash((ord(dt.char), dt.itemsize, x.ndim, ax) + _shape_without(x.shape, ax))
     mine = np.array([x.shape[ax], signature], dtype=np.int64)
     table = np.empty((c.size, 2), dtype=np.int64)
-    run(c.mpi, "Allgather", mine, table, timeout=c.timeout, what=f"{what}'s size exchange")
+    run(c, "Allgather", mine, table, what=f"{what}'s size exchange")
     rows = table.tolist()
     for rank, (_, sig) in enumerate(rows):
         if sig != rows[0][1]:

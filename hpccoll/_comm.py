@@ -178,8 +178,7 @@ class Communicator:
         message naming the rank), or :class:`MismatchError` on every rank when
         the descriptors differ. Returns every rank's ``local`` value.
         """
-        gathered = allgather_object(self._mpi, (descriptor, local, _portable(error), what), self.timeout,
-                                    f"{what}'s cross-rank check")
+        gathered = allgather_object(self, (descriptor, local, _portable(error), what), f"{what}'s cross-rank check")
         for rank, (_, _, err, _) in enumerate(gathered):
             if err is not None:
                 cls, msg = err

@@ -5,30 +5,31 @@ Two tools, both opt-in:
 - :func:`abort_on_exception` makes an uncaught exception on one rank abort
   every rank, as ``python -m mpi4py script.py`` does, for scripts that cannot
   be launched that way;
-- the ``HPCCOLL_TIMEOUT`` watchdog (seconds): hpccoll's MPI collectives are
-  then started nonblocking and polled, and one still incomplete after the
-  limit aborts the job with a message naming it, instead of waiting forever
-  for a rank that never calls it (or calls another collective).
+- the ``HPCCOLL_TIMEOUT`` watchdog (seconds): each of hpccoll's MPI calls
+  registers a deadline before it starts and clears it when it returns; a
+  daemon thread that wakes every timeout/20 (at most every 0.5 s) aborts the
+  job, naming the call, once a deadline passes -- instead of waiting forever
+  for a rank that never calls it (or calls another collective). The MPI
+  calls themselves stay the blocking ones (mpi4py releases the GIL in them),
+  so a mismatch behaves as without the watchdog (nonblocking collectives,
+  polled, were tried: MPICH then completes many mismatched calls silently
+  with wrong data instead of failing or hanging).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import pickle
 import sys
+import threading
 import time
-from typing import Any, List, NoReturn, Optional
-
-import numpy as np
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._errors import ArgumentError
 
 __all__ = ["abort_on_exception", "timeout_from_env", "run", "allgather_object", "TIMEOUT_EXIT_CODE"]
 
-_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
-
-#: The status the watchdog aborts with (that of ``timeout(1)`` for a command that timed out).
+#: The status the watchdog ends the job with (that of ``timeout(1)`` for a command that timed out).
 TIMEOUT_EXIT_CODE = 124
 
 
@@ -87,56 +88,76 @@ def timeout_from_env() -> Optional[float]:
     return value or None
 
 
-def run(mpi_comm: Any, name: str, *args: Any, timeout: Optional[float], what: str = "") -> None:
-    """``mpi_comm.<name>(*args)``: the blocking collective, or, under a timeout, its nonblocking twin, watched.
+def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
+    """``comm.mpi.<name>(*args)`` (an mpi4py buffer collective), watched when ``comm.timeout`` is set.
 
-    ``name`` is an mpi4py buffer collective (``"Allreduce"``, ``"Allgatherv"``,
-    ...); its nonblocking twin is ``"I" + name.lower()``'s first letter
-    (``Iallreduce``, ``Iallgatherv``, ...).
+    ``comm`` is a :class:`~hpccoll.Communicator` (``mpi``, ``rank``, ``size``, ``timeout``).
     """
-    if timeout is None:
-        getattr(mpi_comm, name)(*args)
-        return
-    request = getattr(mpi_comm, "I" + name[0].lower() + name[1:])(*args)
-    watch(request, mpi_comm, timeout, what or f"MPI_{name}")
+    call = getattr(comm.mpi, name)
+    if comm.timeout is None:
+        call(*args)
+    else:
+        _watched(comm, what or f"MPI_{name}", call, *args)
 
 
-def watch(request: Any, mpi_comm: Any, timeout: float, what: str) -> None:
-    """Wait for ``request``, polling; abort the job if it is still incomplete after ``timeout`` seconds."""
-    if request.Test():
-        return
-    deadline = time.monotonic() + timeout
-    while not request.Test():
-        # Give the core away between polls, as MPI's own blocking waits do: with more ranks than
-        # cores, spinning without yielding costs a scheduler time slice (ms) per collective step.
-        _yield()
-        if time.monotonic() > deadline:
-            _abort(mpi_comm, what, timeout)
+def allgather_object(comm: Any, obj: Any, what: str = "") -> List[Any]:
+    """``comm.mpi.allgather(obj)`` (pickled objects), watched like :func:`run`."""
+    if comm.timeout is None:
+        return comm.mpi.allgather(obj)
+    return _watched(comm, what or "MPI_Allgather (pickled)", comm.mpi.allgather, obj)
 
 
-def allgather_object(mpi_comm: Any, obj: Any, timeout: Optional[float], what: str = "") -> List[Any]:
-    """``mpi_comm.allgather(obj)`` (pickled objects), watched under a timeout like :func:`run`."""
-    if timeout is None:
-        return mpi_comm.allgather(obj)
-    blob = np.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-    lengths = np.empty(mpi_comm.Get_size(), dtype=np.int64)
-    run(mpi_comm, "Allgather", np.array([blob.size], dtype=np.int64), lengths, timeout=timeout, what=what)
-    data = np.empty(int(lengths.sum()), dtype=np.uint8)
-    run(mpi_comm, "Allgatherv", blob, [data, lengths.tolist()], timeout=timeout, what=what)
-    ends = np.cumsum(lengths).tolist()
-    return [pickle.loads(data[end - n : end].tobytes()) for n, end in zip(lengths.tolist(), ends)]
+# thread id -> (deadline, what, timeout, rank, size) of the MPI call that thread is in
+_ACTIVE: Dict[int, Tuple[float, str, float, int, int]] = {}
+_PATROL: List[threading.Thread] = []
+_LOCK = threading.Lock()
 
 
-def _abort(mpi_comm: Any, what: str, timeout: float) -> NoReturn:
+def _watched(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    key = threading.get_ident()
+    _ACTIVE[key] = (time.monotonic() + comm.timeout, what, comm.timeout, comm.rank, comm.size)
+    if not _PATROL:
+        _start_patrol()
+    try:
+        return call(*args)
+    finally:
+        del _ACTIVE[key]
+
+
+def _start_patrol() -> None:
     from mpi4py import MPI
 
-    sys.stdout.flush()
-    sys.stderr.write(
-        f"hpccoll: {what} did not complete within HPCCOLL_TIMEOUT={timeout:g} s on rank {mpi_comm.Get_rank()} "
-        f"of {mpi_comm.Get_size()} (a rank never called it, or called another collective); aborting the job "
-        f"with status {TIMEOUT_EXIT_CODE}\n"
+    with _LOCK:
+        if _PATROL:
+            return
+        # Only under MPI_THREAD_MULTIPLE may the patrol thread call MPI_Abort; otherwise it ends
+        # its process, and the launcher (mpiexec, srun) ends the job on that abnormal exit.
+        multiple = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        thread = threading.Thread(target=_patrol, args=(multiple,), name="hpccoll-watchdog", daemon=True)
+        thread.start()
+        _PATROL.append(thread)
+
+
+def _patrol(multiple: bool) -> None:
+    while True:
+        now = time.monotonic()
+        active = list(_ACTIVE.values())
+        for deadline, what, timeout, rank, size in active:
+            if now > deadline:
+                _abort(what, timeout, rank, size, multiple)
+        shortest = min((entry[2] for entry in active), default=10.0)
+        time.sleep(min(max(shortest / 20, 0.01), 0.5))
+
+
+def _abort(what: str, timeout: float, rank: int, size: int, multiple: bool) -> None:
+    message = (
+        f"hpccoll: {what} did not complete within HPCCOLL_TIMEOUT={timeout:g} s on rank {rank} of {size} "
+        f"(a rank never called it, or called another collective); aborting the job with status {TIMEOUT_EXIT_CODE}\n"
     )
-    sys.stderr.flush()
-    time.sleep(0.2)  # let the launcher forward the message before Abort tears the job down
-    MPI.COMM_WORLD.Abort(TIMEOUT_EXIT_CODE)
-    raise SystemExit(TIMEOUT_EXIT_CODE)  # not reached: Abort does not return
+    os.write(2, message.encode())  # not sys.stderr: no Python-level lock the main thread might hold
+    time.sleep(0.5)  # let the launcher forward the message before the job is torn down
+    if multiple:
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(TIMEOUT_EXIT_CODE)
+    os._exit(TIMEOUT_EXIT_CODE)

@@ -8,6 +8,7 @@ global array.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import re
@@ -68,7 +69,9 @@ def make(shape, dtype, seed, kind="any"):
 
 
 def layout(a, how, xp=np):
-    """``a``'s values in another memory layout: C, Fortran, strided or reversed (``xp``: the array module)."""
+    """``a``'s values in another memory layout: C, Fortran, strided or reversed (0-D: a copy; ``xp``: the array module)."""
+    if np.ndim(a) == 0:
+        return xp.array(a)  # a 0-D array (ascontiguousarray would make it 1-D)
     if how == "C":
         return xp.ascontiguousarray(a)
     if how == "F":
@@ -85,6 +88,20 @@ def layout(a, how, xp=np):
 
 
 LAYOUTS = ["C", "F", "strided", "reversed"]
+
+
+@contextlib.contextmanager
+def forced_datatypes(forced=True):
+    """Force the MPI-derived-datatype gathers (the large-array path) for small arrays too, or leave the thresholds."""
+    from hpccoll.transports.host_mpi import HostMPI
+
+    saved = HostMPI.strided_min_bytes, HostMPI.strided_min_piece
+    if forced:
+        HostMPI.strided_min_bytes = HostMPI.strided_min_piece = 0
+    try:
+        yield
+    finally:
+        HostMPI.strided_min_bytes, HostMPI.strided_min_piece = saved
 
 
 def reference(stack, op):

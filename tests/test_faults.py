@@ -27,16 +27,18 @@ LIMIT = 30.0
 serial_only = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
 
 
-def launch(tmp_path, body, *, module=True, env=None, n=2):
-    """Run ``body`` as a script under ``mpiexec -n n`` (``python -m mpi4py`` when ``module``); (status, seconds, output)."""
+def launch(body, *, module=True, env=None, n=2):
+    """Run ``body`` under ``mpiexec -n n`` (``python -m mpi4py -c`` when ``module``); (status, seconds, output).
+
+    The code goes on the command line, not in a file under pytest's tmp_path: on a machine where several
+    suites run at once (as root), pytest rotates /tmp/pytest-of-root/ under the others' feet.
+    """
     mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
     if not mpiexec.exists():
         pytest.skip(f"no mpiexec next to {sys.executable}")
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(body))
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_", "HPCCOLL_"))}
     clean.update(env or {})
-    cmd = [str(mpiexec), "-n", str(n), sys.executable] + (["-m", "mpi4py"] if module else []) + [str(script)]
+    cmd = [str(mpiexec), "-n", str(n), sys.executable] + (["-m", "mpi4py"] if module else []) + ["-c", textwrap.dedent(body)]
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * LIMIT, env=clean)
@@ -58,18 +60,18 @@ RAISES_BEFORE_A_COLLECTIVE = """
 
 
 @serial_only
-def test_an_exception_on_one_rank_aborts_the_job_under_python_m_mpi4py(tmp_path):
-    status, seconds, output = launch(tmp_path, RAISES_BEFORE_A_COLLECTIVE.format(setup=""))
+def test_an_exception_on_one_rank_aborts_the_job_under_python_m_mpi4py():
+    status, seconds, output = launch(RAISES_BEFORE_A_COLLECTIVE.format(setup=""))
     assert status != 0 and seconds < LIMIT, (status, seconds, output)
     assert "rank 1 fails before the collective" in output and "finished" not in output
     print(f"python -m mpi4py: exit status {status} after {seconds:.1f} s")
 
 
 @serial_only
-def test_abort_on_exception_does_the_same_for_plain_python(tmp_path):
+def test_abort_on_exception_does_the_same_for_plain_python():
     """Launched as ``python script.py`` (no ``-m mpi4py``) such a job hangs; ``abort_on_exception`` ends it."""
     body = RAISES_BEFORE_A_COLLECTIVE.format(setup="hpccoll.abort_on_exception(errorcode=3)")
-    status, seconds, output = launch(tmp_path, body, module=False)
+    status, seconds, output = launch(body, module=False)
     assert status == 3 and seconds < LIMIT, (status, seconds, output)
     assert "rank 1 fails before the collective" in output  # the traceback is still printed
     print(f"abort_on_exception: exit status {status} after {seconds:.1f} s")
@@ -95,12 +97,12 @@ STUCK = """
     [(False, False, "MPI_Allgather"), (True, False, "cross-rank check"), (False, True, "MPI_Allreduce")],
     ids=["missing-rank", "missing-rank-check-mode", "cotangent-conventions-differ"],
 )
-def test_watchdog_aborts_a_stuck_collective(tmp_path, check, cotangent, where):
-    """HPCCOLL_TIMEOUT=1: the stuck ranks abort the job (status 124), naming what they waited for."""
+def test_watchdog_aborts_a_stuck_collective(check, cotangent, where):
+    """HPCCOLL_TIMEOUT=0.5: the stuck ranks abort the job (status 124), naming what they waited for."""
     body = STUCK.format(check=check, cotangent=cotangent)
-    status, seconds, output = launch(tmp_path, body, env={"HPCCOLL_TIMEOUT": "1"})
+    status, seconds, output = launch(body, env={"HPCCOLL_TIMEOUT": "0.5"})
     assert status == TIMEOUT_EXIT_CODE and seconds < LIMIT, (status, seconds, output)
-    assert "did not complete within HPCCOLL_TIMEOUT=1 s" in output and where in output, output
+    assert "did not complete within HPCCOLL_TIMEOUT=0.5 s" in output and where in output, output
     print(f"watchdog: exit status {status} after {seconds:.1f} s")
 
 
@@ -141,7 +143,7 @@ def watched():
 @pytest.mark.mpi
 @pytest.mark.parametrize("checked", [False, True], ids=["plain", "check"])
 def test_watched_collectives_give_the_same_results(comm, watched, checked, monkeypatch):
-    """Under the watchdog every primitive (nonblocking, polled) returns what the blocking one does."""
+    """Under the watchdog every primitive, and the check's exchange, returns what it does without."""
     from hpccoll.transports.host_mpi import HostMPI
 
     w = watched[checked]

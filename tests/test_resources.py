@@ -26,3 +26,52 @@ def test_cached_duplicate_is_freed_with_its_communicator(comm):
         assert cached.mpi == MPI.COMM_NULL
     world = as_communicator(MPI.COMM_WORLD)
     assert world.mpi != MPI.COMM_NULL and hpccoll.all_reduce(np.ones(1))[0] == comm.size
+
+
+def _memory_benchmark():
+    """benchmarks/memory.py as a module: the suite runs its checks small and fast."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "memory.py"
+    spec = importlib.util.spec_from_file_location("hpccoll_memory_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def memory():
+    return _memory_benchmark()
+
+
+#: The resource checks do not depend on the rank count beyond 2, and cost seconds on oversubscribed cores:
+#: they run at 1 and 2 ranks (a size-dependent skip, the same on every rank, no collective around it).
+small_worlds = pytest.mark.skipif(MPI.COMM_WORLD.size > 2, reason="resource checks run at 1 and 2 ranks")
+
+
+@small_worlds
+def test_no_leaks_over_a_hundred_rounds(comm, memory):
+    """The leak check of benchmarks/memory.py, 100 rounds instead of 10,000: no MPI handle or traced growth.
+
+    Enough to see one leaked datatype per gather or one communicator per split (every fifth round).
+    """
+    leaks = memory.leak_check(comm, 100, warmup=20)
+    assert memory.no_leak(leaks), leaks
+
+
+@small_worlds
+def test_peak_memory_within_bound_at_1_mib(comm, memory):
+    """benchmarks/memory.py's peak cases at 1 MiB: what hpccoll allocates stays within output + one packing buffer."""
+    for row in memory.measure_peak(comm, 1 << 20):
+        assert row["traced"] <= row["bound"] + (64 << 10), row
+
+
+def test_the_handle_probe_sees_a_leak(memory):
+    """The probe is sensitive: 32 datatypes and communicators left behind move it."""
+    before = memory.handle_probe()
+    kept = [MPI.BYTE.Create_contiguous(1) for _ in range(32)] + [MPI.COMM_SELF.Dup() for _ in range(32)]
+    after = memory.handle_probe()
+    for obj in kept:
+        obj.Free()
+    assert after[0] - before[0] >= 8 and after[1] - before[1] >= 8, (before, after)

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
-from .._faults import run, watch
+from .._faults import _watched, run
 from .._request import Pending
 from ._base import Transport
 
@@ -70,8 +70,8 @@ class HostMPI(Transport):
     strided_min_piece = 512
 
     def _run(self, name: str, *args: Any) -> None:
-        """The MPI collective ``name``; watched (nonblocking, polled) when ``HPCCOLL_TIMEOUT`` is set."""
-        run(self.comm.mpi, name, *args, timeout=self.comm.timeout)
+        """The MPI collective ``name``, watched when ``HPCCOLL_TIMEOUT`` is set."""
+        run(self.comm, name, *args)
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         itemsize = out.itemsize
@@ -193,7 +193,7 @@ class MPIPending(Pending):
         if self.comm.timeout is None:
             self.request.Wait()
         else:
-            watch(self.request, self.comm.mpi, self.comm.timeout, self.what)
+            _watched(self.comm, self.what, self.request.Wait)
         self._finish()
 
     def test(self) -> bool:
