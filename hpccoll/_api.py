@@ -492,7 +492,7 @@ def _reduce_scatter(
             sizes = _sizes(sizes, c.size)
             if sum(sizes) != n:
                 raise ArgumentError(f"sizes: expected ints summing to x.shape[{ax}] == {n}; got {list(sizes)}")
-        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
+        plan = reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         out = _out(out, _with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp,
                    _scatters_in_place(x, ax, sizes, c.rank))
         if c.check:
@@ -505,7 +505,8 @@ def _reduce_scatter(
         xp.copyto(out, x)
         return _done(out, async_op)
     transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
-    plan = reduce_plan(x.dtype, op, transport.native_reduce)
+    if transport.native_reduce:
+        plan = reduce_plan(x.dtype, op, transport.native_reduce)
     trail = prod(_shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
     if out is x or xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked by _out)
@@ -653,7 +654,7 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op:
         xp = np if kind == "numpy" else module_of(kind)
         check_dtype(x.dtype)
         op = normalize_op(op)
-        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
+        plan = reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         out = _out(out, x.shape, x.dtype, x, xp, lambda o: _same_view(o, x))
         if c.check:
             desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
@@ -665,7 +666,8 @@ def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op:
             xp.copyto(out, x)
         return _done(out, async_op)
     transport = select_transport(c, kind)  # collective on first GPU use: after the ranks agree
-    plan = reduce_plan(x.dtype, op, transport.native_reduce)
+    if transport.native_reduce:
+        plan = reduce_plan(x.dtype, op, transport.native_reduce)
     in_place = out is x or (xp.may_share_memory(out, x) and _same_view(out, x))
     if in_place and not plan.widen and out.flags.c_contiguous:
         recv = _as(flat(out, xp), plan.wire)

@@ -127,6 +127,10 @@ def _choose(comm: Any, kind: str) -> TransportChoice:
 
 def select_transport(comm: Any, kind: str) -> Transport:
     """The transport bound to ``comm`` that moves arrays of ``kind`` (``"numpy"`` or ``"cupy"``)."""
+    if kind == "numpy":  # the hot path: NumPy arrays always use host MPI
+        inst = comm._transports.get("mpi")
+        if inst is not None:
+            return inst
     name = choose_transport(comm, kind).name
     inst = comm._transports.get(name)
     return inst if inst is not None else comm.transport_instance(name)

@@ -123,7 +123,10 @@ class HostMPI(Transport):
     def _call(self, name: str, args: tuple, then: Optional[Callable[[], None]], blocking: bool) -> Any:
         """Run MPI collective ``name`` (blocking, watched under ``HPCCOLL_TIMEOUT``) or start its ``I`` twin."""
         if blocking:
-            self._run(name, *args)
+            if self.comm.timeout is None:  # the hot path: no watchdog
+                getattr(self.comm.mpi, name)(*args)
+            else:
+                self._run(name, *args)
             if then is not None:
                 then()
             return None
