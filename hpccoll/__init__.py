@@ -20,6 +20,7 @@ from ._comm import Communicator
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._errors import (
     ArgumentError,
+    CollectiveError,
     DTypeError,
     HpccollError,
     MismatchError,
@@ -55,6 +56,7 @@ __all__ = [
     "UnsupportedOpError",
     "MismatchError",
     "TransportUnavailable",
+    "CollectiveError",
     "OPS",
     "SUPPORTED_DTYPES",
     "TRANSPORTS",

@@ -9,6 +9,7 @@ __all__ = [
     "UnsupportedOpError",
     "MismatchError",
     "TransportUnavailable",
+    "CollectiveError",
 ]
 
 
@@ -34,3 +35,10 @@ class MismatchError(HpccollError):
 
 class TransportUnavailable(HpccollError, RuntimeError):
     """The requested transport cannot run here; the message names the reason."""
+
+
+class CollectiveError(HpccollError, RuntimeError):
+    """A collective failed while running: an NCCL asynchronous error, or one stuck past ``HPCCOLL_TIMEOUT``.
+
+    The transport's communicator is aborted; free the :class:`~hpccoll.Communicator` and make a new one.
+    """

@@ -561,3 +561,51 @@ def test_async_in_place_and_lists(gpu, pattern, monkeypatch):
     assert_close(got_rs, block(reference(stack, "avg"), 0, rs_want_sizes, gpu.rank))
     assert_close(got_list[0], reference(stack, "sum"))
     assert_close(got_list[1], reference(stack[:, :1], "sum"))
+
+
+# --------------------------------------------------------------------------- faults: async errors, timeouts
+
+
+class _NcclError(Exception):
+    pass
+
+
+@pytest.mark.mpi(min_size=2)  # one rank never reaches NCCL
+def test_async_error_surfaces_and_aborts(gpu, monkeypatch):
+    """An asynchronous NCCL error is raised as CollectiveError at the next call; the communicator is aborted."""
+    x = np.ones(4)
+    hpccoll.all_reduce(x, gpu)  # creates the NCCL communicator
+    nc = nccl_of(gpu)._nc
+    aborted = []
+    monkeypatch.setattr(nc, "check_async_error", lambda: (_ for _ in ()).throw(_NcclError("unhandled cuda error")))
+    monkeypatch.setattr(nc, "abort", lambda: aborted.append(True))
+    with pytest.raises(hpccoll.CollectiveError, match="asynchronous error.*unhandled cuda error"):
+        hpccoll.all_reduce(x, gpu)
+    with pytest.raises(hpccoll.TransportUnavailable, match="closed"):
+        hpccoll.all_reduce(x, gpu)
+    assert aborted == [True]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("async_op", [False, True])
+def test_stuck_collective_times_out(gpu, runtime, monkeypatch, async_op):
+    """Under HPCCOLL_TIMEOUT a collective whose event never completes aborts NCCL and raises, on every rank."""
+    import time
+
+    class Stuck:
+        done = False
+
+        def synchronize(self):  # never reached under a timeout
+            raise AssertionError("waited without the watchdog")
+
+    x = np.ones(4)
+    hpccoll.all_reduce(x, gpu)  # creates the NCCL communicator
+    monkeypatch.setattr(gpu, "timeout", 0.2)
+    monkeypatch.setattr(runtime, "record", lambda: Stuck())
+    t0 = time.monotonic()
+    with pytest.raises(hpccoll.CollectiveError, match="did not complete within HPCCOLL_TIMEOUT=0.2 s"):
+        req = hpccoll.all_reduce(x, gpu, async_op=async_op)
+        if async_op:
+            assert not req.test()
+            req.wait()
+    assert 0.2 <= time.monotonic() - t0 < 5

@@ -45,12 +45,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import time
 import weakref
 from typing import Any, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._errors import ArgumentError, DTypeError, HpccollError, MismatchError, TransportUnavailable
+from .._errors import ArgumentError, CollectiveError, DTypeError, HpccollError, MismatchError, TransportUnavailable
 from .._request import Pending
 from ._base import Transport
 from ._cuda import get_runtime
@@ -350,10 +351,34 @@ class NcclTransport(Transport):
             _destroy(nc)
         _LIVE.discard(self)
 
+    # ------------------------------------------------------------------ faults
+    def _async_error(self) -> None:
+        """Raise :class:`CollectiveError` if NCCL reported an asynchronous error (aborting the communicator)."""
+        try:
+            self._nc.check_async_error()
+        except Exception as exc:  # the binding's NcclError
+            self._abort(f"NCCL reported an asynchronous error ({type(exc).__name__}: {exc})")
+
+    def _abort(self, why: str) -> None:
+        nc, self._nc = self._nc, None
+        _LIVE.discard(self)
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                nc.abort()
+        raise CollectiveError(
+            f"transport 'nccl' on rank {self.comm.rank}: {why}; its NCCL communicator was aborted "
+            "(free this Communicator and make a new one)"
+        )
+
+    def _pending(self) -> "EventPending":
+        """An event after the work just enqueued; under ``HPCCOLL_TIMEOUT`` the wait is watched."""
+        return EventPending(self._rt.record(), self)
+
     # ------------------------------------------------------------------ helpers
     def _check(self, *arrays: Any) -> None:
         if self._nc is None:
             raise TransportUnavailable("transport 'nccl': expected a live NCCL communicator; got a closed one")
+        self._async_error()
         for a in arrays:
             if a is not None:
                 dev = self._rt.device_of(a)
@@ -399,7 +424,7 @@ class NcclTransport(Transport):
         return design
 
     # ------------------------------------------------------------------ all-gather
-    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
+    def _enqueue_allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
         self._check(send, recv)
         if not any(counts):
             return
@@ -439,14 +464,14 @@ class NcclTransport(Transport):
                 recv[disp : disp + count] = padded[root, :count]
 
     # ------------------------------------------------------------------ reduce-scatter
-    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
+    def _enqueue_reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
         self._check(send, recv)
         if not any(counts):
             return
         dtype = recv.dtype
         if dtype.name in _WIDER:
             wide = self._xp.empty(recv.size, _WIDER[dtype.name])
-            self.reduce_scatter(send.astype(wide.dtype), wide, counts, op)
+            self._enqueue_reduce_scatter(send.astype(wide.dtype), wide, counts, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
         if dtype.kind == "c":
@@ -508,26 +533,43 @@ class NcclTransport(Transport):
     # NCCL calls are already asynchronous on the caller's stream: enqueue, then hand back
     # an event recorded after them (test() queries it, wait() synchronises on it).
     def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
-        self.allgatherv(send, recv, counts)
-        return EventPending(self._rt.record())
+        self._enqueue_allgatherv(send, recv, counts)
+        return self._pending()
 
     def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
-        self.reduce_scatter(send, recv, counts, op)
-        return EventPending(self._rt.record())
+        self._enqueue_reduce_scatter(send, recv, counts, op)
+        return self._pending()
 
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
-        self.allreduce(send, recv, op)
-        return EventPending(self._rt.record())
+        self._enqueue_allreduce(send, recv, op)
+        return self._pending()
+
+    # The blocking forms only enqueue (stream order is the caller's synchronisation), except under
+    # HPCCOLL_TIMEOUT, where each one is waited for, watched, so that a stuck collective is reported.
+    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
+        self._enqueue_allgatherv(send, recv, counts)
+        if self.comm.timeout is not None:
+            self._pending().wait()
+
+    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
+        self._enqueue_reduce_scatter(send, recv, counts, op)
+        if self.comm.timeout is not None:
+            self._pending().wait()
+
+    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        self._enqueue_allreduce(send, recv, op)
+        if self.comm.timeout is not None:
+            self._pending().wait()
 
     # ------------------------------------------------------------------ all-reduce
-    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+    def _enqueue_allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         self._check(send, recv)
         if recv.size == 0:
             return
         dtype = recv.dtype
         if dtype.name in _WIDER:
             wide = (recv if send is None else send).astype(_WIDER[dtype.name])
-            self.allreduce(None, wide, op)
+            self._enqueue_allreduce(None, wide, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
         if dtype.kind == "c":
@@ -535,7 +577,7 @@ class NcclTransport(Transport):
                 counts = _split(recv.size, self.comm.size)
                 block = self._xp.empty(counts[self.comm.rank], dtype)
                 self._complex_prod(recv if send is None else send, block, counts)
-                self.allgatherv(block, recv, counts)
+                self._enqueue_allgatherv(block, recv, counts)
                 return
             if op != "sum":
                 raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype.name}; got {op!r}")
@@ -549,17 +591,35 @@ class NcclTransport(Transport):
 
 
 class EventPending(Pending):
-    """Work enqueued on a CUDA stream, tracked by an event recorded after it."""
+    """Work enqueued on a CUDA stream, tracked by an event recorded after it.
 
-    __slots__ = ("event",)
+    With ``HPCCOLL_TIMEOUT`` set on the communicator, ``wait()`` polls the
+    event and NCCL's asynchronous error state, and aborts the NCCL
+    communicator with :class:`CollectiveError` once the limit has passed.
+    """
 
-    def __init__(self, event: Any) -> None:
+    __slots__ = ("event", "transport")
+
+    def __init__(self, event: Any, transport: Any) -> None:
         self.event = event
+        self.transport = transport
 
     def wait(self) -> None:
-        self.event.synchronize()
+        timeout = self.transport.comm.timeout
+        if timeout is None:
+            self.event.synchronize()
+            return
+        deadline = time.monotonic() + timeout
+        while not self.event.done:
+            self.transport._async_error()
+            if time.monotonic() > deadline:
+                self.transport._abort(f"a collective did not complete within HPCCOLL_TIMEOUT={timeout:g} s")
+            time.sleep(0.0005)
+        self.transport._async_error()
 
     def test(self) -> bool:
+        if self.transport._nc is not None:
+            self.transport._async_error()
         return bool(self.event.done)
 
 
