@@ -68,6 +68,7 @@ def abort_on_exception(errorcode: int = 1) -> None:
 
             sys.stdout.flush()
             sys.stderr.flush()
+            time.sleep(0.5)  # let the launcher forward the traceback before Abort tears the job down
             MPI.COMM_WORLD.Abort(errorcode)
 
     hook.hpccoll_aborts = True  # type: ignore[attr-defined]

@@ -63,7 +63,9 @@ RAISES_BEFORE_A_COLLECTIVE = """
 def test_an_exception_on_one_rank_aborts_the_job_under_python_m_mpi4py():
     status, seconds, output = launch(RAISES_BEFORE_A_COLLECTIVE.format(setup=""))
     assert status != 0 and seconds < LIMIT, (status, seconds, output)
-    assert "rank 1 fails before the collective" in output and "finished" not in output
+    # (mpi4py calls Abort straight after printing the traceback: the launcher does not always
+    # forward it first, so only the job's end is asserted here; hpccoll's own hook waits for it)
+    assert "finished" not in output
     print(f"python -m mpi4py: exit status {status} after {seconds:.1f} s")
 
 
