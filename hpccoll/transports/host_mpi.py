@@ -123,10 +123,7 @@ class HostMPI(Transport):
     def _call(self, name: str, args: tuple, then: Optional[Callable[[], None]], blocking: bool) -> Any:
         """Run MPI collective ``name`` (blocking, watched under ``HPCCOLL_TIMEOUT``) or start its ``I`` twin."""
         if blocking:
-            if self.comm.timeout is None:  # the hot path: no watchdog
-                getattr(self.comm.mpi, name)(*args)
-            else:
-                self._run(name, *args)
+            self._run(name, *args)
             if then is not None:
                 then()
             return None
@@ -152,13 +149,9 @@ class HostMPI(Transport):
             source, target = _in_place(), [recv, t]
         else:
             source, target = [send, t], [recv, first if even else mine, t]
-        then = None
         start = sum(counts[:rank])
-        if send is None and start:
-            # MPI's in-place reduce-scatter leaves the result at the start of recv.
-            def then() -> None:
-                recv[start : start + mine] = recv[:mine]
-
+        # MPI's in-place reduce-scatter leaves the result at the start of recv: move it to this rank's block.
+        then = _mover(recv, start, mine) if send is None and start else None
         if even:
             return "Reduce_scatter_block", (source, target, mpi_op(op)), then
         return "Reduce_scatter", (source, target, list(counts), mpi_op(op)), then
@@ -166,6 +159,15 @@ class HostMPI(Transport):
     def _allreduce(self, send: Optional[Any], recv: Any, op: str) -> tuple:
         t = mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], mpi_op(op)), None
+
+
+def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:
+    """A step that copies ``buf[:count]`` to ``buf[start:start + count]`` (overlap allowed)."""
+
+    def move() -> None:
+        buf[start : start + count] = buf[:count]
+
+    return move
 
 
 def _in_place() -> Any:
