@@ -6,13 +6,13 @@ once, above the transports (see :mod:`hpccoll.transports._base`).
 
 from __future__ import annotations
 
-import functools
 import operator
 from typing import Any, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._arrays import as_array, flat, module_of, overlaps, prod
+from . import _fast
+from ._arrays import as_array, flat, module_of, overlaps, prod, split_sizes
 from ._comm import Communicator, as_communicator
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
@@ -33,19 +33,6 @@ __all__ = [
 Sizes = Optional[Sequence[int]]
 _SEQUENCES = (list, tuple)
 COTANGENTS = ("varying", "replicated")
-
-
-@functools.lru_cache(maxsize=1024)
-def split_sizes(n: int, parts: int) -> Tuple[int, ...]:
-    """Extents of ``numpy.array_split(range(n), parts)``: the first ``n % parts`` get one more.
-
-    Examples
-    --------
-    >>> split_sizes(10, 4)
-    (3, 3, 2, 2)
-    """
-    q, r = divmod(n, parts)
-    return tuple(q + (i < r) for i in range(parts))
 
 
 # --------------------------------------------------------------------------- validation
@@ -271,7 +258,10 @@ def all_gather(
     >>> y = hpccoll.all_gather(np.full(2, comm.rank))        # doctest: +SKIP
     >>> # on 3 ranks: array([0, 0, 1, 1, 2, 2])
     """
-    return _all_gather(x, as_communicator(comm), axis, sizes, out, "all_gather", async_op)
+    c = as_communicator(comm)
+    if not async_op and (result := _fast.all_gather(x, c, axis, sizes, out)) is not None:
+        return result
+    return _all_gather(x, c, axis, sizes, out, "all_gather", async_op)
 
 
 def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what: str, async_op: bool) -> Any:
@@ -414,7 +404,10 @@ def all_gather_adjoint(
     >>> g = hpccoll.all_gather_adjoint(np.ones(6))   # doctest: +SKIP
     >>> # on 3 ranks: array([3., 3.]) on every rank
     """
-    return _reduce_scatter(y, as_communicator(comm), "sum", axis, sizes, out, "all_gather_adjoint", async_op)
+    c = as_communicator(comm)
+    if not async_op and (result := _fast.reduce_scatter(y, c, "sum", axis, sizes, out)) is not None:
+        return result
+    return _reduce_scatter(y, c, "sum", axis, sizes, out, "all_gather_adjoint", async_op)
 
 
 # --------------------------------------------------------------------------- reduce-scatter
@@ -470,7 +463,10 @@ def reduce_scatter(
     >>> b = hpccoll.reduce_scatter(np.arange(6.0))   # doctest: +SKIP
     >>> # on 3 ranks, rank 1 gets array([6., 9.])
     """
-    return _reduce_scatter(x, as_communicator(comm), op, axis, sizes, out, "reduce_scatter", async_op)
+    c = as_communicator(comm)
+    if not async_op and (result := _fast.reduce_scatter(x, c, op, axis, sizes, out)) is not None:
+        return result
+    return _reduce_scatter(x, c, op, axis, sizes, out, "reduce_scatter", async_op)
 
 
 def _reduce_scatter(
@@ -580,6 +576,8 @@ def reduce_scatter_adjoint(
         For ``prod``, ``max`` and ``min``, which are not linear.
     """
     c = as_communicator(comm)
+    if op == "sum" and not async_op and (result := _fast.all_gather(y, c, axis, sizes, out)) is not None:
+        return result
     early = None
     try:
         op = _linear_op(op, "reduce_scatter_adjoint")
@@ -642,7 +640,10 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None, as
     >>> hpccoll.all_reduce(np.ones(3), op="sum")   # doctest: +SKIP
     >>> # on 4 ranks: array([4., 4., 4.])
     """
-    return _all_reduce(x, as_communicator(comm), op, out, "all_reduce", async_op)
+    c = as_communicator(comm)
+    if not async_op and (result := _fast.all_reduce(x, c, op, out)) is not None:
+        return result
+    return _all_reduce(x, c, op, out, "all_reduce", async_op)
 
 
 def _all_reduce(x: Any, c: Communicator, op: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -722,6 +723,11 @@ def all_reduce_adjoint(
         The cotangent of this rank's input, a new array (or ``out``).
     """
     c = as_communicator(comm)
+    if (
+        cotangent == "varying" and (op == "sum" or op == "avg") and not async_op
+        and (result := _fast.all_reduce(y, c, op, out)) is not None
+    ):
+        return result
     early = None
     many = type(y) in _SEQUENCES and is_array_list(y)
     try:

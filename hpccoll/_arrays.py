@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Tuple
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from ._errors import ArgumentError
 
-__all__ = ["as_array", "module_of", "flat", "overlaps", "prod"]
+__all__ = ["as_array", "module_of", "flat", "overlaps", "prod", "split_sizes"]
 
 
 def as_array(x: Any, name: str = "x") -> Tuple[Any, str]:
@@ -79,3 +80,16 @@ def prod(dims: Any) -> int:
     for d in dims:
         p *= d
     return p
+
+
+@functools.lru_cache(maxsize=1024)
+def split_sizes(n: int, parts: int) -> Tuple[int, ...]:
+    """Extents of ``numpy.array_split(range(n), parts)``: the first ``n % parts`` get one more.
+
+    Examples
+    --------
+    >>> split_sizes(10, 4)
+    (3, 3, 2, 2)
+    """
+    q, r = divmod(n, parts)
+    return tuple(q + (i < r) for i in range(parts))

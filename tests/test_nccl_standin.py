@@ -57,10 +57,25 @@ def fresh(comm, runtime):
         c.free()
 
 
+def route_to_cupy_transports(monkeypatch):
+    """Send NumPy arrays through the transports CuPy arrays would use (the stand-ins).
+
+    The NumPy fast path (which calls mpi4py directly) is turned off, so every
+    call goes through transport selection.
+    """
+    import hpccoll._coalesced
+    import hpccoll._fast
+
+    for module in (hpccoll._api, hpccoll._coalesced):
+        monkeypatch.setattr(module, "select_transport", lambda c, kind: select_transport(c, "cupy"))
+    for name in hpccoll._fast.__all__:
+        monkeypatch.setattr(hpccoll._fast, name, lambda *args: None)
+
+
 @pytest.fixture
 def gpu(fresh, monkeypatch):
     """A Communicator whose collectives take the CuPy-side transports (NCCL over the stand-in)."""
-    monkeypatch.setattr(hpccoll._api, "select_transport", lambda c, kind: select_transport(c, "cupy"))
+    route_to_cupy_transports(monkeypatch)
     return fresh()
 
 
@@ -479,7 +494,7 @@ def test_free_and_exit_destroy_nccl(fresh):
 
 @pytest.fixture
 def routed(monkeypatch):
-    monkeypatch.setattr(hpccoll._api, "select_transport", lambda c, kind: select_transport(c, "cupy"))
+    route_to_cupy_transports(monkeypatch)
 
 
 def test_staged_reuses_pinned_buffers(fresh, runtime, routed):
@@ -537,9 +552,6 @@ def test_cuda_aware_setting_must_agree(fresh, runtime, monkeypatch):
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
 def test_async_in_place_and_lists(gpu, pattern, monkeypatch):
     """Event-backed requests, in-place forms (copied first: NCCL transport has no send=None), lists."""
-    import hpccoll._coalesced
-
-    monkeypatch.setattr(hpccoll._coalesced, "select_transport", lambda c, kind: select_transport(c, "cupy"))
     sizes = SIZE_PATTERNS[pattern](gpu.size)
     x, full = shards(gpu, (0, 3), 0, sizes, np.float32, seed=3)
     req = hpccoll.all_gather(x, gpu, sizes=sizes, async_op=True)

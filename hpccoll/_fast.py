@@ -1,0 +1,265 @@
+"""The fast path: blocking collectives of C-contiguous NumPy arrays, straight to mpi4py.
+
+Every public collective tries this first. It takes the common case -- a
+C-contiguous NumPy array whose dtype MPI moves (and, for reductions, reduces)
+natively, split or gathered along its first axis, with ``sizes`` given as
+plain ints when gathering, no check mode, no ``async_op``, and ``out`` either
+absent or a separate C-contiguous array of the right shape and dtype -- and
+makes the MPI call with as few Python operations as it can (about 1 us).
+Anything else returns ``None``, and the general path in :mod:`hpccoll._api`
+(which validates everything and raises the errors) takes over.
+
+The MPI calls are the ones the general path makes for the same arguments, on
+the same buffers, so results are bit-identical (``tests/test_fast.py``).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from math import prod
+from operator import attrgetter
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from ._arrays import split_sizes
+from ._dtypes import check_dtype, movement_dtype, normalize_op, reduce_plan
+from ._errors import HpccollError
+from ._faults import run
+from .transports.host_mpi import mpi_datatype, mpi_op
+
+__all__ = ["all_gather", "reduce_scatter", "all_reduce"]
+
+_ndarray = np.ndarray
+_may_share_memory = np.may_share_memory
+_SEQUENCES = (list, tuple)
+_dtype_of = attrgetter("dtype")
+_shape_of = attrgetter("shape")
+_nbytes_of = attrgetter("nbytes")
+
+#: dtype -> the MPI datatype its bytes move as (every supported dtype).
+_MOVE: Dict[np.dtype, Any] = {}
+#: op name -> dtype -> (MPI datatype, MPI op, divide afterwards), for (dtype, op)
+#: pairs MPI reduces natively (no widening): filled on first use.
+_REDUCE: Dict[str, Dict[np.dtype, Optional[Tuple[Any, Any, bool]]]] = {}
+
+
+def _move_type(dtype: np.dtype) -> Any:
+    try:
+        check_dtype(dtype)
+    except HpccollError:
+        return None  # the general path raises it
+    t = _MOVE[dtype] = mpi_datatype(movement_dtype(dtype))
+    return t
+
+
+def _reduce_entry(dtype: np.dtype, op: str) -> Optional[Tuple[Any, Any, bool]]:
+    """``(datatype, op, divide)`` for a natively reduced pair, else ``None`` (remembered)."""
+    try:
+        plan = reduce_plan(dtype, normalize_op(op))
+    except HpccollError:
+        return None  # not remembered: the general path raises it every time
+    entry = None if plan.widen else (mpi_datatype(plan.wire), mpi_op(plan.op), plan.divide)
+    _REDUCE.setdefault(op, {})[dtype] = entry
+    return entry
+
+
+def _separate(out: Any, x: Any, shape: Tuple[int, ...]) -> bool:
+    """Whether ``out`` is a valid, writeable, C-contiguous output that does not touch ``x``."""
+    if type(out) is not _ndarray or out.shape != shape or out.dtype != x.dtype:
+        return False
+    flags = out.flags
+    return flags.c_contiguous and flags.writeable and not _may_share_memory(out, x)
+
+
+def _output(out: Any, x: Any, extent: int) -> Tuple[Any, int]:
+    """``(output, inner)``: ``extent`` rows shaped like ``x``'s (``inner`` elements each).
+
+    The output is ``out`` when it is valid and separate from ``x``, a new
+    array when ``out`` is None, and ``None`` when the fast path does not apply
+    (an empty output, or an ``out`` the general path must check).
+    """
+    shape = x.shape
+    inner = 1 if len(shape) == 1 else prod(shape[1:])
+    if not extent * inner:
+        return None, inner
+    oshape = (extent,) + shape[1:]
+    if out is None:
+        return np.empty(oshape, x.dtype), inner
+    return (out if _separate(out, x, oshape) else None), inner
+
+
+def _call(c: Any, name: str, *args: Any) -> None:
+    """``c.mpi.<name>(*args)``, watched when ``HPCCOLL_TIMEOUT`` is set."""
+    if c.timeout is None:
+        getattr(c._mpi, name)(*args)
+    else:
+        run(c, name, *args)
+
+
+def _plain(sizes: Any, parts: int) -> bool:
+    """Whether ``sizes`` is a list or tuple of ``parts`` non-negative Python ints."""
+    if type(sizes) not in (list, tuple) or len(sizes) != parts:
+        return False
+    for s in sizes:
+        if type(s) is not int or s < 0:
+            return False
+    return True
+
+
+def _entry(dtype: np.dtype, op: Any) -> Optional[Tuple[Any, Any, bool]]:
+    """``(datatype, op, divide)`` when MPI reduces ``dtype`` with ``op`` natively, else ``None``."""
+    if type(op) is not str:
+        return None
+    plans = _REDUCE.get(op)
+    entry = plans.get(dtype, False) if plans is not None else False
+    return _reduce_entry(dtype, op) if entry is False else entry
+
+
+def all_reduce(x: Any, c: Any, op: Any, out: Any) -> Any:
+    """``hpccoll.all_reduce`` for the common case (also a list of arrays), or ``None``."""
+    if type(x) is not _ndarray:
+        return _all_reduce_many(x, c, op, out) if type(x) in _SEQUENCES else None
+    if c.check or c.size == 1 or not x.size or not x.flags.c_contiguous:
+        return None
+    entry = _entry(x.dtype, op)
+    if entry is None:
+        return None
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+    elif not _separate(out, x, x.shape):
+        return None
+    t, mop, divide = entry
+    _call(c, "Allreduce", [x, t], [out, t], mop)
+    if divide:
+        out /= out.dtype.type(c.size)
+    return out
+
+
+def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any) -> Any:
+    """``hpccoll.all_gather`` along the first axis with given ``sizes``, or ``None``."""
+    if type(x) is not _ndarray or c.check or c.size == 1 or not x.flags.c_contiguous:
+        return None
+    shape = x.shape
+    if type(axis) is not int or not shape or (axis != 0 and axis != -len(shape)) or not _plain(sizes, c.size):
+        return None
+    rank = c.rank
+    if sizes[rank] != shape[0]:
+        return None
+    t = _MOVE.get(x.dtype)
+    if t is None and (t := _move_type(x.dtype)) is None:
+        return None
+    out, inner = _output(out, x, sum(sizes))
+    if out is None:
+        return None
+    first = sizes[0]
+    if sizes.count(first) == len(sizes):
+        args: tuple = ("Allgather", [x, first * inner, t], [out, first * inner, t])
+    else:
+        counts = [s * inner for s in sizes]
+        args = ("Allgatherv", [x, counts[rank], t], [out, (counts, [0, *accumulate(counts)][:-1]), t])
+    _call(c, *args)
+    return out
+
+
+def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any) -> Any:
+    """``hpccoll.reduce_scatter`` along the first axis, or ``None``."""
+    if type(x) is not _ndarray or c.check or c.size == 1 or not x.flags.c_contiguous:
+        return None
+    shape = x.shape
+    if type(axis) is not int or not shape or (axis != 0 and axis != -len(shape)):
+        return None
+    entry = _entry(x.dtype, op)
+    if entry is None:
+        return None
+    n = shape[0]
+    if sizes is None:
+        sizes = split_sizes(n, c.size)
+    elif not _plain(sizes, c.size) or sum(sizes) != n:
+        return None
+    mine = sizes[c.rank]
+    out, inner = _output(out, x, mine)
+    if out is None:
+        return None
+    t, mop, divide = entry
+    if sizes.count(mine) == len(sizes):
+        args: tuple = ("Reduce_scatter_block", [x, t], [out, mine * inner, t], mop)
+    else:
+        args = ("Reduce_scatter", [x, t], [out, mine * inner, t], [s * inner for s in sizes], mop)
+    _call(c, *args)
+    if divide:
+        out /= out.dtype.type(c.size)
+    return out
+
+
+#: Largest scratch buffer (bytes) a communicator keeps between calls of the list form.
+SCRATCH_BYTES = 4 << 20
+
+
+def _scratch(c: Any, nbytes: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """Two byte buffers of at least ``nbytes`` kept on ``c`` (send, receive), or ``None`` above :data:`SCRATCH_BYTES`.
+
+    MPI is much slower on freshly allocated buffers than on reused ones (with
+    MPICH 5 here, 256 KiB all-reduced into a new ``numpy.empty`` takes about
+    3x as long as into a reused one, even when its pages were touched first):
+    the list form packs and reduces in these and copies the result out.
+    """
+    pair = c._state.get("list scratch")
+    if pair is None or pair[0].nbytes < nbytes:
+        if nbytes > SCRATCH_BYTES:
+            return None
+        size = min(max(1 << (nbytes - 1).bit_length(), 1 << 16), SCRATCH_BYTES)
+        pair = c._state["list scratch"] = (np.empty(size, np.uint8), np.empty(size, np.uint8))
+    return pair
+
+
+def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
+    """A list of NumPy arrays of one dtype all-reduced in one message (one bucket), or ``None``.
+
+    A few passes over the list at C speed (types, dtypes, sizes, shapes), one
+    ``numpy.concatenate`` and one ``Allreduce``; the results are views of the
+    one reduced buffer (packed and reduced in scratch buffers kept on the
+    communicator, up to :data:`SCRATCH_BYTES` each). Lists with ``out``, mixed dtypes, or more than
+    ``comm.bucket_bytes`` in all go to :mod:`hpccoll._coalesced`.
+    """
+    if out is not None or c.check or c.size == 1 or not xs:
+        return None
+    types = set(map(type, xs))
+    if len(types) != 1 or _ndarray not in types:
+        return None
+    dtypes = set(map(_dtype_of, xs))
+    if len(dtypes) != 1:
+        return None
+    dtype = xs[0].dtype
+    entry = _entry(dtype, op)
+    nbytes = sum(map(_nbytes_of, xs))
+    if entry is None or not 0 < nbytes <= c.bucket_bytes:
+        return None
+    t, mop, divide = entry
+    scratch = _scratch(c, nbytes)
+    if scratch is None:
+        send = np.concatenate(xs, axis=None)  # any layout: each array flattened in C order
+        recv = np.empty(send.size, dtype)
+    else:
+        send = scratch[0][:nbytes]
+        try:
+            send[:] = np.frombuffer(b"".join(xs), np.uint8)  # C-contiguous arrays: bytes.join packs fastest
+        except TypeError:  # some array is not C-contiguous (no simple buffer)
+            np.concatenate(xs, axis=None, out=send.view(dtype))
+        send = send.view(dtype)
+        recv = scratch[1][:nbytes].view(dtype)
+    _call(c, "Allreduce", [send, t], [recv, t], mop)
+    if divide:
+        recv /= dtype.type(c.size)
+    if scratch is not None:
+        recv = recv.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
+    shapes = list(map(_shape_of, xs))
+    first = shapes[0]
+    if first and shapes.count(first) == len(shapes):  # one shape: the rows of a stack, made at C speed
+        return list(recv.reshape((len(shapes),) + first))
+    results = []
+    stop = 0
+    for a, shape in zip(xs, shapes):
+        start, stop = stop, stop + a.size
+        results.append(recv[start:stop].reshape(shape))
+    return results
