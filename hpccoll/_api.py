@@ -15,8 +15,8 @@ from . import _fast
 from ._arrays import as_array, flat, module_of, overlaps, prod, split_sizes
 from ._comm import Communicator, as_communicator
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
+from ._exchange import exchange_extents
 from ._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
-from ._faults import run
 from ._request import Request
 from .transports import select_transport
 
@@ -259,7 +259,7 @@ def all_gather(
     >>> # on 3 ranks: array([0, 0, 1, 1, 2, 2])
     """
     c = as_communicator(comm)
-    if not async_op and (result := _fast.all_gather(x, c, axis, sizes, out)) is not None:
+    if not async_op and (result := _fast.all_gather(x, c, axis, sizes, out, "all_gather")) is not None:
         return result
     return _all_gather(x, c, axis, sizes, out, "all_gather", async_op)
 
@@ -305,7 +305,7 @@ def _all_gather(x: Any, c: Communicator, axis: Any, sizes: Sizes, out: Any, what
     elif err is not None:
         raise err
     elif sizes is None:
-        sizes = _discover(c, x, ax, what)
+        sizes = exchange_extents(c, (x,), (ax,), what)[0]
         out = _gather_out(out, x, xp, ax, sizes, c.rank)
     if c.size == 1:
         xp.copyto(out, x)
@@ -353,24 +353,6 @@ def _done(result: Any, async_op: bool) -> Any:
 def _then(result: Any, fn: Any) -> Any:
     """Apply ``fn`` to a result now, or when a :class:`Request` completes."""
     return result.then(fn) if isinstance(result, Request) else fn(result)
-
-
-def _discover(c: Communicator, x: Any, ax: int, what: str) -> Tuple[int, ...]:
-    """Exchange extents along ``ax``, with a signature of everything else that must match."""
-    dt = x.dtype
-    signature = hash((ord(dt.char), dt.itemsize, x.ndim, ax) + _shape_without(x.shape, ax))
-    mine = np.array([x.shape[ax], signature], dtype=np.int64)
-    table = np.empty((c.size, 2), dtype=np.int64)
-    run(c, "Allgather", mine, table, what=f"{what}'s size exchange")
-    rows = table.tolist()
-    for rank, (_, sig) in enumerate(rows):
-        if sig != rows[0][1]:
-            raise MismatchError(
-                f"{what}: ranks 0 and {rank} disagree on the dtype, the number of dimensions or the extents "
-                f"other than along axis {ax} (this rank has dtype {dt}, shape {x.shape}); "
-                "set HPCCOLL_CHECK=1 for a detailed report"
-            )
-    return tuple(n for n, _ in rows)
 
 
 def all_gather_adjoint(
@@ -576,7 +558,10 @@ def reduce_scatter_adjoint(
         For ``prod``, ``max`` and ``min``, which are not linear.
     """
     c = as_communicator(comm)
-    if op == "sum" and not async_op and (result := _fast.all_gather(y, c, axis, sizes, out)) is not None:
+    if (
+        op == "sum" and not async_op
+        and (result := _fast.all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint")) is not None
+    ):
         return result
     early = None
     try:

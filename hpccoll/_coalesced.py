@@ -28,6 +28,7 @@ from ._api import (
 from ._arrays import as_array, flat, module_of, prod
 from ._comm import Communicator
 from ._dtypes import check_dtype, movement_dtype, normalize_op, reduce_plan
+from ._exchange import exchange_extents
 from ._errors import ArgumentError, HpccollError, MismatchError
 from ._request import Request
 from .transports import select_transport
@@ -216,7 +217,7 @@ def all_gather_many(xs: Sequence[Any], c: Communicator, axis: Any, sizes: Any, o
     if extents is not None:  # check mode: every rank's extents, array by array
         table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
     elif sizes is None:
-        table = _discover_many(c, arrays, axes, what)
+        table = exchange_extents(c, arrays, axes, what)
     else:
         table = [sizes] * len(arrays)
     if sizes is not None and any(list(t) != list(sizes) for t in table):
@@ -258,17 +259,6 @@ def _gather_unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[in
                 offset += nbytes
 
     return finish
-
-
-def _discover_many(c: Communicator, arrays: List[Any], axes: List[int], what: str) -> List[Tuple[int, ...]]:
-    mine = np.array([[a.shape[ax], hash((ord(a.dtype.char), a.ndim, ax) + _shape_without(a.shape, ax))]
-                     for a, ax in zip(arrays, axes)], dtype=np.int64).reshape(-1)
-    everyone = np.empty((c.size, mine.size), dtype=np.int64)
-    c.mpi.Allgather(mine, everyone)
-    if (everyone != everyone[0]).any(axis=0)[1::2].any():
-        raise MismatchError(f"{what}: the ranks disagree on the number of arrays, a dtype or the extents other "
-                            "than along the gather axis; set HPCCOLL_CHECK=1 for a detailed report")
-    return [tuple(int(v) for v in everyone[:, 2 * i]) for i in range(len(arrays))]
 
 
 # --------------------------------------------------------------------------- reduce-scatter

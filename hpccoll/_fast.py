@@ -2,8 +2,8 @@
 
 Every public collective tries this first. It takes the common case -- a
 C-contiguous NumPy array whose dtype MPI moves (and, for reductions, reduces)
-natively, split or gathered along its first axis, with ``sizes`` given as
-plain ints when gathering, no check mode, no ``async_op``, and ``out`` either
+natively, split or gathered along its first axis, with ``sizes`` absent or
+given as plain ints, no check mode, no ``async_op``, and ``out`` either
 absent or a separate C-contiguous array of the right shape and dtype -- and
 makes the MPI call with as few Python operations as it can (about 1 us).
 Anything else returns ``None``, and the general path in :mod:`hpccoll._api`
@@ -25,6 +25,7 @@ import numpy as np
 from ._arrays import split_sizes
 from ._dtypes import check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import HpccollError
+from ._exchange import exchange_extents
 from ._faults import run
 from .transports.host_mpi import mpi_datatype, mpi_op
 
@@ -136,22 +137,36 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any) -> Any:
     return out
 
 
-def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any) -> Any:
-    """``hpccoll.all_gather`` along the first axis with given ``sizes``, or ``None``."""
+def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> Any:
+    """``hpccoll.all_gather`` along the first axis, or ``None``.
+
+    ``sizes=None`` exchanges the extents (as the general path does) once
+    everything local has qualified; should ``out`` then not qualify, the
+    general path finishes the call with the exchanged sizes.
+    """
     if type(x) is not _ndarray or c.check or c.size == 1 or not x.flags.c_contiguous:
         return None
     shape = x.shape
-    if type(axis) is not int or not shape or (axis != 0 and axis != -len(shape)) or not _plain(sizes, c.size):
-        return None
-    rank = c.rank
-    if sizes[rank] != shape[0]:
+    if type(axis) is not int or not shape or (axis != 0 and axis != -len(shape)):
         return None
     t = _MOVE.get(x.dtype)
     if t is None and (t := _move_type(x.dtype)) is None:
         return None
-    out, inner = _output(out, x, sum(sizes))
-    if out is None:
-        return None
+    rank = c.rank
+    if sizes is None:
+        sizes = exchange_extents(c, (x,), (0,), what)[0]
+        given, (result, inner) = out, _output(out, x, sum(sizes))
+        if result is None:
+            from ._api import _all_gather  # imported here: _api imports this module
+
+            return _all_gather(x, c, axis, sizes, given, what, False)
+        out = result
+    else:
+        if not _plain(sizes, c.size) or sizes[rank] != shape[0]:
+            return None
+        out, inner = _output(out, x, sum(sizes))
+        if out is None:
+            return None
     first = sizes[0]
     if sizes.count(first) == len(sizes):
         args: tuple = ("Allgather", [x, first * inner, t], [out, first * inner, t])

@@ -57,11 +57,11 @@ def test_all_gather_fast_equals_general(comm, dtype, pattern):
     sizes = SIZE_PATTERNS[pattern](comm.size)
     for shape_tail, axis in (((), 0), ((), -1), ((2, 3), 0), ((2, 3), -3)):
         x = make((sizes[comm.rank],) + shape_tail, dtype, seed=comm.rank)
-        got = fast.all_gather(x, comm, axis, sizes, None)
+        got = fast.all_gather(x, comm, axis, sizes, None, "all_gather")
         assert got is not None
         same_bits(got, api._all_gather(x, comm, axis, sizes, None, "all_gather", False))
         out = np.empty_like(got)
-        assert fast.all_gather(x, comm, axis, tuple(sizes), out) is out
+        assert fast.all_gather(x, comm, axis, tuple(sizes), out, "all_gather") is out
         same_bits(out, got)
 
 
@@ -100,12 +100,11 @@ def test_fast_path_declines(comm):
         fast.all_reduce(x, comm, "median", None),  # unknown op: the general path raises
         fast.all_reduce(x.astype(np.float16), comm, "sum", None),  # widened
         fast.all_reduce(np.empty(0), comm, "sum", None),  # empty
-        fast.all_gather(x, comm, 1, [2 * P] * P, None),  # inner axis
-        fast.all_gather(x, comm, False, [2 * P] * P, None),  # bool is not an axis
-        fast.all_gather(x, comm, 0, None, None),  # sizes discovered
-        fast.all_gather(x, comm, 0, [np.int64(2 * P)] * P, None),  # NumPy ints: the general path converts
-        fast.all_gather(x, comm, 0, [2 * P] * (P + 1), None),  # wrong length: the general path raises
-        fast.all_gather(x, comm, 0, [2 * P + 1] * P, None),  # sizes[rank] != extent
+        fast.all_gather(x, comm, 1, [2 * P] * P, None, "all_gather"),  # inner axis
+        fast.all_gather(x, comm, False, [2 * P] * P, None, "all_gather"),  # bool is not an axis
+        fast.all_gather(x, comm, 0, [np.int64(2 * P)] * P, None, "all_gather"),  # NumPy ints: the general path converts
+        fast.all_gather(x, comm, 0, [2 * P] * (P + 1), None, "all_gather"),  # wrong length: the general path raises
+        fast.all_gather(x, comm, 0, [2 * P + 1] * P, None, "all_gather"),  # sizes[rank] != extent
         fast.reduce_scatter(x, comm, "sum", 0, [1] * P, None),  # sizes do not sum to the extent
         fast.reduce_scatter(x, comm, "sum", 1, None, None),  # inner axis
     ]
@@ -133,7 +132,7 @@ def test_fast_path_not_in_check_mode_or_size_one(comm):
     try:
         assert fast.all_reduce(x, checked, "sum", None) is None
         assert fast.all_reduce(x, alone, "sum", None) is None
-        assert fast.all_gather(x, checked, 0, [4] * comm.size, None) is None
+        assert fast.all_gather(x, checked, 0, [4] * comm.size, None, "all_gather") is None
         assert fast.reduce_scatter(np.ones(4 * comm.size), checked, "sum", 0, None, None) is None
     finally:
         checked.free()
@@ -220,3 +219,22 @@ def test_list_fast_path_declines(comm, monkeypatch):
     assert fast.all_reduce(xs, comm, "sum", None) is None
     got = hpccoll.all_reduce(xs, comm)
     assert [g.tolist() for g in got] == [[comm.size] * 3, [comm.size] * 2]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+def test_all_gather_discovers_sizes(comm, pattern):
+    """sizes=None: one exchange, then the fast path; an out= it declines goes on with the exchanged sizes."""
+    P, r = comm.size, comm.rank
+    sizes = SIZE_PATTERNS[pattern](P)
+    full = make((sum(sizes), 2), np.float64, seed=3)
+    x = full[sum(sizes[:r]) : sum(sizes[: r + 1])].copy()
+    same_bits(fast.all_gather(x, comm, 0, None, None, "all_gather"), full)
+    out = np.empty((sum(sizes), 2), np.float32)  # the general path raises for it, after the exchange
+    with pytest.raises(hpccoll.ArgumentError, match="out: expected dtype float64"):
+        fast.all_gather(x, comm, 0, None, out, "all_gather")
+    strided = np.empty((sum(sizes), 4))[:, ::2]  # valid for the general path only
+    assert fast.all_gather(x, comm, 0, None, strided, "all_gather") is strided
+    same_bits(strided, full)
+    with pytest.raises(hpccoll.MismatchError, match="ranks 0 and 1 disagree"):
+        hpccoll.all_gather(np.ones((1, 2 + (r == 1))), comm)

@@ -8,9 +8,10 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _api
-from .._api import COTANGENTS, _axis, _discover, _sizes, split_sizes
+from .._api import COTANGENTS, _axis, _sizes, split_sizes
 from .._comm import Communicator
 from .._errors import ArgumentError
+from .._exchange import exchange_extents
 
 __all__ = [
     "gather_sizes",
@@ -39,7 +40,7 @@ def gather_sizes(x: Any, comm: Communicator, axis: int, sizes: Optional[Sequence
     ax = _axis(axis, np.ndim(x))
     if comm.size == 1:
         return (int(np.shape(x)[ax]),)
-    return _discover(comm, x, ax, "all_gather")
+    return exchange_extents(comm, (x,), (ax,), "all_gather")[0]
 
 
 def scatter_sizes(shape: Tuple[int, ...], comm: Communicator, axis: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
