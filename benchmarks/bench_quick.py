@@ -6,7 +6,8 @@ Launch (2 ranks is the reference setting; any number works):
 
 For each size S (bytes per rank, float64) every row times hpccoll and the raw
 mpi4py buffer call on the same buffers, interleaved round by round, and prints
-the median time per call (max over ranks) and the ratio hpccoll / raw:
+the median time per call (max over ranks) and the ratio hpccoll / raw (the
+median over rounds of the two calls' ratio within a round):
 
 - all_gather     vs ``Allgather``             (S per rank in, P*S out)
 - reduce_scatter vs ``Reduce_scatter_block``  (P*S in, S out)
@@ -14,9 +15,12 @@ the median time per call (max over ranks) and the ratio hpccoll / raw:
 
 ``out=`` columns pass preallocated outputs to both; ``alloc`` columns let
 hpccoll allocate and have the raw side call ``numpy.empty`` first (the same
-work). A second table compares layouts at 16 MiB: all_gather along axis 1 vs
-axis 0, and uneven vs even shards. Ratios, not absolute times, are the result:
-these machines are shared and noisy.
+work). ``raw/raw`` times the raw call a second time in every round: how far
+from 1 a ratio wanders when nothing differs (the noise floor). Each round
+starts one callable further along, so none always runs first. A second table
+compares layouts at 16 MiB: all_gather along axis 1 vs axis 0, and uneven vs
+even shards. Ratios, not absolute times, are the result: these machines are
+shared and noisy.
 """
 
 from __future__ import annotations
@@ -47,11 +51,25 @@ def human(n: int) -> str:
 
 
 class Timer:
-    """Interleaved timing of several callables over the same communicator."""
+    """Interleaved timing of several callables over the same communicator.
+
+    ``run`` returns the median per-call time of each callable; ``ratio`` and
+    ``added`` compare two of them round by round (paired: both ran in the
+    same round, under the same machine load) and take the median over rounds.
+    """
 
     def __init__(self, comm: MPI.Intracomm, rounds: int) -> None:
         self.comm = comm
         self.rounds = rounds
+        self.samples: dict = {}
+
+    def ratio(self, a: str, b: str) -> float:
+        """Median over the last run's rounds of time(a) / time(b)."""
+        return statistics.median(x / y for x, y in zip(self.samples[a], self.samples[b]))
+
+    def added(self, a: str, b: str) -> float:
+        """Median over the last run's rounds of time(a) - time(b), in seconds."""
+        return statistics.median(x - y for x, y in zip(self.samples[a], self.samples[b]))
 
     def iterations(self, nbytes: int) -> int:
         return max(3, min(2000, int(2e8 // max(nbytes, 1)) // 4))
@@ -62,14 +80,18 @@ class Timer:
             for _ in range(min(iters, 20)):
                 fn()
         samples = {name: [] for name in fns}
-        for _ in range(self.rounds):
-            for name, fn in fns.items():
+        order = list(fns.items())
+        for r in range(self.rounds):
+            # Each round starts one place further along: no callable always runs first
+            # (the first after another's large allocations and frees can be faster or slower).
+            for name, fn in order[r % len(order):] + order[: r % len(order)]:
                 self.comm.Barrier()
                 t0 = time.perf_counter()
                 for _ in range(iters):
                     fn()
                 elapsed = (time.perf_counter() - t0) / iters
                 samples[name].append(self.comm.allreduce(elapsed, op=MPI.MAX))
+        self.samples = samples
         return {name: statistics.median(v) for name, v in samples.items()}
 
 
@@ -77,7 +99,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--min-bytes", default="8", help="smallest size per rank (default 8)")
     parser.add_argument("--max-bytes", default="64M", help="largest size per rank (default 64M)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per size (default 7)")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per size (default 15)")
     parser.add_argument("--json", help="also write the results to this JSON file (rank 0)")
     args = parser.parse_args(argv)
 
@@ -93,9 +115,11 @@ def main(argv=None) -> int:
     say(f"# hpccoll {hpccoll.__version__} vs mpi4py {__import__('mpi4py').__version__} "
         f"({MPI.Get_library_version().splitlines()[0].strip()}), {P} ranks, float64")
     say(f"# command: mpiexec -n {P} python benchmarks/bench_quick.py {' '.join(argv or sys.argv[1:])}".rstrip())
-    say("# times: median over rounds of the per-call time (max over ranks), microseconds")
+    say("# times: median over rounds of the per-call time (max over ranks), microseconds; "
+        "ratios and 'added': median over rounds of the paired (same-round) ratio and difference")
+    say("# raw/raw: the same raw call timed twice in each round, the noise floor of the ratios")
     header = f"{'collective':<15}{'size/rank':>10}{'raw':>11}{'out=':>11}{'ratio':>7}{'added':>9}" \
-             f"{'raw+alloc':>11}{'alloc':>11}{'ratio':>7}"
+             f"{'raw+alloc':>11}{'alloc':>11}{'ratio':>7}{'raw/raw':>8}"
     say(header)
     say("-" * len(header))
     results = []
@@ -109,6 +133,7 @@ def main(argv=None) -> int:
         cases = {
             "all_gather": {
                 "raw": lambda: raw.Allgather([x, D], [g_out, D]),
+                "raw_again": lambda: raw.Allgather([x, D], [g_out, D]),
                 "out": lambda: hpccoll.all_gather(x, comm, sizes=sz, out=g_out),
                 "raw_alloc": lambda: raw.Allgather([x, D], [np.empty(n * P), D]),
                 "alloc": lambda: hpccoll.all_gather(x, comm, sizes=sz),
@@ -116,12 +141,14 @@ def main(argv=None) -> int:
             },
             "reduce_scatter": {
                 "raw": lambda: raw.Reduce_scatter_block([big, D], [r_out, D], MPI.SUM),
+                "raw_again": lambda: raw.Reduce_scatter_block([big, D], [r_out, D], MPI.SUM),
                 "out": lambda: hpccoll.reduce_scatter(big, comm, out=r_out),
                 "raw_alloc": lambda: raw.Reduce_scatter_block([big, D], [np.empty(n), D], MPI.SUM),
                 "alloc": lambda: hpccoll.reduce_scatter(big, comm),
             },
             "all_reduce": {
                 "raw": lambda: raw.Allreduce([x, D], [a_out, D], MPI.SUM),
+                "raw_again": lambda: raw.Allreduce([x, D], [a_out, D], MPI.SUM),
                 "out": lambda: hpccoll.all_reduce(x, comm, out=a_out),
                 "raw_alloc": lambda: raw.Allreduce([x, D], [np.empty(n), D], MPI.SUM),
                 "alloc": lambda: hpccoll.all_reduce(x, comm),
@@ -130,13 +157,14 @@ def main(argv=None) -> int:
         for name, fns in cases.items():
             t = timer.run(fns, nbytes * (P if name != "all_reduce" else 1))
             row = {"collective": name, "bytes_per_rank": nbytes, **{k: v * 1e6 for k, v in t.items()}}
-            row["ratio_out"] = t["out"] / t["raw"]
-            row["ratio_alloc"] = t["alloc"] / t["raw_alloc"]
-            row["added_us"] = (t["out"] - t["raw"]) * 1e6
+            row["ratio_out"] = timer.ratio("out", "raw")
+            row["noise"] = timer.ratio("raw_again", "raw")
+            row["ratio_alloc"] = timer.ratio("alloc", "raw_alloc")
+            row["added_us"] = timer.added("out", "raw") * 1e6
             results.append(row)
             say(f"{name:<15}{human(nbytes):>10}{row['raw']:>11.1f}{row['out']:>11.1f}{row['ratio_out']:>7.3f}"
                 f"{row['added_us']:>+9.1f}{row['raw_alloc']:>11.1f}{row['alloc']:>11.1f}{row['ratio_alloc']:>7.3f}"
-                + (f"   (sizes=None: {row['discover']:.1f})" if "discover" in row else ""))
+                f"{row['noise']:>8.3f}" + (f"   (sizes=None: {row['discover']:.1f})" if "discover" in row else ""))
 
     layout = []
     nbytes = min(16 << 20, parse_bytes(args.max_bytes))
@@ -157,22 +185,23 @@ def main(argv=None) -> int:
         "axis0": lambda: hpccoll.all_gather(x0, comm, axis=0, out=out0),
         "axis1": lambda: hpccoll.all_gather(x1, comm, axis=1, out=out1),
     }, nbytes * P)
-    layout.append({"case": "all_gather axis=1 / axis=0", "ratio": t["axis1"] / t["axis0"], **t})
-    say(f"all_gather axis=1 / axis=0      {t['axis1'] * 1e6:>11.1f} / {t['axis0'] * 1e6:>11.1f} us = {t['axis1'] / t['axis0']:.3f}")
+    layout.append({"case": "all_gather axis=1 / axis=0", "ratio": timer.ratio("axis1", "axis0"), **t})
+    say(f"all_gather axis=1 / axis=0      {t['axis1'] * 1e6:>11.1f} / {t['axis0'] * 1e6:>11.1f} us = "
+        f"{layout[-1]['ratio']:.3f}")
     t = timer.run({
         "raw": lambda: raw.Allgatherv([xu, D], [outu, (counts, displs), D]),
         "uneven": lambda: hpccoll.all_gather(xu, comm, sizes=uneven, out=outu.reshape(-1, 64)),
     }, nbytes * P)
-    layout.append({"case": "all_gather uneven / raw Allgatherv", "ratio": t["uneven"] / t["raw"], **t})
+    layout.append({"case": "all_gather uneven / raw Allgatherv", "ratio": timer.ratio("uneven", "raw"), **t})
     say(f"all_gather uneven / Allgatherv  {t['uneven'] * 1e6:>11.1f} / {t['raw'] * 1e6:>11.1f} us = "
-        f"{t['uneven'] / t['raw']:.3f}")
+        f"{layout[-1]['ratio']:.3f}")
     t = timer.run({
         "even": lambda: hpccoll.all_gather(xe, comm, sizes=even_sz, out=oute),
         "uneven": lambda: hpccoll.all_gather(xu, comm, sizes=uneven, out=outu.reshape(-1, 64)),
     }, nbytes * P)
-    layout.append({"case": "all_gather uneven / even (same total)", "ratio": t["uneven"] / t["even"], **t})
+    layout.append({"case": "all_gather uneven / even (same total)", "ratio": timer.ratio("uneven", "even"), **t})
     say(f"all_gather uneven / even        {t['uneven'] * 1e6:>11.1f} / {t['even'] * 1e6:>11.1f} us = "
-        f"{t['uneven'] / t['even']:.3f}   (rank 0 holds 1.5x, rank 1 0.5x: bounded by the largest block)")
+        f"{layout[-1]['ratio']:.3f}   (rank 0 holds 1.5x, rank 1 0.5x: bounded by the largest block)")
     # Coalescing: 256 arrays of 1 KiB in one list call, against one 256 KiB call and 256 calls.
     say("\n# coalesced all_reduce: 256 arrays of 1 KiB (float64)")
     many = [np.random.default_rng(rank + i).standard_normal(128) for i in range(256)]
@@ -184,8 +213,8 @@ def main(argv=None) -> int:
         "loop": lambda: [hpccoll.all_reduce(a, comm) for a in many],
         "raw_one": lambda: raw.Allreduce([one, D], [one_out, D], MPI.SUM),
     }, 256 * 1024 * 64)
-    coalesced = {"list_over_one": t["list"] / t["one"], "loop_over_list": t["loop"] / t["list"],
-                 "loop_over_raw_one": t["loop"] / t["raw_one"], **t}
+    coalesced = {"list_over_one": timer.ratio("list", "one"), "loop_over_list": timer.ratio("loop", "list"),
+                 "loop_over_raw_one": timer.ratio("loop", "raw_one"), **t}
     say(f"list of 256 / one 256 KiB call  {t['list'] * 1e6:>11.1f} / {t['one'] * 1e6:>11.1f} us = "
         f"{coalesced['list_over_one']:.2f}   (target <= 2)")
     say(f"256 calls / list of 256         {t['loop'] * 1e6:>11.1f} / {t['list'] * 1e6:>11.1f} us = "
@@ -214,9 +243,11 @@ def main(argv=None) -> int:
         "together": together,
     }, nbytes * 16)
     overlap = {"apart": t["comm"] + t["compute"], **t}
+    overlap["together_over_apart"] = statistics.median(
+        g / (c + k) for g, c, k in zip(*(timer.samples[n] for n in ("together", "comm", "compute"))))
     say(f"\n# overlap: all_reduce of {human(nbytes)} with async_op=True around local matrix products")
     say(f"comm {t['comm'] * 1e6:.1f} us + compute {t['compute'] * 1e6:.1f} us apart = {overlap['apart'] * 1e6:.1f} us; "
-        f"together {t['together'] * 1e6:.1f} us ({t['together'] / overlap['apart']:.2f} of apart)")
+        f"together {t['together'] * 1e6:.1f} us ({overlap['together_over_apart']:.2f} of apart)")
 
     if rank == 0 and args.json:
         with open(args.json, "w") as fh:

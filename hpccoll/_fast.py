@@ -90,6 +90,25 @@ def _output(out: Any, x: Any, extent: int) -> Tuple[Any, int]:
     return (out if _separate(out, x, oshape) else None), inner
 
 
+def _is_block(part: Any, part_shape: Tuple[int, ...], whole: Any, whole_shape: Tuple[int, ...], offset: int) -> bool:
+    """Whether ``part`` is exactly ``whole``'s C-ordered elements from ``offset`` on (an in-place form).
+
+    Both must be NumPy arrays of the given shapes and one dtype, C-contiguous,
+    ``whole`` writeable and ``part`` non-empty. Addresses come from
+    ``MPI.Get_address`` (about 0.1 us; ``__array_interface__`` takes 1 us).
+    """
+    if type(part) is not _ndarray or type(whole) is not _ndarray or part.dtype != whole.dtype or not part.size:
+        return False
+    if part.shape != part_shape or whole.shape != whole_shape:
+        return False
+    flags = whole.flags
+    if not (flags.c_contiguous and flags.writeable and part.flags.c_contiguous):
+        return False
+    from mpi4py import MPI  # loaded by then (this is a communicator's call)
+
+    return MPI.Get_address(part) == MPI.Get_address(whole) + offset * part.itemsize
+
+
 def _call(c: Any, name: str, *args: Any) -> None:
     """``c.mpi.<name>(*args)``, watched when ``HPCCOLL_TIMEOUT`` is set."""
     if c.timeout is None:
@@ -126,11 +145,16 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any) -> Any:
     entry = _entry(x.dtype, op)
     if entry is None:
         return None
+    t, mop, divide = entry
     if out is None:
         out = np.empty(x.shape, x.dtype)
+    elif out is x and x.flags.writeable:  # in place
+        _call(c, "Allreduce", mpi_op("in_place"), [x, t], mop)
+        if divide:
+            x /= x.dtype.type(c.size)
+        return x
     elif not _separate(out, x, x.shape):
         return None
-    t, mop, divide = entry
     _call(c, "Allreduce", [x, t], [out, t], mop)
     if divide:
         out /= out.dtype.type(c.size)
@@ -153,27 +177,29 @@ def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> An
     if t is None and (t := _move_type(x.dtype)) is None:
         return None
     rank = c.rank
-    if sizes is None:
+    given, discovered = out, sizes is None
+    if discovered:
         sizes = exchange_extents(c, (x,), (0,), what)[0]
-        given, (result, inner) = out, _output(out, x, sum(sizes))
-        if result is None:
+    elif not _plain(sizes, c.size) or sizes[rank] != shape[0]:
+        return None
+    out, inner = _output(out, x, sum(sizes))
+    send: Any = [x, shape[0] * inner, t]
+    if out is None:
+        start = sum(sizes[:rank])
+        if given is not None and _is_block(x, shape, given, (sum(sizes),) + shape[1:], start * inner):
+            out, send = given, mpi_op("in_place")  # x is this rank's block of out
+        elif discovered:  # the general path goes on with the exchanged sizes (no second exchange)
             from ._api import _all_gather  # imported here: _api imports this module
 
             return _all_gather(x, c, axis, sizes, given, what, False)
-        out = result
-    else:
-        if not _plain(sizes, c.size) or sizes[rank] != shape[0]:
-            return None
-        out, inner = _output(out, x, sum(sizes))
-        if out is None:
+        else:
             return None
     first = sizes[0]
     if sizes.count(first) == len(sizes):
-        args: tuple = ("Allgather", [x, first * inner, t], [out, first * inner, t])
+        _call(c, "Allgather", send, [out, first * inner, t])
     else:
         counts = [s * inner for s in sizes]
-        args = ("Allgatherv", [x, counts[rank], t], [out, (counts, [0, *accumulate(counts)][:-1]), t])
-    _call(c, *args)
+        _call(c, "Allgatherv", send, [out, (counts, [0, *accumulate(counts)][:-1]), t])
     return out
 
 
@@ -193,15 +219,27 @@ def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any) -> 
     elif not _plain(sizes, c.size) or sum(sizes) != n:
         return None
     mine = sizes[c.rank]
+    given = out
     out, inner = _output(out, x, mine)
-    if out is None:
-        return None
     t, mop, divide = entry
-    if sizes.count(mine) == len(sizes):
-        args: tuple = ("Reduce_scatter_block", [x, t], [out, mine * inner, t], mop)
+    even = sizes.count(mine) == len(sizes)
+    if out is None:
+        start = sum(sizes[: c.rank]) * inner
+        if given is None or not _is_block(given, (mine,) + shape[1:], x, shape, start):
+            return None
+        # In place: out is this rank's block of x. MPI leaves the result at the start of x.
+        if even:
+            _call(c, "Reduce_scatter_block", mpi_op("in_place"), [x, t], mop)
+        else:
+            _call(c, "Reduce_scatter", mpi_op("in_place"), [x, t], [s * inner for s in sizes], mop)
+        if start:
+            whole = x.reshape(-1)
+            whole[start : start + mine * inner] = whole[: mine * inner]
+        out = given
+    elif even:
+        _call(c, "Reduce_scatter_block", [x, t], [out, mine * inner, t], mop)
     else:
-        args = ("Reduce_scatter", [x, t], [out, mine * inner, t], [s * inner for s in sizes], mop)
-    _call(c, *args)
+        _call(c, "Reduce_scatter", [x, t], [out, mine * inner, t], [s * inner for s in sizes], mop)
     if divide:
         out /= out.dtype.type(c.size)
     return out

@@ -93,7 +93,7 @@ def test_fast_path_declines(comm):
     x = np.arange(6.0 * P).reshape(2 * P, 3)
     declined = [
         fast.all_reduce(x[:, ::2], comm, "sum", None),  # not C-contiguous
-        fast.all_reduce(x, comm, "sum", x),  # in place
+        fast.all_reduce(x, comm, "sum", x[::-1]),  # overlaps, not in place
         fast.all_reduce(x, comm, "sum", np.empty((2 * P, 3), np.float32)),  # wrong out dtype
         fast.all_reduce(x, comm, "sum", np.empty((3, 2 * P))),  # wrong out shape
         fast.all_reduce(x, comm, MPI.SUM, None),  # MPI ops: the general path maps them
@@ -238,3 +238,41 @@ def test_all_gather_discovers_sizes(comm, pattern):
     same_bits(strided, full)
     with pytest.raises(hpccoll.MismatchError, match="ranks 0 and 1 disagree"):
         hpccoll.all_gather(np.ones((1, 2 + (r == 1))), comm)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("op", ["sum", "avg", "max"])
+def test_in_place_fast_equals_general(comm, op, pattern):
+    """The in-place forms (out=x; x a block of out; out a block of x) on both paths, bit for bit."""
+    P, r = comm.size, comm.rank
+    sizes = SIZE_PATTERNS[pattern](P)
+    start, stop = sum(sizes[:r]), sum(sizes[: r + 1])
+    x = make((sum(sizes), 3), np.float64, seed=r)
+    # all_reduce, out=x
+    a, b = x.copy(), x.copy()
+    assert fast.all_reduce(a, comm, op, a) is a
+    assert api._all_reduce(b, comm, op, b, "all_reduce", False) is b
+    same_bits(a, b)
+    # all_gather: x is this rank's block of out
+    full = make((sum(sizes), 3), np.float64, seed=5)
+    g1, g2 = np.zeros_like(full), np.zeros_like(full)
+    g1[start:stop], g2[start:stop] = full[start:stop], full[start:stop]
+    assert fast.all_gather(g1[start:stop], comm, 0, sizes, g1, "all_gather") is g1
+    assert api._all_gather(g2[start:stop], comm, 0, sizes, g2, "all_gather", False) is g2
+    same_bits(g1, full)
+    same_bits(g2, full)
+    # reduce_scatter: out is this rank's block of x
+    s1, s2 = x.copy(), x.copy()
+    o1, o2 = s1[start:stop], s2[start:stop]
+    got = fast.reduce_scatter(s1, comm, op, 0, sizes, o1)
+    if sizes[r] == 0:  # an empty block: the general path, which makes the same MPI call
+        assert got is None
+        got = api._reduce_scatter(s1, comm, op, 0, sizes, o1, "reduce_scatter", False)
+    assert got is o1
+    assert api._reduce_scatter(s2, comm, op, 0, sizes, o2, "reduce_scatter", False) is o2
+    same_bits(o1, o2)
+    # Views that only overlap (not the exact block) are no in-place form.
+    if sizes[r] > 1:
+        y = x.copy()
+        assert fast.reduce_scatter(y, comm, op, 0, sizes, y[start + 1 : stop + 1]) is None
