@@ -12,7 +12,7 @@ TEST_TIMEOUT ?= 600
 PYTEST   := -m mpi4py -m pytest --with-mpi -p no:cacheprovider
 NP       ?= 4
 
-.PHONY: venv demo test test-serial bench-quick clean
+.PHONY: venv demo test test-serial bench-quick bench-overhead clean
 
 venv: $(VENV)/.installed
 
@@ -39,6 +39,10 @@ test-%: venv
 ## bench-quick: hpccoll over raw mpi4py, side by side, at 2 ranks
 bench-quick: venv
 	timeout 900 $(MPIEXEC) -n 2 $(PY) benchmarks/bench_quick.py
+
+## bench-overhead: hpccoll's Python cost per call, against a null MPI communicator (one process)
+bench-overhead: venv
+	timeout 300 $(PY) benchmarks/overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

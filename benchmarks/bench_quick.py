@@ -27,14 +27,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
-import numpy as np
-from mpi4py import MPI
+# One BLAS thread per rank (the ranks fill the cores already): the overlap row's matrix products
+# otherwise oversubscribe them, and idle BLAS threads spinning after a product slow MPI down.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-import hpccoll
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import hpccoll  # noqa: E402
 
 
 def parse_bytes(text: str) -> int:
