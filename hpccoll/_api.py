@@ -559,7 +559,7 @@ def reduce_scatter_adjoint(
     """
     c = as_communicator(comm)
     if (
-        op == "sum" and not async_op
+        type(op) is str and op == "sum" and not async_op
         and (result := _fast.all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint")) is not None
     ):
         return result
@@ -709,7 +709,7 @@ def all_reduce_adjoint(
     """
     c = as_communicator(comm)
     if (
-        cotangent == "varying" and (op == "sum" or op == "avg") and not async_op
+        cotangent == "varying" and type(op) is str and (op == "sum" or op == "avg") and not async_op
         and (result := _fast.all_reduce(y, c, op, out)) is not None
     ):
         return result

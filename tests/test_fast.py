@@ -276,3 +276,23 @@ def test_in_place_fast_equals_general(comm, op, pattern):
     if sizes[r] > 1:
         y = x.copy()
         assert fast.reduce_scatter(y, comm, op, 0, sizes, y[start + 1 : stop + 1]) is None
+
+
+@pytest.mark.mpi(min_size=2)
+def test_in_place_lookalikes_take_the_general_path(comm):
+    """Read-only blocks, zero-stride views and array ops: the general path's verdict, whichever path runs."""
+    P, r = comm.size, comm.rank
+    x = np.arange(2.0 * P) + r
+    block = x[2 * r : 2 * r + 2]
+    block.flags.writeable = False
+    assert fast.reduce_scatter(x, comm, "sum", 0, None, block) is None
+    with pytest.raises(hpccoll.ArgumentError, match="writeable"):
+        hpccoll.reduce_scatter(x, comm, out=block)
+    y = np.arange(3.0 * P).reshape(P, 3)
+    assert fast.reduce_scatter(y, comm, "sum", 0, None, y[r][None]) is None  # strides (0, 8): not y[r:r+1]
+    with pytest.raises(hpccoll.ArgumentError, match="overlaps"):
+        hpccoll.reduce_scatter(y, comm, out=y[r][None])
+    with pytest.raises(hpccoll.ArgumentError, match="op: expected"):
+        hpccoll.reduce_scatter_adjoint(np.ones(2), comm, op=np.array("sum"), sizes=[2] * P)
+    with pytest.raises(hpccoll.ArgumentError, match="op: expected"):
+        hpccoll.all_reduce_adjoint(np.ones(2), comm, op=np.array(["sum", "avg"]))
