@@ -269,10 +269,11 @@ def _scratch(c: Any, nbytes: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
 def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
     """A list of NumPy arrays of one dtype all-reduced in one message (one bucket), or ``None``.
 
-    A few passes over the list at C speed (types, dtypes, sizes, shapes), one
-    ``numpy.concatenate`` and one ``Allreduce``; the results are views of the
-    one reduced buffer (packed and reduced in scratch buffers kept on the
-    communicator, up to :data:`SCRATCH_BYTES` each). Lists with ``out``, mixed dtypes, or more than
+    A few passes over the list at C speed (types, dtypes, shapes), packing with
+    ``bytes.join`` (``numpy.concatenate`` for non-contiguous arrays) into
+    scratch buffers kept on the communicator (up to :data:`SCRATCH_BYTES`
+    each), one ``Allreduce``, and one copy of the result, whose views are
+    returned. Lists with ``out``, mixed dtypes, or more than
     ``comm.bucket_bytes`` in all go to :mod:`hpccoll._coalesced`.
     """
     if out is not None or c.check or c.size == 1 or not xs:
@@ -285,8 +286,13 @@ def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
         return None
     dtype = xs[0].dtype
     entry = _entry(dtype, op)
-    nbytes = sum(map(_nbytes_of, xs))
-    if entry is None or not 0 < nbytes <= c.bucket_bytes:
+    if entry is None:
+        return None
+    shapes = list(map(_shape_of, xs))
+    first = shapes[0]
+    same = shapes.count(first) == len(shapes)
+    nbytes = len(xs) * xs[0].nbytes if same else sum(map(_nbytes_of, xs))
+    if not 0 < nbytes <= c.bucket_bytes:
         return None
     t, mop, divide = entry
     scratch = _scratch(c, nbytes)
@@ -306,9 +312,7 @@ def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
         recv /= dtype.type(c.size)
     if scratch is not None:
         recv = recv.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
-    shapes = list(map(_shape_of, xs))
-    first = shapes[0]
-    if first and shapes.count(first) == len(shapes):  # one shape: the rows of a stack, made at C speed
+    if first and same:  # one shape: the rows of a stack, made at C speed
         return list(recv.reshape((len(shapes),) + first))
     results = []
     stop = 0
