@@ -37,6 +37,7 @@ _SEQUENCES = (list, tuple)
 _dtype_of = attrgetter("dtype")
 _shape_of = attrgetter("shape")
 _nbytes_of = attrgetter("nbytes")
+_BYTES = np.dtype(np.uint8)
 
 #: dtype -> the MPI datatype its bytes move as (every supported dtype).
 _MOVE: Dict[np.dtype, Any] = {}
@@ -71,6 +72,14 @@ def _separate(out: Any, x: Any, shape: Tuple[int, ...]) -> bool:
         return False
     flags = out.flags
     return flags.c_contiguous and flags.writeable and not _may_share_memory(out, x)
+
+
+def _scatter_sizes(sizes: Any, n: int, parts: int) -> Any:
+    """A reduce-scatter's block extents for ``n`` rows: ``numpy.array_split``'s for ``None``, else
+    ``sizes`` when they are plain ints summing to ``n``, else ``None`` (the general path checks them)."""
+    if sizes is None:
+        return split_sizes(n, parts)
+    return sizes if _plain(sizes, parts) and sum(sizes) == n else None
 
 
 def _output(out: Any, x: Any, extent: int) -> Tuple[Any, int]:
@@ -162,13 +171,15 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any) -> Any:
 
 
 def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> Any:
-    """``hpccoll.all_gather`` along the first axis, or ``None``.
+    """``hpccoll.all_gather`` along the first axis (also a list of arrays), or ``None``.
 
     ``sizes=None`` exchanges the extents (as the general path does) once
     everything local has qualified; should ``out`` then not qualify, the
     general path finishes the call with the exchanged sizes.
     """
-    if type(x) is not _ndarray or c.check or c.size == 1 or not x.flags.c_contiguous:
+    if type(x) is not _ndarray:
+        return _all_gather_many(x, c, axis, sizes, out) if type(x) in _SEQUENCES else None
+    if c.check or c.size == 1 or not x.flags.c_contiguous:
         return None
     shape = x.shape
     if type(axis) is not int or not shape or (axis != 0 and axis != -len(shape)):
@@ -204,19 +215,15 @@ def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> An
 
 
 def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any) -> Any:
-    """``hpccoll.reduce_scatter`` along the first axis, or ``None``."""
-    if type(x) is not _ndarray or c.check or c.size == 1 or not x.flags.c_contiguous:
+    """``hpccoll.reduce_scatter`` along the first axis (also a list of arrays), or ``None``."""
+    if type(x) is not _ndarray:
+        return _reduce_scatter_many(x, c, op, axis, sizes, out) if type(x) in _SEQUENCES else None
+    if c.check or c.size == 1 or not x.flags.c_contiguous:
         return None
     shape = x.shape
     if type(axis) is not int or not shape or (axis != 0 and axis != -len(shape)):
         return None
-    entry = _entry(x.dtype, op)
-    if entry is None:
-        return None
-    n = shape[0]
-    if sizes is None:
-        sizes = split_sizes(n, c.size)
-    elif not _plain(sizes, c.size) or sum(sizes) != n:
+    if (entry := _entry(x.dtype, op)) is None or (sizes := _scatter_sizes(sizes, shape[0], c.size)) is None:
         return None
     mine = sizes[c.rank]
     given = out
@@ -300,12 +307,7 @@ def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
         send = np.concatenate(xs, axis=None)  # any layout: each array flattened in C order
         recv = np.empty(send.size, dtype)
     else:
-        send = scratch[0][:nbytes]
-        try:
-            send[:] = np.frombuffer(b"".join(xs), np.uint8)  # C-contiguous arrays: bytes.join packs fastest
-        except TypeError:  # some array is not C-contiguous (no simple buffer)
-            np.concatenate(xs, axis=None, out=send.view(dtype))
-        send = send.view(dtype)
+        send = _pack(xs, scratch[0][:nbytes], dtype)
         recv = scratch[1][:nbytes].view(dtype)
     _call(c, "Allreduce", [send, t], [recv, t], mop)
     if divide:
@@ -320,3 +322,115 @@ def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
         start, stop = stop, stop + a.size
         results.append(recv[start:stop].reshape(shape))
     return results
+
+
+def _pack(xs: Any, buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Every array of ``xs`` flattened in C order, one after another, into bytes ``buf``; ``buf`` as ``dtype``."""
+    try:
+        buf[:] = np.frombuffer(b"".join(xs), np.uint8)  # C-contiguous arrays: bytes.join packs fastest
+    except (TypeError, ValueError, BufferError):  # not C-contiguous, or a dtype with no buffer format
+        np.concatenate(xs, axis=None, out=buf.view(dtype))
+    return buf.view(dtype)
+
+
+def _uniform(xs: Any) -> Optional[Tuple[np.dtype, Tuple[int, ...]]]:
+    """``(dtype, shape)`` when ``xs`` is a non-empty list of NumPy arrays of one dtype and one shape (>= 1-D)."""
+    if not xs:
+        return None
+    types = set(map(type, xs))
+    if len(types) != 1 or _ndarray not in types or len(set(map(_dtype_of, xs))) != 1:
+        return None
+    shapes = list(map(_shape_of, xs))
+    first = shapes[0]
+    if not first or shapes.count(first) != len(shapes):
+        return None
+    return xs[0].dtype, first
+
+
+def _rank_major(src: np.ndarray, dst: np.ndarray, k: int, sizes: Any, inner: int, to_ranks: bool) -> None:
+    """Copy between ``src``/``dst`` laid out array-major ``(k, sum(sizes) * inner)`` and rank-major.
+
+    Rank-major: for each rank r, the k arrays' rows of rank r's block, one
+    after another (what the MPI collectives send and receive). ``to_ranks``
+    copies array-major -> rank-major; otherwise rank-major -> array-major.
+    """
+    arrays = (src if to_ranks else dst).reshape(k, -1)
+    flat = dst if to_ranks else src
+    offset = row = 0
+    for n in sizes:
+        block = flat[offset : offset + k * n * inner].reshape(k, n * inner)
+        if to_ranks:
+            block[...] = arrays[:, row * inner : (row + n) * inner]
+        else:
+            arrays[:, row * inner : (row + n) * inner] = block
+        offset += k * n * inner
+        row += n
+
+
+def _all_gather_many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any) -> Any:
+    """A list of same-shape, same-dtype NumPy arrays all-gathered along axis 0 with given ``sizes``, or ``None``.
+
+    One message of bytes, as :mod:`hpccoll._coalesced` sends (same counts,
+    same datatype), packed and received in the communicator's scratch
+    buffers; the results are rows of one new array.
+    """
+    if out is not None or c.check or c.size == 1 or type(axis) is not int or axis != 0:
+        return None
+    if not _plain(sizes, c.size) or (u := _uniform(xs)) is None:
+        return None
+    dtype, shape = u
+    rank = c.rank
+    if shape[0] != sizes[rank]:
+        return None
+    k, inner = len(xs), prod(shape[1:])
+    unit = k * inner * dtype.itemsize  # bytes per row of all k arrays
+    counts = [unit * n for n in sizes]
+    nbytes = sum(counts)
+    scratch = _scratch(c, nbytes) if 0 < nbytes <= c.bucket_bytes else None
+    if scratch is None:
+        return None
+    send = _pack(xs, scratch[0][: counts[rank]], dtype).view(np.uint8)
+    recv = scratch[1][:nbytes]
+    t = _MOVE.get(_BYTES) or _move_type(_BYTES)
+    first = counts[0]
+    if counts.count(first) == len(counts):
+        _call(c, "Allgather", [send, first, t], [recv, first, t])
+    else:
+        _call(c, "Allgatherv", [send, counts[rank], t], [recv, (counts, [0, *accumulate(counts)][:-1]), t])
+    result = np.empty((k, sum(sizes)) + shape[1:], dtype)
+    _rank_major(recv, result.view(np.uint8).reshape(-1), k, sizes, inner * dtype.itemsize, to_ranks=False)
+    return list(result)
+
+
+def _reduce_scatter_many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any) -> Any:
+    """A list of same-shape, same-dtype NumPy arrays reduce-scattered along axis 0 in one message, or ``None``.
+
+    The same call as :mod:`hpccoll._coalesced` makes: the arrays' blocks
+    rank-major in one send buffer, one ``Reduce_scatter(_block)``; the results
+    are rows of one new array.
+    """
+    if out is not None or c.check or c.size == 1 or type(axis) is not int or axis != 0:
+        return None
+    if (u := _uniform(xs)) is None:
+        return None
+    dtype, shape = u
+    if (entry := _entry(dtype, op)) is None or (sizes := _scatter_sizes(sizes, shape[0], c.size)) is None:
+        return None
+    k, inner, mine = len(xs), prod(shape[1:]), sizes[c.rank]
+    nbytes = k * shape[0] * inner * dtype.itemsize
+    scratch = _scratch(c, nbytes) if mine * inner and nbytes <= c.bucket_bytes else None
+    if scratch is None:
+        return None
+    packed = _pack(xs, scratch[0][:nbytes], dtype)
+    send = scratch[1][:nbytes].view(dtype)
+    _rank_major(packed, send, k, sizes, inner, to_ranks=True)
+    recv = scratch[0][: k * mine * inner * dtype.itemsize].view(dtype)  # packed is spent
+    t, mop, divide = entry
+    count = k * mine * inner
+    if sizes.count(mine) == len(sizes):
+        _call(c, "Reduce_scatter_block", [send, t], [recv, count, t], mop)
+    else:
+        _call(c, "Reduce_scatter", [send, t], [recv, count, t], [k * inner * s for s in sizes], mop)
+    if divide:
+        recv /= dtype.type(c.size)
+    return list(recv.copy().reshape((k, mine) + shape[1:]))

@@ -296,3 +296,62 @@ def test_in_place_lookalikes_take_the_general_path(comm):
         hpccoll.reduce_scatter_adjoint(np.ones(2), comm, op=np.array("sum"), sizes=[2] * P)
     with pytest.raises(hpccoll.ArgumentError, match="op: expected"):
         hpccoll.all_reduce_adjoint(np.ones(2), comm, op=np.array(["sum", "avg"]))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("tail", [(), (3,)])
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_list_all_gather_fast_equals_general(comm, dtype, pattern, tail):
+    from hpccoll._coalesced import all_gather_many
+
+    sizes = SIZE_PATTERNS[pattern](comm.size)
+    xs = [np.asarray(make((sizes[comm.rank],) + tail, dtype, seed=10 * comm.rank + i)) for i in range(4)]
+    if tail:
+        xs[1] = np.asfortranarray(xs[1])  # packed by numpy.concatenate instead of bytes.join
+    got = fast.all_gather(xs, comm, 0, sizes, None, "all_gather")
+    assert isinstance(got, list) and len(got) == 4
+    want = all_gather_many(xs, comm, 0, sizes, None, "all_gather", False)
+    for g, w in zip(got, want):
+        same_bits(g, w)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("pattern", ["none"] + sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_list_reduce_scatter_fast_equals_general(comm, dtype, op, pattern):
+    from hpccoll._coalesced import reduce_scatter_many
+
+    native = native_or_skip(dtype, op)
+    sizes = None if pattern == "none" else SIZE_PATTERNS[pattern](comm.size)
+    n = 2 * comm.size + 1 if sizes is None else sum(sizes)
+    xs = [np.asarray(make((n, 2), dtype, seed=10 * comm.rank + i)) for i in range(3)]
+    before = [x.copy() for x in xs]
+    mine = (hpccoll.split_sizes(n, comm.size) if sizes is None else sizes)[comm.rank]
+    got = fast.reduce_scatter(xs, comm, op, 0, sizes, None)
+    if got is None:  # widened dtypes and empty blocks: the general path, with the same MPI call
+        assert not native or mine == 0
+        got = reduce_scatter_many(xs, comm, op, 0, sizes, None, "reduce_scatter", False)
+    want = reduce_scatter_many(xs, comm, op, 0, sizes, None, "reduce_scatter", False)
+    for g, w in zip(got, want):
+        same_bits(g, w)
+    for x, b in zip(xs, before):
+        same_bits(x, b)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_list_gather_and_scatter_decline(comm):
+    P = comm.size
+    xs = [np.ones((2, 3)), np.ones((2, 3))]
+    declined = [
+        fast.all_gather(xs, comm, 0, None, None, "all_gather"),  # sizes discovered: the general path
+        fast.all_gather(xs, comm, 1, [3] * P, None, "all_gather"),  # inner axis
+        fast.all_gather([np.ones((2, 3)), np.ones((2, 4))], comm, 0, [2] * P, None, "all_gather"),  # shapes
+        fast.all_gather([np.ones(2), np.ones(2, np.float32)], comm, 0, [2] * P, None, "all_gather"),  # dtypes
+        fast.all_gather(xs, comm, 0, [2] * P, [np.empty((2 * P, 3))] * 2, "all_gather"),  # out given
+        fast.reduce_scatter(xs, comm, "sum", 1, None, None),
+        fast.reduce_scatter([np.ones(2, np.float16)] * 2, comm, "sum", 0, None, None),  # widened
+        fast.reduce_scatter([], comm, "sum", 0, None, None),
+    ]
+    assert declined == [None] * len(declined)
