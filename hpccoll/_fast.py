@@ -380,8 +380,8 @@ def _all_gather_many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any) -> Any:
         return None
     dtype, shape = u
     rank = c.rank
-    if shape[0] != sizes[rank]:
-        return None
+    if shape[0] != sizes[rank] or (_MOVE.get(dtype) is None and _move_type(dtype) is None):
+        return None  # an unsupported dtype: the general path raises DTypeError
     k, inner = len(xs), prod(shape[1:])
     unit = k * inner * dtype.itemsize  # bytes per row of all k arrays
     counts = [unit * n for n in sizes]

@@ -353,5 +353,9 @@ def test_list_gather_and_scatter_decline(comm):
         fast.reduce_scatter(xs, comm, "sum", 1, None, None),
         fast.reduce_scatter([np.ones(2, np.float16)] * 2, comm, "sum", 0, None, None),  # widened
         fast.reduce_scatter([], comm, "sum", 0, None, None),
+        fast.all_gather([np.ones(2, ">f8")] * 2, comm, 0, [2] * P, None, "all_gather"),  # unsupported dtype
+        fast.all_gather([np.ones(2, "M8[s]")] * 2, comm, 0, [2] * P, None, "all_gather"),
     ]
     assert declined == [None] * len(declined)
+    with pytest.raises(hpccoll.DTypeError, match="native-byte-order"):
+        hpccoll.all_gather([np.ones(2, ">f8")] * 2, comm, sizes=[2] * P)
