@@ -8,7 +8,7 @@ dtype and op); all-gathers move raw bytes, so any dtypes share a bucket.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -193,8 +193,12 @@ def _copy_into(out: Any, x: Any, xp: Any) -> Any:
 
 
 def all_gather_many(xs: Sequence[Any], c: Communicator, axis: Any, sizes: Any, out: Any, what: str,
-                    async_op: bool) -> Any:
-    """All-gather every array of ``xs`` along ``axis``; return the list of results (or a Request)."""
+                    async_op: bool, table: Optional[List[Tuple[int, ...]]] = None) -> Any:
+    """All-gather every array of ``xs`` along ``axis``; return the list of results (or a Request).
+
+    ``table`` (with ``sizes=None``): the extents :func:`exchange_extents` returned
+    already (the fast path exchanged them, then handed over).
+    """
     err = desc = None
     axes: List[int] = []
     try:
@@ -216,6 +220,8 @@ def all_gather_many(xs: Sequence[Any], c: Communicator, axis: Any, sizes: Any, o
     extents = _settle(c, what, desc, None if err else [a.shape[ax] for a, ax in zip(arrays, axes)], err)
     if extents is not None:  # check mode: every rank's extents, array by array
         table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
+    elif table is not None:
+        pass
     elif sizes is None:
         table = exchange_extents(c, arrays, axes, what)
     else:

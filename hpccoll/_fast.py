@@ -178,7 +178,7 @@ def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> An
     general path finishes the call with the exchanged sizes.
     """
     if type(x) is not _ndarray:
-        return _all_gather_many(x, c, axis, sizes, out) if type(x) in _SEQUENCES else None
+        return _all_gather_many(x, c, axis, sizes, out, what) if type(x) in _SEQUENCES else None
     if c.check or c.size == 1 or not x.flags.c_contiguous:
         return None
     shape = x.shape
@@ -367,21 +367,40 @@ def _rank_major(src: np.ndarray, dst: np.ndarray, k: int, sizes: Any, inner: int
         row += n
 
 
-def _all_gather_many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any) -> Any:
-    """A list of same-shape, same-dtype NumPy arrays all-gathered along axis 0 with given ``sizes``, or ``None``.
+def _all_gather_many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> Any:
+    """A list of same-shape, same-dtype NumPy arrays all-gathered along axis 0, or ``None``.
 
     One message of bytes, as :mod:`hpccoll._coalesced` sends (same counts,
     same datatype), packed and received in the communicator's scratch
-    buffers; the results are rows of one new array.
+    buffers; the results are rows of one new array. ``sizes=None`` exchanges
+    the extents as the general path does, once everything local has
+    qualified; if the fast path cannot go on, the general path does, with the
+    exchanged extents.
     """
     if out is not None or c.check or c.size == 1 or type(axis) is not int or axis != 0:
         return None
-    if not _plain(sizes, c.size) or (u := _uniform(xs)) is None:
+    if (sizes is not None and not _plain(sizes, c.size)) or (u := _uniform(xs)) is None:
         return None
     dtype, shape = u
     rank = c.rank
-    if shape[0] != sizes[rank] or (_MOVE.get(dtype) is None and _move_type(dtype) is None):
+    if _MOVE.get(dtype) is None and _move_type(dtype) is None:
         return None  # an unsupported dtype: the general path raises DTypeError
+    if sizes is None:
+        table = exchange_extents(c, xs, (0,) * len(xs), what)
+        sizes = table[0]
+        if table.count(sizes) != len(table) or (result := _gather_list(xs, c, sizes, dtype, shape)) is None:
+            from ._coalesced import all_gather_many  # imported here: _coalesced imports _api, which imports this module
+
+            return all_gather_many(xs, c, axis, None, out, what, False, table=table)
+        return result
+    if shape[0] != sizes[rank]:
+        return None
+    return _gather_list(xs, c, sizes, dtype, shape)
+
+
+def _gather_list(xs: Any, c: Any, sizes: Any, dtype: np.dtype, shape: Tuple[int, ...]) -> Any:
+    """The list all-gather's message and unpacking (see :func:`_all_gather_many`), or ``None``."""
+    rank = c.rank
     k, inner = len(xs), prod(shape[1:])
     unit = k * inner * dtype.itemsize  # bytes per row of all k arrays
     counts = [unit * n for n in sizes]

@@ -345,7 +345,6 @@ def test_list_gather_and_scatter_decline(comm):
     P = comm.size
     xs = [np.ones((2, 3)), np.ones((2, 3))]
     declined = [
-        fast.all_gather(xs, comm, 0, None, None, "all_gather"),  # sizes discovered: the general path
         fast.all_gather(xs, comm, 1, [3] * P, None, "all_gather"),  # inner axis
         fast.all_gather([np.ones((2, 3)), np.ones((2, 4))], comm, 0, [2] * P, None, "all_gather"),  # shapes
         fast.all_gather([np.ones(2), np.ones(2, np.float32)], comm, 0, [2] * P, None, "all_gather"),  # dtypes
@@ -359,3 +358,25 @@ def test_list_gather_and_scatter_decline(comm):
     assert declined == [None] * len(declined)
     with pytest.raises(hpccoll.DTypeError, match="native-byte-order"):
         hpccoll.all_gather([np.ones(2, ">f8")] * 2, comm, sizes=[2] * P)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+def test_list_all_gather_discovers_sizes(comm, pattern):
+    """sizes=None: one exchange; uniform extents go on in the fast path, others in the general path."""
+    from hpccoll._coalesced import all_gather_many
+
+    P, r = comm.size, comm.rank
+    sizes = SIZE_PATTERNS[pattern](P)
+    xs = [np.asarray(make((sizes[r], 2), np.float32, seed=10 * r + i)) for i in range(3)]
+    got = fast.all_gather(xs, comm, 0, None, None, "all_gather")
+    want = all_gather_many(xs, comm, 0, sizes, None, "all_gather", False)
+    for g, w in zip(got, want):
+        same_bits(g, w)
+    # Rank 1's second array is longer: the table is not uniform, the general path finishes after the exchange.
+    ys = [np.asarray(make((sizes[r] + (r == 1 and i == 1), 2), np.float32, seed=i)) for i in range(3)]
+    got = hpccoll.all_gather(ys, comm)
+    want = all_gather_many(ys, comm, 0, None, None, "all_gather", False)
+    for g, w in zip(got, want):
+        same_bits(g, w)
+    assert [g.shape[0] for g in got] == [sum(sizes), sum(sizes) + 1, sum(sizes)]
