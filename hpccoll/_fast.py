@@ -15,7 +15,6 @@ the same buffers, so results are bit-identical (``tests/test_fast.py``).
 
 from __future__ import annotations
 
-from itertools import accumulate
 from math import prod
 from operator import attrgetter
 from typing import Any, Dict, Optional, Tuple
@@ -27,7 +26,7 @@ from ._dtypes import check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import HpccollError
 from ._exchange import exchange_extents
 from ._faults import run
-from .transports.host_mpi import mpi_datatype, mpi_op
+from .transports.host_mpi import displacements, mpi_datatype, mpi_op
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce"]
 
@@ -47,11 +46,14 @@ _REDUCE: Dict[str, Dict[np.dtype, Optional[Tuple[Any, Any, bool]]]] = {}
 
 
 def _move_type(dtype: np.dtype) -> Any:
-    try:
-        check_dtype(dtype)
-    except HpccollError:
-        return None  # the general path raises it
-    t = _MOVE[dtype] = mpi_datatype(movement_dtype(dtype))
+    """The MPI datatype a supported ``dtype``'s bytes move as (cached), else ``None``."""
+    t = _MOVE.get(dtype)
+    if t is None:
+        try:
+            check_dtype(dtype)
+        except HpccollError:
+            return None  # the general path raises it
+        t = _MOVE[dtype] = mpi_datatype(movement_dtype(dtype))
     return t
 
 
@@ -118,17 +120,9 @@ def _is_block(part: Any, part_shape: Tuple[int, ...], whole: Any, whole_shape: T
     return MPI.Get_address(part) == MPI.Get_address(whole) + offset * part.itemsize
 
 
-def _call(c: Any, name: str, *args: Any) -> None:
-    """``c.mpi.<name>(*args)``, watched when ``HPCCOLL_TIMEOUT`` is set."""
-    if c.timeout is None:
-        getattr(c._mpi, name)(*args)
-    else:
-        run(c, name, *args)
-
-
 def _plain(sizes: Any, parts: int) -> bool:
     """Whether ``sizes`` is a list or tuple of ``parts`` non-negative Python ints."""
-    if type(sizes) not in (list, tuple) or len(sizes) != parts:
+    if type(sizes) not in _SEQUENCES or len(sizes) != parts:
         return False
     for s in sizes:
         if type(s) is not int or s < 0:
@@ -158,13 +152,13 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any) -> Any:
     if out is None:
         out = np.empty(x.shape, x.dtype)
     elif out is x and x.flags.writeable:  # in place
-        _call(c, "Allreduce", mpi_op("in_place"), [x, t], mop)
+        run(c, "Allreduce", mpi_op("in_place"), [x, t], mop)
         if divide:
             x /= x.dtype.type(c.size)
         return x
     elif not _separate(out, x, x.shape):
         return None
-    _call(c, "Allreduce", [x, t], [out, t], mop)
+    run(c, "Allreduce", [x, t], [out, t], mop)
     if divide:
         out /= out.dtype.type(c.size)
     return out
@@ -184,8 +178,7 @@ def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> An
     shape = x.shape
     if type(axis) is not int or not shape or (axis != 0 and axis != -len(shape)):
         return None
-    t = _MOVE.get(x.dtype)
-    if t is None and (t := _move_type(x.dtype)) is None:
+    if (t := _move_type(x.dtype)) is None:
         return None
     rank = c.rank
     given, discovered = out, sizes is None
@@ -207,10 +200,10 @@ def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str) -> An
             return None
     first = sizes[0]
     if sizes.count(first) == len(sizes):
-        _call(c, "Allgather", send, [out, first * inner, t])
+        run(c, "Allgather", send, [out, first * inner, t])
     else:
         counts = [s * inner for s in sizes]
-        _call(c, "Allgatherv", send, [out, (counts, [0, *accumulate(counts)][:-1]), t])
+        run(c, "Allgatherv", send, [out, (counts, displacements(counts)), t])
     return out
 
 
@@ -236,17 +229,17 @@ def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any) -> 
             return None
         # In place: out is this rank's block of x. MPI leaves the result at the start of x.
         if even:
-            _call(c, "Reduce_scatter_block", mpi_op("in_place"), [x, t], mop)
+            run(c, "Reduce_scatter_block", mpi_op("in_place"), [x, t], mop)
         else:
-            _call(c, "Reduce_scatter", mpi_op("in_place"), [x, t], [s * inner for s in sizes], mop)
+            run(c, "Reduce_scatter", mpi_op("in_place"), [x, t], [s * inner for s in sizes], mop)
         if start:
             whole = x.reshape(-1)
             whole[start : start + mine * inner] = whole[: mine * inner]
         out = given
     elif even:
-        _call(c, "Reduce_scatter_block", [x, t], [out, mine * inner, t], mop)
+        run(c, "Reduce_scatter_block", [x, t], [out, mine * inner, t], mop)
     else:
-        _call(c, "Reduce_scatter", [x, t], [out, mine * inner, t], [s * inner for s in sizes], mop)
+        run(c, "Reduce_scatter", [x, t], [out, mine * inner, t], [s * inner for s in sizes], mop)
     if divide:
         out /= out.dtype.type(c.size)
     return out
@@ -283,15 +276,8 @@ def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
     returned. Lists with ``out``, mixed dtypes, or more than
     ``comm.bucket_bytes`` in all go to :mod:`hpccoll._coalesced`.
     """
-    if out is not None or c.check or c.size == 1 or not xs:
+    if out is not None or c.check or c.size == 1 or (dtype := _one_dtype(xs)) is None:
         return None
-    types = set(map(type, xs))
-    if len(types) != 1 or _ndarray not in types:
-        return None
-    dtypes = set(map(_dtype_of, xs))
-    if len(dtypes) != 1:
-        return None
-    dtype = xs[0].dtype
     entry = _entry(dtype, op)
     if entry is None:
         return None
@@ -309,7 +295,7 @@ def _all_reduce_many(xs: Any, c: Any, op: Any, out: Any) -> Any:
     else:
         send = _pack(xs, scratch[0][:nbytes], dtype)
         recv = scratch[1][:nbytes].view(dtype)
-    _call(c, "Allreduce", [send, t], [recv, t], mop)
+    run(c, "Allreduce", [send, t], [recv, t], mop)
     if divide:
         recv /= dtype.type(c.size)
     if scratch is not None:
@@ -333,18 +319,25 @@ def _pack(xs: Any, buf: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return buf.view(dtype)
 
 
-def _uniform(xs: Any) -> Optional[Tuple[np.dtype, Tuple[int, ...]]]:
-    """``(dtype, shape)`` when ``xs`` is a non-empty list of NumPy arrays of one dtype and one shape (>= 1-D)."""
+def _one_dtype(xs: Any) -> Optional[np.dtype]:
+    """The dtype when ``xs`` is a non-empty list of NumPy arrays (exactly) of one dtype, else ``None``."""
     if not xs:
         return None
     types = set(map(type, xs))
     if len(types) != 1 or _ndarray not in types or len(set(map(_dtype_of, xs))) != 1:
         return None
+    return xs[0].dtype
+
+
+def _uniform(xs: Any) -> Optional[Tuple[np.dtype, Tuple[int, ...]]]:
+    """``(dtype, shape)`` when ``xs`` is a non-empty list of NumPy arrays of one dtype and one shape (>= 1-D)."""
+    if (dtype := _one_dtype(xs)) is None:
+        return None
     shapes = list(map(_shape_of, xs))
     first = shapes[0]
     if not first or shapes.count(first) != len(shapes):
         return None
-    return xs[0].dtype, first
+    return dtype, first
 
 
 def _rank_major(src: np.ndarray, dst: np.ndarray, k: int, sizes: Any, inner: int, to_ranks: bool) -> None:
@@ -383,7 +376,7 @@ def _all_gather_many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str
         return None
     dtype, shape = u
     rank = c.rank
-    if _MOVE.get(dtype) is None and _move_type(dtype) is None:
+    if _move_type(dtype) is None:
         return None  # an unsupported dtype: the general path raises DTypeError
     if sizes is None:
         table = exchange_extents(c, xs, (0,) * len(xs), what)
@@ -410,12 +403,12 @@ def _gather_list(xs: Any, c: Any, sizes: Any, dtype: np.dtype, shape: Tuple[int,
         return None
     send = _pack(xs, scratch[0][: counts[rank]], dtype).view(np.uint8)
     recv = scratch[1][:nbytes]
-    t = _MOVE.get(_BYTES) or _move_type(_BYTES)
+    t = _move_type(_BYTES)
     first = counts[0]
     if counts.count(first) == len(counts):
-        _call(c, "Allgather", [send, first, t], [recv, first, t])
+        run(c, "Allgather", [send, first, t], [recv, first, t])
     else:
-        _call(c, "Allgatherv", [send, counts[rank], t], [recv, (counts, [0, *accumulate(counts)][:-1]), t])
+        run(c, "Allgatherv", [send, counts[rank], t], [recv, (counts, displacements(counts)), t])
     result = np.empty((k, sum(sizes)) + shape[1:], dtype)
     _rank_major(recv, result.view(np.uint8).reshape(-1), k, sizes, inner * dtype.itemsize, to_ranks=False)
     return list(result)
@@ -447,9 +440,9 @@ def _reduce_scatter_many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: A
     t, mop, divide = entry
     count = k * mine * inner
     if sizes.count(mine) == len(sizes):
-        _call(c, "Reduce_scatter_block", [send, t], [recv, count, t], mop)
+        run(c, "Reduce_scatter_block", [send, t], [recv, count, t], mop)
     else:
-        _call(c, "Reduce_scatter", [send, t], [recv, count, t], [k * inner * s for s in sizes], mop)
+        run(c, "Reduce_scatter", [send, t], [recv, count, t], [k * inner * s for s in sizes], mop)
     if divide:
         recv /= dtype.type(c.size)
     return list(recv.copy().reshape((k, mine) + shape[1:]))
