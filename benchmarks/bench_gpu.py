@@ -190,7 +190,7 @@ def bench_uneven(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
 
 
 def bench_relayout(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
-    from hpccoll._api import _blocks
+    from hpccoll._layout import blocks as _blocks
 
     cp = b.cp
     parts = 4

@@ -23,7 +23,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll._faults import run
+from hpccoll.transports._control import run
 
 
 def communicators(base: MPI.Intracomm):

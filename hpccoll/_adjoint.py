@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict
+from typing import Any
 
-from ._api import (
-    all_gather,
-    all_gather_adjoint,
-    all_reduce,
-    all_reduce_adjoint,
-    reduce_scatter,
-    reduce_scatter_adjoint,
-)
+from ._api import pair_of
 from ._errors import ArgumentError
 from ._operators import Operator
 
 __all__ = ["adjoint_of"]
-
-#: Each collective function and its adjoint, both ways.
-_PAIRS: Dict[Callable[..., Any], Callable[..., Any]] = {
-    all_gather: all_gather_adjoint,
-    all_gather_adjoint: all_gather,
-    reduce_scatter: reduce_scatter_adjoint,
-    reduce_scatter_adjoint: reduce_scatter,
-    all_reduce: all_reduce_adjoint,
-    all_reduce_adjoint: all_reduce,
-}
-
 
 def adjoint_of(fn_or_operator: Any) -> Any:
     """The adjoint of a collective function or operator, under the inner product summed over ranks.
@@ -85,10 +67,10 @@ def adjoint_of(fn_or_operator: Any) -> Any:
         return fn_or_operator.H
     if isinstance(fn_or_operator, functools.partial):
         return _adjoint_partial(fn_or_operator)
-    try:
-        return _PAIRS[fn_or_operator]
-    except (KeyError, TypeError):  # TypeError: unhashable
-        pass
+    found = pair_of(fn_or_operator)
+    if found is not None:
+        pair, forward = found
+        return pair.adjoint if forward else pair.forward
     raise ArgumentError(
         "fn_or_operator: expected one of hpccoll's collectives (all_gather, reduce_scatter, all_reduce, "
         "their *_adjoint functions, a functools.partial of one of them) or an hpccoll.Operator; "
@@ -97,8 +79,8 @@ def adjoint_of(fn_or_operator: Any) -> Any:
 
 
 def _adjoint_partial(p: functools.partial) -> functools.partial:
-    adjoint = _PAIRS.get(p.func) if _hashable(p.func) else None
-    if adjoint is None:
+    found = pair_of(p.func)
+    if found is None:
         raise ArgumentError(
             "fn_or_operator: expected a functools.partial of one of hpccoll's collectives; "
             f"got a partial of {_describe(p.func)}"
@@ -115,17 +97,10 @@ def _adjoint_partial(p: functools.partial) -> functools.partial:
             "fn_or_operator: expected a partial without out= (the adjoint's result has another shape); "
             f"got out bound to a {type(keywords['out']).__name__}"
         )
-    if p.func is all_reduce_adjoint:
-        keywords.pop("cotangent", None)
-    return functools.partial(adjoint, **keywords)
-
-
-def _hashable(obj: Any) -> bool:
-    try:
-        hash(obj)
-    except TypeError:
-        return False
-    return True
+    pair, forward = found
+    if forward:
+        return functools.partial(pair.adjoint, **keywords)
+    return functools.partial(pair.forward, **{k: v for k, v in keywords.items() if k not in pair.adjoint_only})
 
 
 def _describe(obj: Any) -> str:

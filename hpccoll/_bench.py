@@ -165,7 +165,7 @@ class Case:
 
 
 def _raw_allgather(mpi: Any, x: np.ndarray, out: np.ndarray, counts: List[int]) -> Optional[Callable[[], Any]]:
-    from .transports.host_mpi import displacements, mpi_datatype
+    from .transports._mpitypes import displacements, mpi_datatype
 
     from ._dtypes import movement_dtype
 
@@ -179,7 +179,7 @@ def _raw_allgather(mpi: Any, x: np.ndarray, out: np.ndarray, counts: List[int]) 
 
 def _raw_plan(op: str, dtype: np.dtype) -> Optional[Tuple[Any, Any]]:
     """Raw MPI can run (op, dtype) directly; None where only hpccoll's plan can (avg, 16-bit floats, bool)."""
-    from .transports.host_mpi import mpi_datatype, mpi_op
+    from .transports._mpitypes import mpi_datatype, mpi_op
 
     if op == "avg" or dtype.kind in "bV" or dtype.itemsize == 2 and dtype.kind == "f":
         return None

@@ -5,25 +5,16 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
+from ._env import env_flag
 from ._errors import ArgumentError, HpccollError, MismatchError
-from ._faults import allgather_object, timeout_from_env
+from ._faults import timeout_from_env
+from .transports import choose_transport, make_transport, resolve_transport_name
+from .transports._control import allgather_object
 
-__all__ = ["Communicator", "as_communicator", "env_flag", "DEFAULT_BUCKET_BYTES"]
+__all__ = ["Communicator", "as_communicator", "DEFAULT_BUCKET_BYTES"]
 
 #: Largest message the list forms pack arrays into (``HPCCOLL_BUCKET_BYTES`` overrides).
 DEFAULT_BUCKET_BYTES = 64 << 20
-
-
-def env_flag(name: str, default: Optional[bool] = False) -> Optional[bool]:
-    """Read a boolean environment variable: 1/true/yes/on or 0/false/no/off."""
-    raw = os.environ.get(name, "").strip().lower()
-    if raw == "":
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ArgumentError(f"{name}: expected 1/true/yes/on or 0/false/no/off; got {raw!r}")
 
 
 class Communicator:
@@ -66,6 +57,9 @@ class Communicator:
         The watchdog's limit in seconds (``HPCCOLL_TIMEOUT``), or ``None``.
     transport : str
         The requested transport name (``"auto"`` unless chosen).
+    state : dict
+        What the transports remember per Communicator (probe results,
+        choices, scratch buffers); cleared by :meth:`free`.
 
     Examples
     --------
@@ -75,7 +69,8 @@ class Communicator:
     """
 
     __slots__ = (
-        "_mpi", "rank", "size", "check", "transport", "timeout", "bucket_bytes", "_transports", "_owned", "_state",
+        "_mpi", "rank", "size", "check", "transport", "timeout", "bucket_bytes", "state", "_transports", "_by_kind",
+        "_owned",
     )
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
@@ -99,8 +94,9 @@ class Communicator:
         self.check: bool = check
         self.bucket_bytes: int = _bucket_bytes()
         self.timeout: Optional[float] = timeout
-        self._transports: Dict[str, Any] = {}
-        self._state: Dict[str, Any] = {}  # transport choices and probe results, per Communicator
+        self._transports: Dict[str, Any] = {}  # name -> instance
+        self._by_kind: Dict[str, Any] = {}  # array kind -> the instance its arrays use
+        self.state: Dict[str, Any] = {}
 
     @property
     def mpi(self) -> Any:
@@ -139,9 +135,18 @@ class Communicator:
         """The transport ``name`` bound to this communicator (made on first use)."""
         inst = self._transports.get(name)
         if inst is None:
-            from .transports import make_transport
-
             inst = self._transports[name] = make_transport(name, self)
+        return inst
+
+    def transport_of(self, kind: str) -> Any:
+        """The transport instance arrays of ``kind`` (``"numpy"``, ``"cupy"``) use here.
+
+        Collective the first time for a kind whose choice needs the other
+        ranks (see :meth:`transport_for`); a dictionary lookup afterwards.
+        """
+        inst = self._by_kind.get(kind)
+        if inst is None:
+            inst = self._by_kind[kind] = self.transport_instance(choose_transport(self, kind).name)
         return inst
 
     def transport_for(self, array: Any) -> Any:
@@ -167,7 +172,6 @@ class Communicator:
             The requested transport cannot run here; the message names why.
         """
         from ._arrays import as_array
-        from .transports import choose_transport
 
         return choose_transport(self, as_array(array)[1])
 
@@ -197,7 +201,8 @@ class Communicator:
         for inst in self._transports.values():
             inst.close()
         self._transports.clear()
-        self._state.clear()
+        self._by_kind.clear()
+        self.state.clear()
         if self._owned and not _finalized():
             self._mpi.Free()
         self._owned = False
@@ -229,8 +234,6 @@ def _bucket_bytes() -> int:
 
 
 def _settings(transport: Any, check: Any) -> tuple:
-    from .transports import resolve_transport_name
-
     name = resolve_transport_name(transport)
     if check is None:
         check = env_flag("HPCCOLL_CHECK", False)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._errors import ArgumentError
 
-__all__ = ["abort_on_exception", "timeout_from_env", "run", "allgather_object", "TIMEOUT_EXIT_CODE"]
+__all__ = ["abort_on_exception", "timeout_from_env", "watched", "TIMEOUT_EXIT_CODE"]
 
 #: The status the watchdog ends the job with (that of ``timeout(1)`` for a command that timed out).
 TIMEOUT_EXIT_CODE = 124
@@ -89,32 +89,14 @@ def timeout_from_env() -> Optional[float]:
     return value or None
 
 
-def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
-    """``comm.mpi.<name>(*args)`` (an mpi4py buffer collective), watched when ``comm.timeout`` is set.
-
-    ``comm`` is a :class:`~hpccoll.Communicator` (``mpi``, ``rank``, ``size``, ``timeout``).
-    """
-    call = getattr(comm.mpi, name)
-    if comm.timeout is None:
-        call(*args)
-    else:
-        _watched(comm, what or f"MPI_{name}", call, *args)
-
-
-def allgather_object(comm: Any, obj: Any, what: str = "") -> List[Any]:
-    """``comm.mpi.allgather(obj)`` (pickled objects), watched like :func:`run`."""
-    if comm.timeout is None:
-        return comm.mpi.allgather(obj)
-    return _watched(comm, what or "MPI_Allgather (pickled)", comm.mpi.allgather, obj)
-
-
 # thread id -> (deadline, what, timeout, rank, size) of the MPI call that thread is in
 _ACTIVE: Dict[int, Tuple[float, str, float, int, int]] = {}
 _PATROL: List[threading.Thread] = []
 _LOCK = threading.Lock()
 
 
-def _watched(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
+def watched(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` under the watchdog: the job aborts if it has not returned within ``comm.timeout``."""
     key = threading.get_ident()
     _ACTIVE[key] = (time.monotonic() + comm.timeout, what, comm.timeout, comm.rank, comm.size)
     if not _PATROL:

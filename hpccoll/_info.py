@@ -42,7 +42,7 @@ def collect(comm: Any) -> Dict[str, Any]:
     from mpi4py import MPI
 
     import hpccoll
-    from .transports import _REGISTRY
+    from .transports import transport_classes
 
     levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
               MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
@@ -51,7 +51,8 @@ def collect(comm: Any) -> Dict[str, Any]:
     for h in hosts:
         per_host[h] = per_host.get(h, 0) + 1
     transports = {}
-    for name, cls in _REGISTRY.items():
+    for cls in transport_classes():
+        name = cls.name
         try:
             reason = cls.unavailable_reason(comm)
         except Exception as exc:  # a probe must never break info

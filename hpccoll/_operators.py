@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ._api import (
-    COTANGENTS,
-    Sizes,
-    _sizes,
-    all_gather,
-    all_gather_adjoint,
-    all_reduce,
-    all_reduce_adjoint,
-    reduce_scatter,
-    reduce_scatter_adjoint,
-)
+from ._api import PAIR, Pair, Sizes
 from ._comm import Communicator, as_communicator
+from ._core.validate import COTANGENTS, sizes_of
 from ._dtypes import normalize_op
 from ._errors import ArgumentError
 
@@ -66,10 +57,24 @@ class _Adjoint(Operator):
 
 
 def _check_sizes(sizes: Sizes, comm: Communicator) -> Optional[tuple]:
-    return None if sizes is None else _sizes(sizes, comm.size)
+    return None if sizes is None else sizes_of(sizes, comm.size)
 
 
-class AllGather(Operator):
+class _PairOperator(Operator):
+    """An operator over one :class:`~hpccoll._api.Pair`: its keywords bound to both sides."""
+
+    pair: Pair
+    keywords: dict
+
+    def forward(self, x: Any, out: Any = None) -> Any:
+        fwd = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
+        return self.pair.forward(x, self.comm, out=out, **fwd)
+
+    def adjoint(self, y: Any, out: Any = None) -> Any:
+        return self.pair.adjoint(y, self.comm, out=out, **self.keywords)
+
+
+class AllGather(_PairOperator):
     """All-gather along ``axis``; adjoint: reduce-scatter with sum.
 
     Parameters
@@ -93,18 +98,15 @@ class AllGather(Operator):
         self.comm = as_communicator(comm)
         self.axis = axis
         self.sizes = _check_sizes(sizes, self.comm)
+        self.keywords = dict(axis=axis, sizes=self.sizes)
 
-    def forward(self, x: Any, out: Any = None) -> Any:
-        return all_gather(x, self.comm, axis=self.axis, sizes=self.sizes, out=out)
-
-    def adjoint(self, y: Any, out: Any = None) -> Any:
-        return all_gather_adjoint(y, self.comm, axis=self.axis, sizes=self.sizes, out=out)
+    pair = PAIR["all_gather"]
 
     def __repr__(self) -> str:
         return f"AllGather(axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
 
 
-class ReduceScatter(Operator):
+class ReduceScatter(_PairOperator):
     """Reduce-scatter along ``axis``; adjoint: all-gather (``sum``) or all-gather / P (``avg``).
 
     Parameters
@@ -124,18 +126,15 @@ class ReduceScatter(Operator):
         self.op = normalize_op(op)
         self.axis = axis
         self.sizes = _check_sizes(sizes, self.comm)
+        self.keywords = dict(op=self.op, axis=axis, sizes=self.sizes)
 
-    def forward(self, x: Any, out: Any = None) -> Any:
-        return reduce_scatter(x, self.comm, op=self.op, axis=self.axis, sizes=self.sizes, out=out)
-
-    def adjoint(self, y: Any, out: Any = None) -> Any:
-        return reduce_scatter_adjoint(y, self.comm, op=self.op, axis=self.axis, sizes=self.sizes, out=out)
+    pair = PAIR["reduce_scatter"]
 
     def __repr__(self) -> str:
         return f"ReduceScatter(op={self.op!r}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
 
 
-class AllReduce(Operator):
+class AllReduce(_PairOperator):
     """All-reduce; adjoint per the ``cotangent`` convention.
 
     Parameters
@@ -156,12 +155,9 @@ class AllReduce(Operator):
         if cotangent not in COTANGENTS:
             raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
         self.cotangent = cotangent
+        self.keywords = dict(op=self.op, cotangent=cotangent)
 
-    def forward(self, x: Any, out: Any = None) -> Any:
-        return all_reduce(x, self.comm, op=self.op, out=out)
-
-    def adjoint(self, y: Any, out: Any = None) -> Any:
-        return all_reduce_adjoint(y, self.comm, op=self.op, cotangent=self.cotangent, out=out)
+    pair = PAIR["all_reduce"]
 
     def __repr__(self) -> str:
         return f"AllReduce(op={self.op!r}, cotangent={self.cotangent!r}, size={self.comm.size})"

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 import hpccoll
-import hpccoll._api
 import standin_nccl as standin
 from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, assert_close, assert_same, make, reference
-from hpccoll.transports import _cuda, choose_transport, cuda_mpi, select_transport
+from hpccoll.transports import _cuda, choose_transport, cuda_mpi
 from hpccoll.transports import nccl as nccl_mod
 from standin_nccl import MPIStandInNcclCommunicator, StandInRuntime
 from test_all_gather import shards
@@ -60,16 +59,11 @@ def fresh(comm, runtime):
 def route_to_cupy_transports(monkeypatch):
     """Send NumPy arrays through the transports CuPy arrays would use (the stand-ins).
 
-    The NumPy fast path (which calls mpi4py directly) is turned off, so every
-    call goes through transport selection.
+    Every collective reaches the network through ``Communicator.transport_of``
+    (its common-case branch too), so this one patch routes them all.
     """
-    import hpccoll._coalesced
-    import hpccoll._fast
-
-    for module in (hpccoll._api, hpccoll._coalesced):
-        monkeypatch.setattr(module, "select_transport", lambda c, kind: select_transport(c, "cupy"))
-    for name in hpccoll._fast.__all__:
-        monkeypatch.setattr(hpccoll._fast, name, lambda *args: None)
+    transport_of = hpccoll.Communicator.transport_of
+    monkeypatch.setattr(hpccoll.Communicator, "transport_of", lambda c, kind: transport_of(c, "cupy"))
 
 
 @pytest.fixture
@@ -330,7 +324,7 @@ def test_streams_are_the_callers(gpu):
 def test_auto_picks_nccl(fresh, runtime):
     c = fresh()
     choice = c.transport_for(np.zeros(2))
-    assert choice == ("mpi", "NumPy arrays always use host MPI")
+    assert choice == ("mpi", "auto: NumPy arrays use host MPI")
     choice = choose_transport(c, "cupy")
     assert choice.name == "nccl" and "usable" in choice.reason
     t = nccl_of(c)

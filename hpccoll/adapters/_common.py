@@ -7,11 +7,12 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import _api
-from .._api import COTANGENTS, _axis, _sizes, split_sizes
+from .._api import PAIR, all_reduce
+from .._arrays import split_sizes
 from .._comm import Communicator
+from .._core.validate import COTANGENTS, axis_of, sizes_of
 from .._errors import ArgumentError
-from .._exchange import exchange_extents
+from ..transports._control import exchange_extents
 
 __all__ = [
     "gather_sizes",
@@ -36,8 +37,8 @@ def gather_sizes(x: Any, comm: Communicator, axis: int, sizes: Optional[Sequence
     the forward then moves the data without a second exchange.
     """
     if sizes is not None:
-        return _sizes(sizes, comm.size)
-    ax = _axis(axis, np.ndim(x))
+        return sizes_of(sizes, comm.size)
+    ax = axis_of(axis, np.ndim(x))
     if comm.size == 1:
         return (int(np.shape(x)[ax]),)
     return exchange_extents(comm, (x,), (ax,), "all_gather")[0]
@@ -46,8 +47,8 @@ def gather_sizes(x: Any, comm: Communicator, axis: int, sizes: Optional[Sequence
 def scatter_sizes(shape: Tuple[int, ...], comm: Communicator, axis: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
     """The block extents of a reduce-scatter of an array of ``shape`` (local, no communication)."""
     if sizes is not None:
-        return _sizes(sizes, comm.size)
-    return split_sizes(shape[_axis(axis, len(shape))], comm.size)
+        return sizes_of(sizes, comm.size)
+    return split_sizes(shape[axis_of(axis, len(shape))], comm.size)
 
 
 def check_cotangent(cotangent: Any) -> str:
@@ -59,28 +60,23 @@ def check_cotangent(cotangent: Any) -> str:
 
 def all_gather_maps(comm: Communicator, axis: int, sizes: Tuple[int, ...]) -> Maps:
     """All-gather and its adjoint with the same (resolved) ``sizes``."""
-    kw = dict(comm=comm, axis=axis, sizes=sizes)
-    return functools.partial(_api.all_gather, **kw), functools.partial(_api.all_gather_adjoint, **kw)
+    return PAIR["all_gather"].bind(comm=comm, axis=axis, sizes=sizes)
 
 
 def reduce_scatter_maps(comm: Communicator, op: Any, axis: int, sizes: Tuple[int, ...]) -> Maps:
     """Reduce-scatter and its adjoint (which raises for the non-linear ops)."""
-    kw = dict(comm=comm, op=op, axis=axis, sizes=sizes)
-    return functools.partial(_api.reduce_scatter, **kw), functools.partial(_api.reduce_scatter_adjoint, **kw)
+    return PAIR["reduce_scatter"].bind(comm=comm, op=op, axis=axis, sizes=sizes)
 
 
 def all_reduce_maps(comm: Communicator, op: Any, cotangent: str) -> Maps:
     """All-reduce and its adjoint under the ``cotangent`` convention (validated here)."""
     check_cotangent(cotangent)
-    return (
-        functools.partial(_api.all_reduce, comm=comm, op=op),
-        functools.partial(_api.all_reduce_adjoint, comm=comm, op=op, cotangent=cotangent),
-    )
+    return PAIR["all_reduce"].bind(comm=comm, op=op, cotangent=cotangent)
 
 
 def replicate_maps(comm: Communicator) -> Maps:
     """Identity, whose adjoint (replicated value counted once) is the all-reduce with sum."""
-    return _identity, functools.partial(_api.all_reduce, comm=comm, op="sum")
+    return _identity, functools.partial(all_reduce, comm=comm, op="sum")
 
 
 def _identity(a: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Transport registry: selecting a transport is a lookup, not an if-chain.
+"""Transport registry: selecting a transport is a lookup over capabilities, not an if-chain.
 
 ============ ====== ====================================================
 name         arrays how
@@ -9,21 +9,28 @@ name         arrays how
 ``staged``   CuPy   device -> pinned host buffer -> host MPI -> device
 ============ ====== ====================================================
 
-``auto`` (the default): NumPy arrays use ``mpi``; CuPy arrays use ``nccl``
-when it is usable for the communicator, else ``cuda_mpi`` when
-``HPCCOLL_CUDA_AWARE_MPI=1``, else ``staged``. A named transport applies to
-CuPy arrays (``mpi`` then means ``staged``); NumPy arrays always use ``mpi``.
+Each transport class declares the array kind it serves (:attr:`Transport.array_kind`),
+its place in ``auto``'s order (:attr:`Transport.priority`, lower first) and a
+collective probe (:meth:`Transport.auto_reason` for ``auto``,
+:meth:`Transport.unavailable_reason` when named). ``auto`` takes the first
+registered transport for the array's kind whose probe finds nothing against
+it: for CuPy arrays ``nccl``, else ``cuda_mpi`` when
+``HPCCOLL_CUDA_AWARE_MPI=1``, else ``staged``; for NumPy arrays ``mpi``. A
+named transport applies to the arrays it serves; for the other kind ``auto``
+decides, except that naming a host transport sends CuPy arrays through host
+memory (``staged``). A new transport is one module plus one :func:`register`
+call, which works at any time (choices already cached on a Communicator stay).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, NamedTuple, Type
+from typing import Any, List, NamedTuple, Optional, Tuple, Type
 
 from .._errors import ArgumentError, TransportUnavailable
 from ._base import Transport
 from ._state import remembered
-from .cuda_mpi import CudaMPI, cuda_aware, warn_undeclared
+from .cuda_mpi import CudaMPI
 from .host_mpi import HostMPI
 from .nccl import NcclTransport
 from .staged import Staged
@@ -33,26 +40,47 @@ __all__ = [
     "TransportChoice",
     "TRANSPORTS",
     "register",
+    "registered",
+    "transport_classes",
     "make_transport",
     "resolve_transport_name",
     "choose_transport",
-    "select_transport",
 ]
 
-_REGISTRY: Dict[str, Type[Transport]] = {}
+_REGISTRY: List[Type[Transport]] = []
+#: Names accepted by ``Communicator(transport=...)`` (kept current by :func:`register`).
+TRANSPORTS: Tuple[str, ...] = ("auto",)
+
+_LABEL = {"numpy": "NumPy", "cupy": "CuPy"}
+#: The transport CuPy arrays take when a host (NumPy) transport is named.
+_THROUGH_HOST = "staged"
 
 
 def register(cls: Type[Transport]) -> Type[Transport]:
-    """Add a transport class to the registry under ``cls.name``."""
-    _REGISTRY[cls.name] = cls
+    """Add a transport class (replacing one of the same name); usable as a class decorator."""
+    global TRANSPORTS
+    _REGISTRY[:] = [c for c in _REGISTRY if c.name != cls.name]
+    _REGISTRY.append(cls)
+    _REGISTRY.sort(key=lambda c: c.priority)  # stable: equal priorities keep registration order
+    TRANSPORTS = ("auto",) + tuple(c.name for c in _REGISTRY)
     return cls
 
 
 for _cls in (HostMPI, NcclTransport, CudaMPI, Staged):
     register(_cls)
 
-#: Names accepted by ``Communicator(transport=...)``.
-TRANSPORTS = ("auto",) + tuple(_REGISTRY)
+
+def transport_classes() -> Tuple[Type[Transport], ...]:
+    """Every registered transport class, in ``auto``'s order."""
+    return tuple(_REGISTRY)
+
+
+def registered(name: str) -> Type[Transport]:
+    """The transport class registered as ``name``."""
+    for cls in _REGISTRY:
+        if cls.name == name:
+            return cls
+    raise KeyError(name)
 
 
 class TransportChoice(NamedTuple):
@@ -69,14 +97,14 @@ def resolve_transport_name(name: Any) -> str:
         env = os.environ.get("HPCCOLL_TRANSPORT", "").strip()
         if env:
             name, source = env, "HPCCOLL_TRANSPORT"
-    if name != "auto" and name not in _REGISTRY:
+    if name != "auto" and name not in TRANSPORTS:
         raise ArgumentError(f"{source}: expected one of {', '.join(map(repr, TRANSPORTS))}; got {name!r}")
     return name
 
 
 def make_transport(name: str, comm: Any) -> Transport:
     """Instantiate transport ``name`` for ``comm``, or raise :class:`TransportUnavailable`."""
-    cls = _REGISTRY[name]
+    cls = registered(name)
     reason = cls.unavailable_reason(comm)
     if reason is not None:
         raise TransportUnavailable(f"transport {name!r} cannot run here: {reason}")
@@ -86,7 +114,7 @@ def make_transport(name: str, comm: Any) -> Transport:
 def choose_transport(comm: Any, kind: str) -> TransportChoice:
     """The transport for arrays of ``kind`` (``"numpy"`` or ``"cupy"``) on ``comm``, and why.
 
-    Collective the first time for CuPy arrays on ``comm`` (the NCCL probe and
+    Collective the first time for a kind whose probes are (the NCCL probe and
     ``HPCCOLL_CUDA_AWARE_MPI`` are agreed across ranks); the answer, or the
     error, is cached on ``comm``.
 
@@ -100,37 +128,30 @@ def choose_transport(comm: Any, kind: str) -> TransportChoice:
 
 def _choose(comm: Any, kind: str) -> TransportChoice:
     wanted = comm.transport
-    if kind == "numpy":
-        note = "" if wanted in ("auto", "mpi") else f" (transport={wanted!r} applies to CuPy arrays)"
-        return TransportChoice("mpi", "NumPy arrays always use host MPI" + note)
-    if wanted == "mpi":
-        return TransportChoice("staged", "transport='mpi' requested: CuPy arrays go through host memory")
     if wanted != "auto":
-        reason = _REGISTRY[wanted].unavailable_reason(comm)
-        if reason is not None:
-            raise TransportUnavailable(f"transport {wanted!r} cannot run here: {reason}")
-        return TransportChoice(wanted, f"transport={wanted!r} requested")
-    nccl_reason = NcclTransport.unavailable_reason(comm)
-    if nccl_reason is None:
-        return TransportChoice("nccl", "auto: NCCL is usable (one GPU per rank)")
-    declared = cuda_aware(comm)
-    if declared:
-        return TransportChoice("cuda_mpi", f"auto: NCCL unusable ({nccl_reason}); HPCCOLL_CUDA_AWARE_MPI=1")
-    reason = Staged.unavailable_reason(comm)
-    if reason is not None:
-        raise TransportUnavailable(f"no transport can move CuPy arrays here: {reason}")
-    if declared is None:
-        warn_undeclared()
-    said = "unset" if declared is None else "=0"
-    return TransportChoice("staged", f"auto: NCCL unusable ({nccl_reason}); HPCCOLL_CUDA_AWARE_MPI {said}")
+        cls = registered(wanted)
+        if cls.array_kind == kind:
+            reason = cls.unavailable_reason(comm)
+            if reason is not None:
+                raise TransportUnavailable(f"transport {wanted!r} cannot run here: {reason}")
+            return TransportChoice(wanted, f"transport={wanted!r} requested")
+        if kind == "cupy" and cls.array_kind == "numpy":
+            return TransportChoice(_THROUGH_HOST, f"transport={wanted!r} requested: CuPy arrays go through host memory")
+        name, why = _auto(comm, kind)
+        return TransportChoice(name, f"{why} (transport={wanted!r} applies to {_LABEL[cls.array_kind]} arrays)")
+    return TransportChoice(*_auto(comm, kind))
 
 
-def select_transport(comm: Any, kind: str) -> Transport:
-    """The transport bound to ``comm`` that moves arrays of ``kind`` (``"numpy"`` or ``"cupy"``)."""
-    if kind == "numpy":  # the hot path: NumPy arrays always use host MPI
-        inst = comm._transports.get("mpi")
-        if inst is not None:
-            return inst
-    name = choose_transport(comm, kind).name
-    inst = comm._transports.get(name)
-    return inst if inst is not None else comm.transport_instance(name)
+def _auto(comm: Any, kind: str) -> Tuple[str, str]:
+    """The first registered transport for ``kind`` that can run, and why it was picked."""
+    skipped: List[str] = []
+    last: Optional[str] = None
+    for cls in _REGISTRY:
+        if cls.array_kind != kind:
+            continue
+        last = cls.auto_reason(comm)
+        if last is None:
+            why = f"auto: {cls.chosen_because}"
+            return cls.name, why + (f" ({'; '.join(skipped)})" if skipped else "")
+        skipped.append(f"{cls.name} unusable: {last}")
+    raise TransportUnavailable(f"no transport can move {_LABEL.get(kind, kind)} arrays here: {last}")

@@ -4,8 +4,14 @@ A transport moves *flat buffers*: 1-D, C-contiguous arrays of its array
 module (NumPy or CuPy) whose dtype is a wire dtype chosen by
 :mod:`hpccoll._dtypes`. Counts are in elements, one per rank, and blocks are
 laid out rank after rank (displacements are the prefix sums of the counts).
-Axes, uneven shards, dtype widening, ``avg`` and adjoints are handled once,
-above the transports, in :mod:`hpccoll._api`.
+Axes, uneven shards, dtype widening, ``avg``, lists and adjoints are handled
+once, above the transports, in :mod:`hpccoll.collectives`; no module outside
+this package calls an MPI or NCCL collective.
+
+A transport declares what it can do: the array kind it serves, its place in
+``auto``'s order, a collective probe, and three optional capabilities the
+collectives consult (:attr:`~Transport.in_place`,
+:attr:`~Transport.native_reduce`, :meth:`~Transport.allgather_into`).
 """
 
 from __future__ import annotations
@@ -21,15 +27,21 @@ __all__ = ["Transport"]
 class Transport(abc.ABC):
     """Buffer-level collectives over one :class:`~hpccoll.Communicator`.
 
-    Subclasses set :attr:`name` and :attr:`array_kind` and implement the three
-    primitives. A primitive either completes (the output is ready for the
-    caller's next operation in its stream order) or raises.
+    Subclasses set :attr:`name`, :attr:`array_kind`, :attr:`priority` and
+    :attr:`chosen_because`, implement the three primitives, and are made
+    selectable with :func:`hpccoll.transports.register`. A primitive either
+    completes (the output is ready for the caller's next operation in its
+    stream order) or raises.
     """
 
     #: The name users select the transport by.
     name: ClassVar[str]
     #: ``"numpy"`` or ``"cupy"``: the arrays this transport moves.
     array_kind: ClassVar[str]
+    #: ``auto`` tries the transports of an array kind in increasing priority.
+    priority: ClassVar[int] = 100
+    #: Why ``auto`` picks this transport when it can run (``Communicator.transport_for``).
+    chosen_because: ClassVar[str] = "the first usable transport"
     #: 16-bit float dtype names reduced natively (others are widened to float32).
     native_reduce: ClassVar[FrozenSet[str]] = frozenset()
     #: Whether ``allgatherv`` and ``reduce_scatter`` accept ``send=None`` (in
@@ -41,8 +53,21 @@ class Transport(abc.ABC):
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
-        """Why this transport cannot run for ``comm`` here, or ``None`` if it can."""
+        """Why this transport cannot run for ``comm`` here, or ``None`` if it can.
+
+        Collective where the answer needs the other ranks (it must be the same
+        on every rank); the registry caches what it decides on ``comm``.
+        """
         return None
+
+    @classmethod
+    def auto_reason(cls, comm: Any) -> Optional[str]:
+        """Why ``auto`` should not pick this transport for ``comm``, or ``None`` if it may.
+
+        Defaults to :meth:`unavailable_reason`; a transport that must be asked
+        for by name (or declared, like ``cuda_mpi``) says so here.
+        """
+        return cls.unavailable_reason(comm)
 
     @abc.abstractmethod
     def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:

@@ -18,13 +18,13 @@ def remembered(comm: Any, key: str, compute: Callable[[], Any]) -> Any:
     so a cached :class:`~hpccoll.HpccollError` is raised again (a fresh one of
     the same type and message) on every later call, on every rank.
     """
-    hit = comm._state.get(key, _UNKNOWN)
+    hit = comm.state.get(key, _UNKNOWN)
     if hit is _UNKNOWN:
         try:
             hit = compute()
         except HpccollError as exc:
             hit = exc
-        comm._state[key] = hit
+        comm.state[key] = hit
     if isinstance(hit, HpccollError):
         raise type(hit)(str(hit))
     return hit

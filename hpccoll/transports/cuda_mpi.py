@@ -17,7 +17,7 @@ import os
 import warnings
 from typing import Any, Optional, Sequence
 
-from .._comm import env_flag
+from .._env import env_flag
 from .._errors import MismatchError, TransportUnavailable
 from .._request import Pending
 from ._cuda import get_runtime
@@ -73,6 +73,8 @@ class CudaMPI(HostMPI):
 
     name = "cuda_mpi"
     array_kind = "cupy"
+    priority = 20
+    chosen_because = "HPCCOLL_CUDA_AWARE_MPI=1 declares this MPI CUDA-aware"
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
@@ -87,6 +89,15 @@ class CudaMPI(HostMPI):
         except TransportUnavailable as exc:
             return str(exc)
         return None
+
+    @classmethod
+    def auto_reason(cls, comm: Any) -> Optional[str]:
+        declared = cuda_aware(comm)
+        if declared:
+            return cls.unavailable_reason(comm)
+        if declared is None:
+            warn_undeclared()
+        return f"{CUDA_AWARE_VARIABLE} {'is unset' if declared is None else '=0'}"
 
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
         self._rt.sync_stream()

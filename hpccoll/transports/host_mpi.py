@@ -2,58 +2,15 @@
 
 from __future__ import annotations
 
-from itertools import accumulate
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
-
-from .._faults import _watched, run
+from .._faults import watched
 from .._request import Pending
 from ._base import Transport
+from ._control import run
+from ._mpitypes import committed, displacements, mpi_datatype, mpi_op
 
-__all__ = ["HostMPI", "MPIPending", "mpi_datatype", "mpi_op"]
-
-_DATATYPES: Dict[np.dtype, Any] = {}
-
-
-def mpi_datatype(dtype: np.dtype) -> Any:
-    """The predefined MPI datatype for a wire ``dtype``.
-
-    ``MPI.Datatype.fromcode`` is what ``mpi4py.util.dtlib.from_numpy_dtype``
-    uses for elementary types, minus the ``Dup`` that dtlib adds: MPI's
-    predefined reduction ops are not defined on duplicated types.
-    """
-    t = _DATATYPES.get(dtype)
-    if t is None:
-        from mpi4py import MPI
-
-        t = _DATATYPES[dtype] = MPI.Datatype.fromcode(dtype.char)
-    return t
-
-
-_OPS: Dict[str, Any] = {}
-
-
-def mpi_op(op: str) -> Any:
-    """The MPI op for a wire op name."""
-    if not _OPS:
-        from mpi4py import MPI
-
-        _OPS.update(sum=MPI.SUM, prod=MPI.PROD, max=MPI.MAX, min=MPI.MIN, in_place=MPI.IN_PLACE)
-    return _OPS[op]
-
-
-def _committed(vector: Any, extent: int) -> Any:
-    """``vector`` resized to ``extent`` bytes and committed (``vector`` itself is freed)."""
-    try:
-        return vector.Create_resized(0, extent).Commit()
-    finally:
-        vector.Free()
-
-
-def displacements(counts: Sequence[int]) -> list:
-    """Prefix sums of ``counts``, starting at 0."""
-    return [0, *accumulate(counts)][:-1]
+__all__ = ["HostMPI", "MPIPending"]
 
 
 class HostMPI(Transport):
@@ -61,6 +18,8 @@ class HostMPI(Transport):
 
     name = "mpi"
     array_kind = "numpy"
+    priority = 50
+    chosen_because = "NumPy arrays use host MPI"
     in_place = True
     #: Outputs at least this large are gathered along an inner axis with MPI
     #: derived datatypes, straight into place (smaller ones pack and copy).
@@ -86,15 +45,15 @@ class HostMPI(Transport):
         mine = sizes[self.comm.rank]
         if even:
             # Rank r's block: lead rows of first*trail elements, row stride total*trail.
-            recv_t = _committed(base.Create_vector(lead, first * trail, total * trail), first * trail * itemsize)
+            recv_t = committed(base.Create_vector(lead, first * trail, total * trail), first * trail * itemsize)
             try:
                 self._run("Allgather", [send, lead * mine * trail, base], [out, 1, recv_t])
             finally:
                 recv_t.Free()
             return True
         # One unit = one index along the axis: lead pieces of trail elements.
-        recv_t = _committed(base.Create_vector(lead, trail, total * trail), trail * itemsize)
-        send_t = _committed(base.Create_vector(lead, trail, max(mine, 1) * trail), trail * itemsize)
+        recv_t = committed(base.Create_vector(lead, trail, total * trail), trail * itemsize)
+        send_t = committed(base.Create_vector(lead, trail, max(mine, 1) * trail), trail * itemsize)
         try:
             self._run("Allgatherv", [send, mine, send_t], [out, (list(sizes), displacements(sizes)), recv_t])
         finally:
@@ -162,10 +121,11 @@ class HostMPI(Transport):
 
 
 def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:
-    """A step that copies ``buf[:count]`` to ``buf[start:start + count]`` (overlap allowed)."""
+    """A step that copies ``buf[:count]`` to ``buf[start:start + count]`` (elements in C order; overlap allowed)."""
 
     def move() -> None:
-        buf[start : start + count] = buf[:count]
+        flat = buf.reshape(-1)
+        flat[start : start + count] = flat[:count]
 
     return move
 
@@ -198,7 +158,7 @@ class MPIPending(Pending):
         if self.comm.timeout is None:
             self.request.Wait()
         else:
-            _watched(self.comm, self.what, self.request.Wait)
+            watched(self.comm, self.what, self.request.Wait)
         self._finish()
 
     def test(self) -> bool:

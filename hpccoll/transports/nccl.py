@@ -56,7 +56,7 @@ from .._request import Pending
 from ._base import Transport
 from ._cuda import get_runtime
 from ._state import remembered
-from .host_mpi import displacements
+from ._mpitypes import displacements
 
 __all__ = ["NcclTransport", "NcclProbe", "probe", "UNEVEN_DESIGNS", "INT_MAX"]
 
@@ -306,6 +306,8 @@ class NcclTransport(Transport):
 
     name = "nccl"
     array_kind = "cupy"
+    priority = 10
+    chosen_because = "NCCL is usable (one GPU per rank)"
     max_count: int = INT_MAX
 
     def __init__(self, comm: Any) -> None:

@@ -33,6 +33,8 @@ class Staged(Transport):
 
     name = "staged"
     array_kind = "cupy"
+    priority = 30
+    chosen_because = "CuPy arrays go through host memory"
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)

@@ -1,4 +1,11 @@
-"""The size exchange: every rank's extents along the gather axis, in one small ``Allgather``."""
+"""Control-plane exchanges over MPI: the watched call, pickled agreement and the size exchange.
+
+Every transport's setup and every collective's agreement step (check mode,
+``sizes=None`` discovery) talk over the communicator's private MPI duplicate,
+whatever transport then moves the data. These are the only MPI collectives
+outside the transports' own modules, and they live here, in the transport
+package, beside them.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,29 @@ from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
-from ._errors import MismatchError
-from ._faults import run
+from .._errors import MismatchError
+from .._faults import watched
 
-__all__ = ["exchange_extents"]
+__all__ = ["run", "allgather_object", "exchange_extents"]
+
+
+def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
+    """``comm.mpi.<name>(*args)`` (an mpi4py buffer collective), watched when ``comm.timeout`` is set.
+
+    ``comm`` is a :class:`~hpccoll.Communicator` (``mpi``, ``rank``, ``size``, ``timeout``).
+    """
+    call = getattr(comm.mpi, name)
+    if comm.timeout is None:
+        call(*args)
+    else:
+        watched(comm, what or f"MPI_{name}", call, *args)
+
+
+def allgather_object(comm: Any, obj: Any, what: str = "") -> List[Any]:
+    """``comm.mpi.allgather(obj)`` (pickled objects), watched like :func:`run`."""
+    if comm.timeout is None:
+        return comm.mpi.allgather(obj)
+    return watched(comm, what or "MPI_Allgather (pickled)", comm.mpi.allgather, obj)
 
 
 def exchange_extents(c: Any, arrays: Sequence[Any], axes: Sequence[int], what: str) -> List[Tuple[int, ...]]:

@@ -1,0 +1,1 @@
+"""What every collective shares: argument checks (validate) and transport calls (launch)."""

@@ -1,0 +1,231 @@
+"""Argument checks shared by every collective, and check mode's cross-rank agreement.
+
+Local checks raise before any communication; they depend only on the
+arguments, so a call made identically on every rank fails identically on
+every rank. In check mode :func:`settle` first shares any rank's error (and
+compares the call's descriptor) so that every rank raises the same
+exception.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, List, NoReturn, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._arrays import as_array, module_of, overlaps
+from .._dtypes import check_dtype, normalize_op
+from .._errors import ArgumentError, HpccollError, UnsupportedOpError
+from ..transports._mpitypes import buffer_address
+
+__all__ = [
+    "SEQUENCES",
+    "COTANGENTS",
+    "axis_of",
+    "sizes_of",
+    "plain_sizes",
+    "check_out",
+    "outs_of",
+    "same_block",
+    "address",
+    "own_block",
+    "block",
+    "settle",
+    "refuse",
+    "linear_op",
+    "shape_without",
+    "with_extent",
+    "is_array_list",
+    "prepare_list",
+    "one_array",
+]
+
+SEQUENCES = (list, tuple)
+COTANGENTS = ("varying", "replicated")
+_ndarray = np.ndarray
+
+
+def axis_of(axis: Any, ndim: int) -> int:
+    """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it otherwise."""
+    if type(axis) is int and -ndim <= axis < ndim:  # the common case, fast
+        return axis % ndim
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ArgumentError(f"axis: expected an int; got {type(axis).__name__} {axis!r}")
+    if ndim == 0:
+        raise ArgumentError("x: expected an array with at least 1 dimension to split along axis; got a 0-D array")
+    if not -ndim <= axis < ndim:
+        raise ArgumentError(f"axis: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
+    return int(axis) % ndim
+
+
+def plain_sizes(sizes: Any, parts: int) -> bool:
+    """Whether ``sizes`` is already a list or tuple of ``parts`` non-negative Python ints (no checks owed)."""
+    if type(sizes) not in SEQUENCES or len(sizes) != parts:
+        return False
+    for s in sizes:
+        if type(s) is not int or s < 0:
+            return False
+    return True
+
+
+def sizes_of(sizes: Any, parts: int, name: str = "sizes") -> Tuple[int, ...]:
+    """``sizes`` as a tuple of ``parts`` non-negative ints; :class:`ArgumentError` otherwise."""
+    if plain_sizes(sizes, parts):
+        return tuple(sizes)
+    try:
+        vals = tuple(map(operator.index, sizes))
+    except TypeError:
+        raise ArgumentError(f"{name}: expected a sequence of {parts} non-negative ints; got {sizes!r}") from None
+    if len(vals) != parts or (vals and min(vals) < 0):
+        raise ArgumentError(f"{name}: expected {parts} non-negative ints (one per rank); got {list(vals)}")
+    return vals
+
+
+def address(a: Any) -> int:
+    """The address of ``a``'s first element (NumPy or CuPy)."""
+    if type(a) is _ndarray:
+        if a.size:
+            try:
+                return buffer_address(a)
+            except (ValueError, BufferError):  # not contiguous
+                pass
+        return a.__array_interface__["data"][0]
+    return a.data.ptr
+
+
+def same_block(part: Any, whole: Any, where: tuple) -> bool:
+    """Whether ``part`` is exactly the view ``whole[where]`` (same address, shape and strides).
+
+    This is how an in-place collective is recognised: ``all_gather(x,
+    out=y)`` where ``x`` is this rank's block of ``y``, ``reduce_scatter(x,
+    out=b)`` where ``b`` is this rank's block of ``x``.
+    """
+    if type(part) is not type(whole) or part.dtype != whole.dtype:
+        return False
+    view = whole[where]
+    return part.shape == view.shape and part.strides == view.strides and address(part) == address(view)
+
+
+def block(ax: int, start: int, stop: int) -> tuple:
+    """The index of ``[start, stop)`` along axis ``ax``."""
+    return (slice(None),) * ax + (slice(start, stop),)
+
+
+def own_block(ax: int, sizes: Sequence[int], rank: int) -> tuple:
+    """The index of rank ``rank``'s block along ``ax`` when blocks have extents ``sizes``."""
+    start = sum(sizes[:rank])
+    return block(ax, start, start + sizes[rank])
+
+
+def check_out(
+    out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any,
+    in_place: Optional[Callable[[Any], bool]] = None,
+) -> Any:
+    """Validate a user's ``out``; ``None`` allocates a fresh array.
+
+    ``out`` may overlap ``x`` only where ``in_place(out)`` says the overlap is
+    the collective's in-place form.
+    """
+    if out is None:
+        return xp.empty(shape, dtype)
+    if not isinstance(out, xp.ndarray):
+        raise ArgumentError(f"out: expected a {xp.__name__}.ndarray like x; got {type(out).__name__}")
+    if out.shape != shape:
+        raise ArgumentError(f"out: expected shape {shape}; got {out.shape}")
+    if out.dtype != dtype:
+        raise ArgumentError(f"out: expected dtype {dtype}; got {out.dtype}")
+    if xp is np and not out.flags.writeable:
+        raise ArgumentError("out: expected a writeable array; got a read-only one")
+    if xp is not np and out.device.id != x.device.id:
+        raise ArgumentError(f"out: expected an array on x's GPU {x.device.id}; got one on GPU {out.device.id}")
+    # ``out is x`` counts as overlap too (even for zero-size arrays): MPI forbids aliased buffers.
+    if (out is x or overlaps(out, x, xp)) and not (in_place is not None and in_place(out)):
+        raise ArgumentError(
+            "out: expected memory separate from the input (or exactly the in-place layout); "
+            "got an array that overlaps it"
+        )
+    return out
+
+
+def outs_of(out: Any, n: int) -> list:
+    """A list form's ``out``: ``None`` for each array, or the user's list of ``n``."""
+    if out is None:
+        return [None] * n
+    if type(out) not in SEQUENCES or len(out) != n:
+        got = f"{type(out).__name__} of length {len(out)}" if type(out) in SEQUENCES else type(out).__name__
+        raise ArgumentError(f"out: expected None or a list of {n} arrays (one per input); got {got}")
+    return list(out)
+
+
+def settle(c: Any, what: str, desc: Any, local: Any, err: Optional[HpccollError]) -> Optional[list]:
+    """Raise a local error, or (check mode) agree with the other ranks first; every rank's ``local``."""
+    if c.check and c.size > 1:
+        return c.agree(what, desc, local, err)
+    if err is not None:
+        raise err
+    return None
+
+
+def refuse(c: Any, what: str, err: HpccollError) -> NoReturn:
+    """Raise ``err``, found before the collective's own check: in check mode on every rank.
+
+    The other ranks are then in that check (their first collective call), so
+    they learn of ``err`` there instead of waiting for this rank forever.
+    """
+    settle(c, what, None, None, err)
+    raise err  # settle raised already; this line only reassures type checkers
+
+
+def linear_op(op: Any, what: str) -> str:
+    """``op`` normalised, if linear (``sum``, ``avg``); :class:`UnsupportedOpError` otherwise."""
+    op = normalize_op(op)
+    if op not in ("sum", "avg"):
+        raise UnsupportedOpError(
+            f"{what}: expected op 'sum' or 'avg' (the linear reductions); got {op!r}, whose adjoint "
+            "depends on which rank held the extreme or on the other factors: differentiate it yourself"
+        )
+    return op
+
+
+def shape_without(shape: Tuple[int, ...], ax: int) -> Tuple[int, ...]:
+    """``shape`` without axis ``ax``."""
+    return shape[:ax] + shape[ax + 1 :]
+
+
+def with_extent(shape: Tuple[int, ...], ax: int, n: int) -> Tuple[int, ...]:
+    """``shape`` with extent ``n`` along axis ``ax``."""
+    return shape[:ax] + (n,) + shape[ax + 1 :]
+
+
+def is_array_list(x: Any) -> bool:
+    """Whether ``x`` is a list or tuple of arrays (not an array-like of numbers)."""
+    if type(x) not in SEQUENCES:
+        return False
+    return all(isinstance(e, np.ndarray) or type(e).__module__.startswith("cupy") for e in x)
+
+
+def prepare_list(xs: Sequence[Any]) -> Tuple[List[Any], str]:
+    """A list form's arrays and their library, each dtype checked once (not once per array)."""
+    if all(type(x) is _ndarray for x in xs):  # the common case, without per-array calls
+        arrays, kind = list(xs), "numpy"
+    else:
+        pairs = [as_array(x, f"x[{i}]") for i, x in enumerate(xs)]
+        kinds = {k for _, k in pairs}
+        if len(kinds) > 1:
+            raise ArgumentError(f"x: expected arrays of one library (all NumPy or all CuPy); got {sorted(kinds)}")
+        arrays, kind = [a for a, _ in pairs], (kinds.pop() if kinds else "numpy")
+    for dtype in {a.dtype for a in arrays}:
+        try:
+            check_dtype(dtype)
+        except HpccollError:
+            first = next(i for i, a in enumerate(arrays) if a.dtype == dtype)
+            check_dtype(dtype, f"x[{first}]")
+    return arrays, kind
+
+
+def one_array(x: Any, name: str = "x") -> Tuple[Any, str, Any]:
+    """``(array, kind, xp)`` for a single-array call, its dtype checked."""
+    x, kind = as_array(x, name)
+    check_dtype(x.dtype, name)
+    return x, kind, (np if kind == "numpy" else module_of(kind))

@@ -1,0 +1,126 @@
+"""Layout: arrays to and from the flat, rank-after-rank buffers the transports move.
+
+Pure array work (NumPy or CuPy, whichever module ``xp`` is): no
+communication, no validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+
+from ._arrays import flat, prod
+
+__all__ = ["as_wire", "wire_flat", "pack", "blocks", "store", "divide", "divided", "buckets", "concat", "join"]
+
+
+def as_wire(buf: Any, dtype: np.dtype) -> Any:
+    """``buf`` reinterpreted as ``dtype`` (same itemsize); no new object when it already is."""
+    return buf if buf.dtype == dtype else buf.view(dtype)
+
+
+def wire_flat(a: Any, wire: np.dtype) -> Any:
+    """A C-contiguous ``a`` as the 1-D buffer of ``wire`` the transports move (a view; ``a`` itself if it is one)."""
+    if a.ndim != 1:
+        a = a.reshape(-1)
+    return a if a.dtype == wire else a.view(wire)
+
+
+def pack(x: Any, xp: Any, ax: int, sizes: Sequence[int], wire: np.dtype, widen: bool) -> Any:
+    """``x``'s blocks along ``ax`` laid out rank after rank, as one flat buffer of ``wire``.
+
+    Converts to ``wire`` when ``widen``, else reinterprets the bytes; a view of
+    ``x`` is returned when no copy is needed.
+    """
+    if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous:
+        buf = flat(x, xp)
+        return buf.astype(wire) if widen else as_wire(buf, wire)
+    buf = xp.empty(x.size, wire if widen else x.dtype)
+    blocks(buf, x, xp, ax, sizes, to_flat=True)
+    return as_wire(buf, wire)
+
+
+def blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat: bool) -> None:
+    """Copy between ``arr`` (blocks along ``ax``) and flat ``buf`` (blocks rank after rank).
+
+    ``to_flat`` copies ``arr -> buf``; otherwise ``buf -> arr``. Rank r's
+    block in ``buf`` is ``arr``'s block r, C-ordered, at the prefix sum of the
+    blocks before it.
+    """
+    shape = arr.shape
+    pre, post = shape[:ax], shape[ax + 1 :]
+    lead, trail, parts = prod(pre), prod(post), len(sizes)
+    first = sizes[0]
+    if all(s == first for s in sizes) and arr.flags.c_contiguous:
+        # One strided copy: (lead, parts, s, trail) <-> (parts, lead, s, trail).
+        grid = arr.reshape(lead, parts, first, trail)
+        spread = buf.reshape(parts, lead, first, trail).transpose(1, 0, 2, 3)
+        if to_flat:
+            xp.copyto(spread, grid, casting="unsafe")
+        else:
+            xp.copyto(grid, spread, casting="unsafe")
+        return
+    start = offset = 0
+    for s in sizes:
+        count = lead * s * trail
+        piece = buf[offset : offset + count].reshape(pre + (s,) + post)
+        where = (slice(None),) * ax + (slice(start, start + s),)
+        if to_flat:
+            xp.copyto(piece, arr[where], casting="unsafe")
+        else:
+            xp.copyto(arr[where], piece, casting="unsafe")
+        start += s
+        offset += count
+
+
+def store(out: Any, result: Any, xp: Any) -> None:
+    """Write a C-ordered flat ``result`` into ``out`` (casting from the wire dtype)."""
+    xp.copyto(out, result.reshape(out.shape), casting="unsafe")
+
+
+def divide(arr: Any, parts: int) -> None:
+    """``arr /= parts`` in ``arr``'s own dtype (the ``avg`` step)."""
+    arr /= arr.dtype.type(parts)
+
+
+def divided(arr: Any, parts: int) -> Any:
+    """:func:`divide` an array, or each array of a list; return it."""
+    for a in arr if isinstance(arr, list) else (arr,):
+        divide(a, parts)
+    return arr
+
+
+def buckets(nbytes: Sequence[int], limit: int) -> List[List[int]]:
+    """Consecutive index groups whose byte totals stay within ``limit`` (a larger item goes alone)."""
+    groups: List[List[int]] = []
+    total = limit + 1
+    for i, n in enumerate(nbytes):
+        if total + n > limit or not groups:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
+
+
+def concat(arrays: List[Any], wire: np.dtype, widen: bool, xp: Any, into: Any = None) -> Any:
+    """One flat buffer of ``wire`` holding every array's elements, C order, one after another.
+
+    ``into`` (NumPy, bytes of the right size): pack there instead of into a
+    new buffer; C-contiguous arrays are joined as bytes, the fastest way.
+    """
+    if into is not None and not widen:
+        join(arrays, into)
+        return into.view(wire)
+    buf = xp.concatenate(arrays, axis=None) if len(arrays) > 1 else arrays[0].reshape(-1).copy()
+    return buf.astype(wire) if widen else as_wire(buf, wire)
+
+
+def join(arrays: Sequence[np.ndarray], into: np.ndarray) -> None:
+    """Every NumPy array's elements, C order, one after another, into the bytes ``into``."""
+    try:
+        into[:] = np.frombuffer(b"".join(arrays), np.uint8)  # C-contiguous arrays: bytes.join packs fastest
+    except (TypeError, ValueError, BufferError):  # not C-contiguous, or a dtype with no buffer format
+        np.concatenate(arrays, axis=None, out=into.view(arrays[0].dtype))
+

@@ -1,0 +1,281 @@
+"""all-gather: one array, a list of arrays, blocking or not.
+
+Every path ends in the transport's ``allgatherv`` (or ``iallgatherv``, or
+its ``allgather_into`` for inner axes). The first branch of
+:func:`all_gather` takes the common case -- a C-contiguous NumPy array
+gathered along its first axis, ``sizes`` absent or plain ints, ``out``
+absent, separate, or the exact in-place layout, no check mode -- with as few
+Python operations as it can; anything else takes the general branch, which
+validates everything and raises the errors.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._arrays import flat, module_of, prod
+from .._core.launch import done, finish_all, launch, scratch, start
+from .._core.validate import (
+    SEQUENCES,
+    axis_of,
+    block,
+    check_out,
+    is_array_list,
+    one_array,
+    outs_of,
+    own_block,
+    plain_sizes,
+    prepare_list,
+    same_block,
+    settle,
+    shape_without,
+    sizes_of,
+    with_extent,
+)
+from .._dtypes import check_dtype, movement_dtype
+from .._errors import ArgumentError, HpccollError, MismatchError
+from .._layout import as_wire, wire_flat, blocks, buckets, join
+from ..transports._control import exchange_extents
+
+__all__ = ["all_gather"]
+
+_ndarray = np.ndarray
+_BYTES = np.dtype(np.uint8)
+_dtype_of = attrgetter("dtype")
+_shape_of = attrgetter("shape")
+#: dtype -> the dtype its bytes move as, or None when unsupported (the general branch raises).
+_WIRE: Dict[np.dtype, Optional[np.dtype]] = {}
+
+
+def _wire(dtype: np.dtype) -> Optional[np.dtype]:
+    wire = _WIRE.get(dtype, False)
+    if wire is False:
+        try:
+            check_dtype(dtype)
+            wire = movement_dtype(dtype)
+        except HpccollError:
+            wire = None
+        _WIRE[dtype] = wire
+    return wire
+
+
+def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.all_gather`` (also a list of arrays); ``what`` names the public call in errors."""
+    if type(x) is _ndarray:
+        if not c.check and c.size > 1 and type(axis) is int and x.ndim and (axis == 0 or axis == -x.ndim) \
+                and x.flags.c_contiguous:
+            return _common(x, c, axis, sizes, out, what, async_op)
+    elif type(x) in SEQUENCES and is_array_list(x):
+        return _many(x, c, axis, sizes, out, what, async_op)
+    return _one(x, c, axis, sizes, out, what, async_op)
+
+
+def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """The common case; hands anything else to the general branch (with the sizes it exchanged)."""
+    wire = _wire(x.dtype)
+    shape = x.shape
+    if wire is None or (sizes is not None and (not plain_sizes(sizes, c.size) or sizes[c.rank] != shape[0])):
+        return _one(x, c, axis, sizes, out, what, async_op)
+    if sizes is None:
+        sizes = exchange_extents(c, (x,), (0,), what)[0]
+    total = sum(sizes)
+    inner = 1 if len(shape) == 1 else prod(shape[1:])
+    oshape = (total,) + shape[1:]
+    t = c.transport_of("numpy")
+    if not total * inner:
+        send = None  # an empty result: the general branch
+    elif out is None:
+        out, send = np.empty(oshape, x.dtype), x
+    elif type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype and out.flags.c_contiguous \
+            and out.flags.writeable:
+        start = sum(sizes[: c.rank])
+        if not np.may_share_memory(out, x):
+            send = x
+        elif t.in_place and shape[0] and same_block(x, out, block(0, start, start + shape[0])):
+            send = False  # x is this rank's block of out: in place
+        else:
+            send = None
+    else:
+        send = None
+    if send is None:
+        return _one(x, c, axis, sizes, out, what, async_op)
+    counts = sizes if inner == 1 else [s * inner for s in sizes]
+    args = (None if send is False else wire_flat(send, wire), wire_flat(out, wire), counts)
+    return launch(t, "allgatherv", args, lambda: out, async_op)
+
+
+def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    err, ax, xp = None, 0, np
+    try:
+        x, kind, xp = one_array(x)
+        ax = axis_of(axis, x.ndim)
+        if sizes is not None:
+            sizes = _own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
+            out = _out(out, x, xp, ax, sizes, c.rank)
+    except HpccollError as e:
+        err = e
+    if c.check and c.size > 1:
+        sizes, out = _agree(x, c, xp, ax, sizes, out, what, err)
+    elif err is not None:
+        raise err
+    elif sizes is None:
+        sizes = exchange_extents(c, (x,), (ax,), what)[0]
+        out = _out(out, x, xp, ax, sizes, c.rank)
+    if c.size == 1:
+        xp.copyto(out, x)
+        return done(out, async_op)
+    return _move(x, c.transport_of(kind), xp, ax, sizes, out, c.rank, async_op)
+
+
+def _own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
+    sizes = sizes_of(sizes, c.size)
+    if sizes[c.rank] != extent:
+        raise ArgumentError(
+            f"sizes: expected sizes[{c.rank}] == {name} == {extent} on rank {c.rank}; got {sizes[c.rank]}"
+        )
+    return sizes
+
+
+def _out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) -> Any:
+    """Validate (or allocate) ``out`` once ``sizes`` are known; ``x`` may be exactly its own block of it."""
+    return check_out(out, with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp,
+                     lambda o: same_block(x, o, own_block(ax, sizes, rank)))
+
+
+def _agree(x: Any, c: Any, xp: Any, ax: int, sizes: Any, out: Any, what: str,
+           err: Optional[HpccollError]) -> Tuple[Any, Any]:
+    """Check mode: compare the call across ranks (and learn the extents); the sizes and out to use."""
+    desc = None if err else {
+        "collective": "all_gather", "dtype": x.dtype.name, "ndim": x.ndim, "axis": ax,
+        "shape except axis": shape_without(x.shape, ax), "sizes": sizes,
+    }
+    extents = c.agree(what, desc, None if err else x.shape[ax], err)
+    if sizes is None:
+        sizes = tuple(extents)
+        try:
+            out = _out(out, x, xp, ax, sizes, c.rank)
+        except HpccollError as e:
+            err = e
+        c.agree(what, None, None, err)
+    elif list(sizes) != extents:
+        raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
+    return sizes, out
+
+
+def _move(x: Any, transport: Any, xp: Any, ax: int, sizes: Sequence[int], out: Any, rank: int, async_op: bool) -> Any:
+    """Gather the validated ``x`` into ``out``: straight, in place, into place, or through a flat buffer."""
+    wire = movement_dtype(x.dtype)
+    lead, inner = prod(x.shape[:ax]), prod(x.shape[ax + 1 :])
+    counts = [s * lead * inner for s in sizes]
+    contiguous = out.flags.c_contiguous
+    if out is x or xp.may_share_memory(out, x):  # in place: x is this rank's block of out (checked)
+        if lead == 1 and contiguous and transport.in_place:
+            return launch(transport, "allgatherv", (None, as_wire(flat(out, xp), wire), counts), lambda: out, async_op)
+        x = x.copy()
+    send = as_wire(flat(x, xp), wire)
+    if lead == 1 and contiguous:
+        return launch(transport, "allgatherv", (send, as_wire(flat(out, xp), wire), counts), lambda: out, async_op)
+    if not async_op and contiguous and transport.allgather_into(send, as_wire(flat(out, xp), wire), lead, inner, sizes):
+        return out
+    recv = xp.empty(sum(counts), wire)
+
+    def finish() -> Any:
+        blocks(recv, out.view(wire), xp, ax, sizes, to_flat=False)
+        return out
+
+    return launch(transport, "allgatherv", (send, recv, counts), finish, async_op)
+
+
+# --------------------------------------------------------------------------- lists
+
+
+def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = None
+    axes: List[int] = []
+    try:
+        arrays, kind = prepare_list(xs)
+        axes = [axis_of(axis, a.ndim) for a in arrays]
+        outs = outs_of(out, len(arrays))
+        if sizes is not None:
+            sizes = sizes_of(sizes, c.size)
+            for i, (a, ax) in enumerate(zip(arrays, axes)):
+                _own_sizes(sizes, c, a.shape[ax], f"x[{i}].shape[{ax}]")
+        if c.check:
+            desc = {"collective": "all_gather", "sizes": sizes,
+                    "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(arrays, axes)]}
+    except HpccollError as e:
+        err = e
+    extents = settle(c, what, desc, None if err else [a.shape[ax] for a, ax in zip(arrays, axes)], err)
+    if extents is not None:  # check mode: every rank's extents, array by array
+        table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
+    elif sizes is None:
+        table = exchange_extents(c, arrays, axes, what) if c.size > 1 else [(a.shape[ax],) for a, ax in zip(arrays, axes)]
+    else:
+        table = [sizes] * len(arrays)
+    if sizes is not None and any(list(t) != list(sizes) for t in table):
+        raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along the axis are {table}")
+    xp = module_of(kind)
+    unit = [prod(shape_without(a.shape, ax)) * a.dtype.itemsize for a, ax in zip(arrays, axes)]  # bytes per index
+    groups = buckets([u * sum(t) for u, t in zip(unit, table)], c.bucket_bytes)
+    # One bucket of same-shape arrays along axis 0: the results are the rows of one new array.
+    uniform = c.size > 1 and len(groups) == 1 and unit[0] * sum(table[0]) > 0 and _uniform(arrays, axes, out)
+    if not uniform:
+        outs = [check_out(o, with_extent(a.shape, ax, sum(t)), a.dtype, a, xp)
+                for a, ax, t, o in zip(arrays, axes, table, outs)]
+    if c.size == 1:
+        for a, o in zip(arrays, outs):
+            xp.copyto(o, a)
+        return done(outs, async_op)
+    transport = c.transport_of(kind)
+    pending, finishers = [], []
+    for idx in groups:
+        counts = [sum(unit[i] * table[i][r] for i in idx) for r in range(c.size)]
+        pair = scratch(c, sum(counts)) if uniform and kind == "numpy" and not async_op else None
+        send = _send_bytes([arrays[i] for i in idx], xp, pair[0][: counts[c.rank]] if pair else None)
+        recv = pair[1][: sum(counts)] if pair else xp.empty(sum(counts), _BYTES)
+        pending.append(start(transport, "allgatherv", (send, recv, counts), async_op))
+        finishers.append(_unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
+    return finish_all(pending, finishers, outs, async_op)
+
+
+def _uniform(arrays: List[Any], axes: List[int], out: Any) -> bool:
+    """One dtype, one shape, gathered along axis 0, no ``out``: the rows of one stacked result."""
+    shapes = list(map(_shape_of, arrays))
+    return out is None and axes.count(0) == len(axes) and shapes.count(shapes[0]) == len(shapes) \
+        and len(set(map(_dtype_of, arrays))) == 1
+
+
+def _send_bytes(arrays: List[Any], xp: Any, into: Any) -> Any:
+    """This rank's shards, each C-ordered, one after another, as bytes (packed ``into`` when given)."""
+    if into is not None:
+        join(arrays, into)
+        return into
+    parts = [as_wire(flat(a, xp), movement_dtype(a.dtype)).view(_BYTES) for a in arrays]
+    return xp.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[int], table: List[Any], unit: List[int],
+              outs: List[Any], xp: Any, uniform: bool) -> Callable[[], None]:
+    def finish() -> None:
+        if uniform:  # rank-major rows of k arrays -> one (k, total, ...) array, in one relayout
+            k, first = len(arrays), arrays[0]
+            stacked = xp.empty((k, sum(table[0])) + first.shape[1:], first.dtype)
+            blocks(recv, stacked.view(_BYTES).reshape(k, sum(table[0]), unit[0]), xp, 1, table[0], to_flat=False)
+            outs[:] = list(stacked)
+            return
+        offset = 0
+        starts = [0] * len(arrays)
+        for r in range(len(table[idx[0]])):
+            for i in idx:
+                a, ax, n = arrays[i], axes[i], table[i][r]
+                nbytes = unit[i] * n
+                wire = movement_dtype(a.dtype)
+                piece = recv[offset : offset + nbytes].view(wire).reshape(with_extent(a.shape, ax, n))
+                xp.copyto(outs[i].view(wire)[block(ax, starts[i], starts[i] + n)], piece)
+                starts[i] += n
+                offset += nbytes
+
+    return finish

@@ -1,0 +1,263 @@
+"""all-reduce: one array, a list of arrays, blocking or not; and the replicated-cotangent adjoint.
+
+Every path ends in the transport's ``allreduce`` (or ``iallreduce``). The
+first branch of :func:`all_reduce` takes the common case -- a C-contiguous
+NumPy array whose (dtype, op) the transport reduces natively, ``out`` absent,
+separate or ``x`` itself, no check mode -- with as few Python operations as
+it can; anything else takes the general branch, which validates everything
+and raises the errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from operator import attrgetter
+from typing import Any, Callable, List
+
+import numpy as np
+
+from .._arrays import flat, module_of
+from .._core.launch import done, finish_all, launch, scratch, start
+from .._core.validate import (
+    SEQUENCES,
+    check_out,
+    is_array_list,
+    one_array,
+    outs_of,
+    prepare_list,
+    same_block,
+    settle,
+)
+from .._dtypes import ReducePlan, normalize_op, reduce_plan
+from .._errors import HpccollError
+from .._layout import as_wire, wire_flat, buckets, concat, divide, store
+
+__all__ = ["all_reduce", "replicated_adjoint"]
+
+_ndarray = np.ndarray
+_shape_of = attrgetter("shape")
+_ALL = Ellipsis  # the whole array, any ndim (0-D included)
+
+
+def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.all_reduce`` (also a list of arrays); ``what`` names the public call in errors."""
+    if type(x) is _ndarray:
+        if not c.check and c.size > 1 and x.size and type(op) is str and x.flags.c_contiguous:
+            result = _common(x, c, op, out, async_op)
+            if result is not None:
+                return result
+    elif type(x) in SEQUENCES and is_array_list(x):
+        return _many(x, c, op, out, what, async_op)
+    return _one(x, c, op, out, what, async_op)
+
+
+def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
+    """The common case, or ``None`` when the general branch must decide."""
+    t = c.transport_of("numpy")
+    try:
+        plan = reduce_plan(x.dtype, normalize_op(op), t.native_reduce)
+    except HpccollError:
+        return None  # the general branch raises it
+    if plan.widen:
+        return None
+    wire = plan.wire
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+        send = wire_flat(x, wire)
+    elif out is x and x.flags.writeable:
+        send = None
+    elif type(out) is _ndarray and out.shape == x.shape and out.dtype == x.dtype and out.flags.c_contiguous \
+            and out.flags.writeable and not np.may_share_memory(out, x):
+        send = wire_flat(x, wire)
+    else:
+        return None
+    recv = wire_flat(out, wire)
+    return launch(t, "allreduce", (send, recv, plan.op), _finisher(recv, out, plan, c.size), async_op)
+
+
+def _finisher(recv: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:
+    if not plan.divide:
+        return lambda: out
+
+    def finish() -> Any:
+        divide(recv, parts)
+        return out
+
+    return finish
+
+
+def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = None
+    try:
+        x, kind, xp = one_array(x)
+        op = normalize_op(op)
+        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
+        out = check_out(out, x.shape, x.dtype, x, xp, lambda o: same_block(o, x, _ALL))
+        if c.check:
+            desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err)
+    if c.size == 1:
+        if out is not x:
+            xp.copyto(out, x)
+        return done(out, async_op)
+    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    plan = reduce_plan(x.dtype, op, transport.native_reduce)
+    in_place = out is x or (xp.may_share_memory(out, x) and same_block(out, x, _ALL))
+    if in_place and not plan.widen and out.flags.c_contiguous:
+        recv = as_wire(flat(out, xp), plan.wire)
+        return launch(transport, "allreduce", (None, recv, plan.op), _finisher(recv, out, plan, c.size), async_op)
+    send = flat(x, xp)
+    send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
+    return into(transport, plan, send, out, xp, None, c.size, async_op)
+
+
+def into(transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts: Any, parts: int,
+         async_op: bool) -> Any:
+    """Reduce-scatter (``counts``) or all-reduce (``None``) from ``send`` into ``out``; return ``out``."""
+    # An empty out may point into the input (an empty block of x): MPI would see aliased buffers.
+    direct = not plan.widen and out.flags.c_contiguous and out.size > 0
+    recv = as_wire(flat(out, xp), plan.wire) if direct else xp.empty(out.size, plan.wire)
+
+    def finish() -> Any:
+        if plan.divide:
+            divide(recv, parts)
+        if not direct:
+            store(out, recv if plan.widen else recv.view(out.dtype), xp)
+        return out
+
+    if counts is None:
+        return launch(transport, "allreduce", (send, recv, plan.op), finish, async_op)
+    return launch(transport, "reduce_scatter", (send, recv, counts, plan.op), finish, async_op)
+
+
+# --------------------------------------------------------------------------- lists
+
+
+def _many(xs: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = None
+    try:
+        arrays, kind = prepare_list(xs)
+        op = normalize_op(op)
+        dtypes = {a.dtype for a in arrays}
+        for dtype in dtypes:
+            reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
+        outs = _list_outs(arrays, out, kind)
+        if c.check:
+            desc = {"collective": "all_reduce", "op": op, "arrays": [(a.dtype.name, a.shape) for a in arrays]}
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err)
+    if c.size == 1:
+        return done([_copy_into(o, a) for a, o in zip(arrays, outs)], async_op)
+    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    xp = module_of(kind)
+    plan_of = {dt: reduce_plan(dt, op, transport.native_reduce) for dt in dtypes}
+    if len(plan_of) == 1:  # one dtype: one group, in order
+        groups = {next(iter(plan_of.values())): list(range(len(arrays)))}
+    else:
+        groups = {}
+        for i, a in enumerate(arrays):
+            groups.setdefault(plan_of[a.dtype], []).append(i)
+    results: List[Any] = [None] * len(arrays)
+    pending, finishers = [], []
+    for plan, members in groups.items():
+        wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
+        groups_of = buckets(wire_bytes, c.bucket_bytes)
+        # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
+        pair = scratch(c, sum(wire_bytes)) if len(groups) == len(groups_of) == 1 and kind == "numpy" and not async_op \
+            and not plan.widen and any(wire_bytes) else None
+        for bucket in groups_of:
+            idx = [members[j] for j in bucket]
+            nbytes = sum(wire_bytes[j] for j in bucket)
+            send = concat([arrays[i] for i in idx], plan.wire, plan.widen, xp, pair[0][:nbytes] if pair else None)
+            recv = pair[1][:nbytes].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
+            pending.append(start(transport, "allreduce", (send, recv, plan.op), async_op))
+            finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None))
+    return finish_all(pending, finishers, results, async_op)
+
+
+def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
+    if out is None:
+        return [None] * len(arrays)
+    xp = module_of(kind)
+    return [
+        check_out(o, a.shape, a.dtype, a, xp, lambda oo, a=a: same_block(oo, a, _ALL)) if o is not None else None
+        for a, o in zip(arrays, outs_of(out, len(arrays)))
+    ]
+
+
+def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], results: List[Any], plan: ReducePlan,
+              parts: int, xp: Any, scratched: bool) -> Callable[[], None]:
+    def finish() -> None:
+        buf = recv
+        if plan.divide:
+            divide(buf, parts)
+        if scratched:
+            buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
+        if len(idx) == len(results) and _rows(arrays, outs, plan):  # one shape: the rows of a stack, at C speed
+            results[:] = as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape)
+            return
+        offset = 0
+        for i in idx:
+            a = arrays[i]
+            piece = buf[offset : offset + a.size]
+            offset += a.size
+            if a.ndim != 1:
+                piece = piece.reshape(a.shape)
+            if outs[i] is not None:
+                xp.copyto(outs[i], piece, casting="unsafe")
+                results[i] = outs[i]
+            elif plan.widen:
+                results[i] = piece.astype(a.dtype)
+            else:
+                results[i] = as_wire(piece, a.dtype)  # a view into this bucket's fresh buffer
+
+    return finish
+
+
+def _rows(arrays: List[Any], outs: List[Any], plan: ReducePlan) -> bool:
+    """Whether the results are simply the rows of the received buffer: one shape (>= 1-D), no out, no widening."""
+    shapes = list(map(_shape_of, arrays))
+    return bool(shapes[0]) and not plan.widen and outs.count(None) == len(outs) and shapes.count(shapes[0]) == len(shapes)
+
+
+def _copy_into(out: Any, x: Any) -> Any:
+    if out is None:
+        return x.copy()
+    if out is not x:
+        out[...] = x
+    return out
+
+
+# --------------------------------------------------------------------------- the replicated adjoint
+
+
+def replicated_adjoint(y: Any, c: Any, op: str, out: Any, async_op: bool) -> Any:
+    """``all_reduce_adjoint(..., cotangent="replicated")`` of one array: ``y`` (``y / P`` for avg), no traffic.
+
+    ``op`` is already known to be linear. In check mode the ranks compare a
+    digest of ``y`` first: a replicated cotangent that differs raises
+    :class:`~hpccoll.MismatchError` on every rank.
+    """
+    err = None
+    try:
+        y, _, xp = one_array(y, "y")
+        if op == "avg":
+            reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
+        out = check_out(out, y.shape, y.dtype, y, xp, lambda o: same_block(o, y, _ALL))
+    except HpccollError as e:
+        err = e
+    desc = {"replicated cotangent": _digest(y)} if c.check and c.size > 1 and err is None else None
+    settle(c, "all_reduce_adjoint", desc, None, err)
+    if out is not y:
+        xp.copyto(out, y)
+    if op == "avg" and c.size > 1:
+        divide(out, c.size)
+    return done(out, async_op)
+
+
+def _digest(y: Any) -> str:
+    data = y if isinstance(y, np.ndarray) else y.get()
+    return hashlib.blake2b(np.ascontiguousarray(data).tobytes(), digest_size=16).hexdigest()

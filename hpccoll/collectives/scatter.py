@@ -1,0 +1,275 @@
+"""reduce-scatter: one array, a list of arrays, blocking or not.
+
+Every path ends in the transport's ``reduce_scatter`` (or
+``ireduce_scatter``). The first branch of :func:`reduce_scatter` takes the
+common case -- a C-contiguous NumPy array split along its first axis, whose
+(dtype, op) the transport reduces natively, ``sizes`` absent or plain ints,
+``out`` absent, separate or exactly this rank's block of ``x``, no check
+mode -- with as few Python operations as it can; anything else takes the
+general branch, which validates everything and raises the errors.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+from .._arrays import module_of, prod, split_sizes
+from .._core.launch import done, finish_all, launch, scratch, start
+from .._core.validate import (
+    SEQUENCES,
+    axis_of,
+    block,
+    check_out,
+    is_array_list,
+    one_array,
+    outs_of,
+    own_block,
+    plain_sizes,
+    prepare_list,
+    same_block,
+    settle,
+    shape_without,
+    sizes_of,
+    with_extent,
+)
+from .._dtypes import ReducePlan, normalize_op, reduce_plan
+from .._errors import ArgumentError, HpccollError
+from .._layout import as_wire, wire_flat, blocks, buckets, divide, join, pack
+from .reduce import into
+
+__all__ = ["reduce_scatter"]
+
+_ndarray = np.ndarray
+_shape_of = attrgetter("shape")
+_dtype_of = attrgetter("dtype")
+
+
+def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.reduce_scatter`` (also a list of arrays); ``what`` names the public call in errors."""
+    if type(x) is _ndarray:
+        if not c.check and c.size > 1 and type(axis) is int and type(op) is str and x.ndim \
+                and (axis == 0 or axis == -x.ndim) and x.flags.c_contiguous:
+            result = _common(x, c, op, sizes, out, async_op)
+            if result is not None:
+                return result
+    elif type(x) in SEQUENCES and is_array_list(x):
+        return _many(x, c, op, axis, sizes, out, what, async_op)
+    return _one(x, c, op, axis, sizes, out, what, async_op)
+
+
+def _scatter_sizes(sizes: Any, n: int, parts: int) -> Any:
+    """``numpy.array_split``'s extents for ``None``; ``sizes`` when plain ints summing to ``n``; else ``None``."""
+    if sizes is None:
+        return split_sizes(n, parts)
+    return sizes if plain_sizes(sizes, parts) and sum(sizes) == n else None
+
+
+def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool) -> Any:
+    """The common case, or ``None`` when the general branch must decide."""
+    shape = x.shape
+    sizes = _scatter_sizes(sizes, shape[0], c.size)
+    t = c.transport_of("numpy")
+    try:
+        plan = reduce_plan(x.dtype, normalize_op(op), t.native_reduce)
+    except HpccollError:
+        return None  # the general branch raises it
+    mine = sizes[c.rank] if sizes is not None else 0
+    inner = 1 if len(shape) == 1 else prod(shape[1:])
+    if plan.widen or not mine * inner:
+        return None
+    oshape = (mine,) + shape[1:]
+    wire = plan.wire
+    if out is None:
+        out, send = np.empty(oshape, x.dtype), wire_flat(x, wire)
+    elif type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype and out.flags.c_contiguous \
+            and out.flags.writeable:
+        start = sum(sizes[: c.rank])
+        if not np.may_share_memory(out, x):
+            send = wire_flat(x, wire)
+        elif t.in_place and x.flags.writeable and same_block(out, x, block(0, start, start + mine)):
+            send = None  # out is this rank's block of x: in place
+        else:
+            return None
+    else:
+        return None
+    counts = sizes if inner == 1 else [s * inner for s in sizes]
+    if send is None:
+        recv = wire_flat(x, wire)
+        mine_flat = recv[start * inner : (start + mine) * inner]
+        return launch(t, "reduce_scatter", (None, recv, counts, plan.op), _divided(mine_flat, out, plan, c.size),
+                      async_op)
+    recv = wire_flat(out, wire)
+    return launch(t, "reduce_scatter", (send, recv, counts, plan.op), _divided(recv, out, plan, c.size), async_op)
+
+
+def _divided(buf: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:
+    """The finishing step: ``out``, after dividing ``buf`` by ``parts`` for ``avg``."""
+    if not plan.divide:
+        return lambda: out
+
+    def finish() -> Any:
+        divide(buf, parts)
+        return out
+
+    return finish
+
+
+def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = None
+    try:
+        x, kind, xp = one_array(x)
+        op = normalize_op(op)
+        ax = axis_of(axis, x.ndim)
+        sizes = _block_sizes(sizes, x.shape[ax], c.size, f"x.shape[{ax}]")
+        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
+        out = check_out(out, with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp,
+                        lambda o: same_block(o, x, own_block(ax, sizes, c.rank)))
+        if c.check:
+            desc = {"collective": "reduce_scatter", "dtype": x.dtype.name, "shape": x.shape, "axis": ax,
+                    "op": op, "sizes": sizes}
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err)
+    if c.size == 1:
+        xp.copyto(out, x)
+        return done(out, async_op)
+    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    plan = reduce_plan(x.dtype, op, transport.native_reduce)
+    trail = prod(shape_without(x.shape, ax))
+    counts = [s * trail for s in sizes]
+    if out is x or xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked)
+        if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen and transport.in_place:
+            full = as_wire(x.reshape(-1), plan.wire)
+            start = sum(counts[: c.rank])
+            mine = full[start : start + counts[c.rank]]
+            return launch(transport, "reduce_scatter", (None, full, counts, plan.op),
+                          _divided(mine, out, plan, c.size), async_op)
+        x = x.copy()
+    send = pack(x, xp, ax, sizes, plan.wire, plan.widen)
+    return into(transport, plan, send, out, xp, counts, c.size, async_op)
+
+
+def _block_sizes(sizes: Any, n: int, parts: int, name: str) -> tuple:
+    """The blocks' extents: ``numpy.array_split``'s for ``None``, else ``sizes`` checked to sum to ``n``."""
+    if sizes is None:
+        return split_sizes(n, parts)
+    sizes = sizes_of(sizes, parts)
+    if sum(sizes) != n:
+        raise ArgumentError(f"sizes: expected ints summing to {name} == {n}; got {list(sizes)}")
+    return sizes
+
+
+# --------------------------------------------------------------------------- lists
+
+
+def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = None
+    try:
+        arrays, kind = prepare_list(xs)
+        xp = module_of(kind)
+        op = normalize_op(op)
+        axes = [axis_of(axis, a.ndim) for a in arrays]
+        if sizes is not None:
+            sizes = sizes_of(sizes, c.size)
+        table = [_block_sizes(sizes, a.shape[ax], c.size, f"x[{i}].shape[{ax}]")
+                 for i, (a, ax) in enumerate(zip(arrays, axes))]
+        for dtype in set(map(_dtype_of, arrays)):
+            reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
+        outs = outs_of(out, len(arrays))
+        if out is not None:
+            outs = [check_out(o, with_extent(a.shape, ax, t[c.rank]), a.dtype, a, xp)
+                    for a, ax, t, o in zip(arrays, axes, table, outs)]
+        if c.check:
+            desc = {"collective": "reduce_scatter", "op": op, "sizes": sizes,
+                    "arrays": [(a.dtype.name, a.shape, ax) for a, ax in zip(arrays, axes)]}
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err)
+    if c.size == 1:
+        return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op)
+    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    groups: Dict[ReducePlan, List[int]] = {}
+    for i, a in enumerate(arrays):
+        groups.setdefault(reduce_plan(a.dtype, op, transport.native_reduce), []).append(i)
+    pending, finishers = [], []
+    results: List[Any] = [None] * len(arrays)
+    for plan, members in groups.items():
+        inner = {i: prod(shape_without(arrays[i].shape, axes[i])) for i in members}
+        groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
+        for bucket in groups_of:
+            idx = [members[j] for j in bucket]
+            counts = [sum(inner[i] * table[i][r] for i in idx) for r in range(c.size)]
+            uniform = len(groups) == 1 and len(groups_of) == 1 and _uniform(arrays, axes, out, plan)
+            pair = scratch(c, sum(counts) * plan.wire.itemsize) if uniform and kind == "numpy" and not async_op \
+                and counts[c.rank] else None
+            send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
+            recv = pair[0][: counts[c.rank] * plan.wire.itemsize].view(plan.wire) if pair else \
+                xp.empty(counts[c.rank], plan.wire)  # with scratch: the packed input is spent by then
+            pending.append(start(transport, "reduce_scatter", (send, recv, counts, plan.op), async_op))
+            finishers.append(_unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp,
+                                       uniform, pair is not None))
+    return finish_all(pending, finishers, results, async_op)
+
+
+def _copied(out: Any, a: Any, xp: Any) -> Any:
+    xp.copyto(out, a)
+    return out
+
+
+def _uniform(arrays: List[Any], axes: List[int], out: Any, plan: ReducePlan) -> bool:
+    """One dtype, one shape, split along axis 0, no ``out``, no widening: one stacked relayout each way."""
+    shapes = list(map(_shape_of, arrays))
+    return out is None and not plan.widen and axes.count(0) == len(axes) and shapes.count(shapes[0]) == len(shapes)
+
+
+def _rank_major(arrays: List[Any], idx: List[int], axes: List[int], table: List[Any], counts: List[int],
+                plan: ReducePlan, xp: Any, pair: Any, parts: int) -> Any:
+    """Rank r's block of every array of ``idx``, one after another, for r = 0, 1, ... as one wire buffer."""
+    if pair is not None:  # uniform NumPy arrays: pack into scratch, then one relayout
+        k, first = len(idx), arrays[idx[0]]
+        nbytes = sum(counts) * plan.wire.itemsize
+        packed = pair[0][:nbytes]
+        join([arrays[i] for i in idx], packed)
+        send = pair[1][:nbytes].view(plan.wire)
+        blocks(send, packed.view(plan.wire).reshape((k,) + first.shape), np, 1, table[idx[0]], to_flat=True)
+        return send
+    send = xp.empty(sum(counts), plan.wire if plan.widen else arrays[idx[0]].dtype)
+    offset = 0
+    for r in range(parts):
+        for i in idx:
+            a, ax, n = arrays[i], axes[i], table[i][r]
+            lo = sum(table[i][:r])
+            count = n * (a.size // a.shape[ax] if a.shape[ax] else 0)
+            xp.copyto(send[offset : offset + count].reshape(with_extent(a.shape, ax, n)), a[block(ax, lo, lo + n)],
+                      casting="unsafe")
+            offset += count
+    return as_wire(send, plan.wire)
+
+
+def _unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[int], outs: List[Any], results: List[Any],
+              inner: Dict[int, int], table: List[Any], c: Any, plan: ReducePlan, xp: Any, uniform: bool,
+              scratched: bool) -> Callable[[], None]:
+    def finish() -> None:
+        buf = recv
+        if plan.divide:
+            divide(buf, c.size)
+        if uniform:  # this rank's rows of k arrays: the rows of one new array
+            first = arrays[idx[0]]
+            mine = table[idx[0]][c.rank]
+            buf = buf.copy() if scratched else buf
+            results[:] = as_wire(buf, first.dtype).reshape((len(idx), mine) + first.shape[1:])
+            return
+        offset = 0
+        for i in idx:
+            a, ax = arrays[i], axes[i]
+            count = inner[i] * table[i][c.rank]
+            target = outs[i] if outs[i] is not None else xp.empty(with_extent(a.shape, ax, table[i][c.rank]), a.dtype)
+            piece = buf[offset : offset + count].reshape(target.shape)
+            xp.copyto(target, piece if plan.widen else piece.view(a.dtype), casting="unsafe")
+            results[i] = target
+            offset += count
+
+    return finish
