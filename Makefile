@@ -12,7 +12,7 @@ TEST_TIMEOUT ?= 600
 PYTEST   := -m mpi4py -m pytest --with-mpi -p no:cacheprovider
 NP       ?= 4
 
-.PHONY: venv demo test test-serial bench-quick bench-overhead clean
+.PHONY: venv demo test test-serial lint-imports bench-quick bench-overhead clean
 
 venv: $(VENV)/.installed
 
@@ -26,8 +26,12 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 demo: venv
 	timeout 300 $(MPIEXEC) -n 4 $(PY) -m mpi4py examples/quickstart.py
 
-## test: the suite serially, then at 2, 3 and 4 ranks
-test: test-serial test-2 test-3 test-4
+## test: the architecture contracts, then the suite serially and at 2, 3 and 4 ranks
+test: lint-imports test-serial test-2 test-3 test-4
+
+## lint-imports: the layering and no-cycle contracts of hpccoll/ (setup.cfg [importlinter])
+lint-imports: venv
+	$(VENV)/bin/lint-imports
 
 test-serial: venv
 	timeout $(TEST_TIMEOUT) $(PY) $(PYTEST) tests
