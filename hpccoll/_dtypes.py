@@ -22,6 +22,7 @@ __all__ = [
     "normalize_op",
     "reduce_plan",
     "movement_dtype",
+    "direct_plan",
 ]
 
 #: Reduction ops accepted by the public functions.
@@ -151,6 +152,32 @@ def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset()) -> Re
         _PLANS[key] = plan
     if isinstance(plan, DTypeError):
         raise DTypeError(*plan.args)
+    return plan
+
+
+#: op name -> dtype -> the plan, for plans that reduce natively (no widening) on a transport with no
+#: native 16-bit floats; ``None`` marks a pair that widens or raises.
+_DIRECT: Dict[str, Dict[np.dtype, Optional[ReducePlan]]] = {}
+
+
+def direct_plan(dtype: np.dtype, op: str) -> Optional[ReducePlan]:
+    """The plan for ``(dtype, op)`` when it reduces without widening on a host transport, else ``None``.
+
+    ``op`` is a name as the caller wrote it (``"sum"``, ``"SUM"``, ...). Two
+    dictionary lookups once known: the collectives' common-case branches use
+    it, and leave every other pair (and every error) to :func:`reduce_plan`.
+    """
+    plans = _DIRECT.get(op)
+    if plans is not None:
+        plan = plans.get(dtype, False)
+        if plan is not False:
+            return plan
+    try:
+        plan = reduce_plan(dtype, normalize_op(op))
+    except (ArgumentError, DTypeError):
+        return None  # not remembered: the general path raises it every time
+    plan = None if plan.widen else plan
+    _DIRECT.setdefault(op, {})[dtype] = plan
     return plan
 
 

@@ -24,7 +24,8 @@ def wire_flat(a: Any, wire: np.dtype) -> Any:
     """A C-contiguous ``a`` as the 1-D buffer of ``wire`` the transports move (a view; ``a`` itself if it is one)."""
     if a.ndim != 1:
         a = a.reshape(-1)
-    return a if a.dtype == wire else a.view(wire)
+    dtype = a.dtype
+    return a if dtype is wire or dtype == wire else a.view(wire)
 
 
 def pack(x: Any, xp: Any, ax: int, sizes: Sequence[int], wire: np.dtype, widen: bool) -> Any:

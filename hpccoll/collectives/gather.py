@@ -91,10 +91,9 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
         out, send = np.empty(oshape, x.dtype), x
     elif type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype and out.flags.c_contiguous \
             and out.flags.writeable:
-        start = sum(sizes[: c.rank])
         if not np.may_share_memory(out, x):
             send = x
-        elif t.in_place and shape[0] and same_block(x, out, block(0, start, start + shape[0])):
+        elif t.in_place and shape[0] and same_block(x, out, _own_rows(sizes, c.rank)):
             send = False  # x is this rank's block of out: in place
         else:
             send = None
@@ -103,8 +102,16 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     if send is None:
         return _one(x, c, axis, sizes, out, what, async_op)
     counts = sizes if inner == 1 else [s * inner for s in sizes]
-    args = (None if send is False else wire_flat(send, wire), wire_flat(out, wire), counts)
-    return launch(t, "allgatherv", args, lambda: out, async_op)
+    send = None if send is False else wire_flat(send, wire)
+    if async_op:
+        return launch(t, "allgatherv", (send, wire_flat(out, wire), counts), lambda: out, True)
+    t.allgatherv(send, wire_flat(out, wire), counts)
+    return out
+
+
+def _own_rows(sizes: Sequence[int], rank: int) -> tuple:
+    start = sum(sizes[:rank])
+    return block(0, start, start + sizes[rank])
 
 
 def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:

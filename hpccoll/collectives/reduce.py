@@ -28,7 +28,7 @@ from .._core.validate import (
     same_block,
     settle,
 )
-from .._dtypes import ReducePlan, normalize_op, reduce_plan
+from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import HpccollError
 from .._layout import as_wire, wire_flat, buckets, concat, divide, store
 
@@ -54,11 +54,8 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> 
 def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
     """The common case, or ``None`` when the general branch must decide."""
     t = c.transport_of("numpy")
-    try:
-        plan = reduce_plan(x.dtype, normalize_op(op), t.native_reduce)
-    except HpccollError:
-        return None  # the general branch raises it
-    if plan.widen:
+    plan = direct_plan(x.dtype, op) if not t.native_reduce else None
+    if plan is None:
         return None
     wire = plan.wire
     if out is None:
@@ -72,7 +69,10 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
     else:
         return None
     recv = wire_flat(out, wire)
-    return launch(t, "allreduce", (send, recv, plan.op), _finisher(recv, out, plan, c.size), async_op)
+    if async_op or plan.divide:
+        return launch(t, "allreduce", (send, recv, plan.op), _finisher(recv, out, plan, c.size), async_op)
+    t.allreduce(send, recv, plan.op)
+    return out
 
 
 def _finisher(recv: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:

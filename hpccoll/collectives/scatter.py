@@ -35,7 +35,7 @@ from .._core.validate import (
     sizes_of,
     with_extent,
 )
-from .._dtypes import ReducePlan, normalize_op, reduce_plan
+from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError
 from .._layout import as_wire, wire_flat, blocks, buckets, divide, join, pack
 from .reduce import into
@@ -72,13 +72,10 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     shape = x.shape
     sizes = _scatter_sizes(sizes, shape[0], c.size)
     t = c.transport_of("numpy")
-    try:
-        plan = reduce_plan(x.dtype, normalize_op(op), t.native_reduce)
-    except HpccollError:
-        return None  # the general branch raises it
+    plan = direct_plan(x.dtype, op) if not t.native_reduce else None
     mine = sizes[c.rank] if sizes is not None else 0
     inner = 1 if len(shape) == 1 else prod(shape[1:])
-    if plan.widen or not mine * inner:
+    if plan is None or not mine * inner:
         return None
     oshape = (mine,) + shape[1:]
     wire = plan.wire
@@ -102,7 +99,11 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         return launch(t, "reduce_scatter", (None, recv, counts, plan.op), _divided(mine_flat, out, plan, c.size),
                       async_op)
     recv = wire_flat(out, wire)
-    return launch(t, "reduce_scatter", (send, recv, counts, plan.op), _divided(recv, out, plan, c.size), async_op)
+    if async_op or plan.divide:
+        return launch(t, "reduce_scatter", (send, recv, counts, plan.op), _divided(recv, out, plan, c.size),
+                      async_op)
+    t.reduce_scatter(send, recv, counts, plan.op)
+    return out
 
 
 def _divided(buf: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:

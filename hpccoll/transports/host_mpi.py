@@ -62,30 +62,36 @@ class HostMPI(Transport):
         return True
 
     def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
-        self._call(*self._allgatherv(send, recv, counts), blocking=True)
+        self._blocking(*self._allgatherv(send, recv, counts))
 
     def iallgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> Pending:
-        return self._call(*self._allgatherv(send, recv, counts), blocking=False)
+        return self._started(*self._allgatherv(send, recv, counts))
 
     def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
-        self._call(*self._reduce_scatter(send, recv, counts, op), blocking=True)
+        self._blocking(*self._reduce_scatter(send, recv, counts, op))
 
     def ireduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> Pending:
-        return self._call(*self._reduce_scatter(send, recv, counts, op), blocking=False)
+        return self._started(*self._reduce_scatter(send, recv, counts, op))
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        self._call(*self._allreduce(send, recv, op), blocking=True)
+        self._blocking(*self._allreduce(send, recv, op))
 
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
-        return self._call(*self._allreduce(send, recv, op), blocking=False)
+        return self._started(*self._allreduce(send, recv, op))
 
-    def _call(self, name: str, args: tuple, then: Optional[Callable[[], None]], blocking: bool) -> Any:
-        """Run MPI collective ``name`` (blocking, watched under ``HPCCOLL_TIMEOUT``) or start its ``I`` twin."""
-        if blocking:
-            self._run(name, *args)
-            if then is not None:
-                then()
-            return None
+    def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
+        """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
+        comm = self.comm
+        call = getattr(comm.mpi, name)
+        if comm.timeout is None:
+            call(*args)
+        else:
+            watched(comm, f"MPI_{name}", call, *args)
+        if then is not None:
+            then()
+
+    def _started(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> Pending:
+        """Start the non-blocking twin of MPI collective ``name``."""
         request = getattr(self.comm.mpi, "I" + name[0].lower() + name[1:])(*args)
         return MPIPending(request, then, self.comm, f"MPI_{name}")
 
@@ -108,9 +114,8 @@ class HostMPI(Transport):
             source, target = _in_place(), [recv, t]
         else:
             source, target = [send, t], [recv, first if even else mine, t]
-        start = sum(counts[:rank])
         # MPI's in-place reduce-scatter leaves the result at the start of recv: move it to this rank's block.
-        then = _mover(recv, start, mine) if send is None and start else None
+        then = _mover(recv, sum(counts[:rank]), mine) if send is None and rank else None
         if even:
             return "Reduce_scatter_block", (source, target, mpi_op(op)), then
         return "Reduce_scatter", (source, target, list(counts), mpi_op(op)), then
