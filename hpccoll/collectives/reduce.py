@@ -32,7 +32,7 @@ from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import HpccollError
 from .._layout import as_wire, wire_flat, buckets, concat, divide, store
 
-__all__ = ["all_reduce", "replicated_adjoint"]
+__all__ = ["all_reduce", "replicated_adjoint", "into", "finisher"]
 
 _ndarray = np.ndarray
 _shape_of = attrgetter("shape")
@@ -70,12 +70,13 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
         return None
     recv = wire_flat(out, wire)
     if async_op or plan.divide:
-        return launch(t, "allreduce", (send, recv, plan.op), _finisher(recv, out, plan, c.size), async_op)
+        return launch(t, "allreduce", (send, recv, plan.op), finisher(recv, out, plan, c.size), async_op)
     t.allreduce(send, recv, plan.op)
     return out
 
 
-def _finisher(recv: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:
+def finisher(recv: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:
+    """The finishing step of a reduction into ``out``: divide ``recv`` by ``parts`` for ``avg``; ``out``."""
     if not plan.divide:
         return lambda: out
 
@@ -107,7 +108,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     in_place = out is x or (xp.may_share_memory(out, x) and same_block(out, x, _ALL))
     if in_place and not plan.widen and out.flags.c_contiguous:
         recv = as_wire(flat(out, xp), plan.wire)
-        return launch(transport, "allreduce", (None, recv, plan.op), _finisher(recv, out, plan, c.size), async_op)
+        return launch(transport, "allreduce", (None, recv, plan.op), finisher(recv, out, plan, c.size), async_op)
     send = flat(x, xp)
     send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
     return into(transport, plan, send, out, xp, None, c.size, async_op)

@@ -38,7 +38,7 @@ from .._core.validate import (
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError
 from .._layout import as_wire, wire_flat, blocks, buckets, divide, join, pack
-from .reduce import into
+from .reduce import finisher, into
 
 __all__ = ["reduce_scatter"]
 
@@ -96,26 +96,14 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     if send is None:
         recv = wire_flat(x, wire)
         mine_flat = recv[start * inner : (start + mine) * inner]
-        return launch(t, "reduce_scatter", (None, recv, counts, plan.op), _divided(mine_flat, out, plan, c.size),
+        return launch(t, "reduce_scatter", (None, recv, counts, plan.op), finisher(mine_flat, out, plan, c.size),
                       async_op)
     recv = wire_flat(out, wire)
     if async_op or plan.divide:
-        return launch(t, "reduce_scatter", (send, recv, counts, plan.op), _divided(recv, out, plan, c.size),
+        return launch(t, "reduce_scatter", (send, recv, counts, plan.op), finisher(recv, out, plan, c.size),
                       async_op)
     t.reduce_scatter(send, recv, counts, plan.op)
     return out
-
-
-def _divided(buf: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:
-    """The finishing step: ``out``, after dividing ``buf`` by ``parts`` for ``avg``."""
-    if not plan.divide:
-        return lambda: out
-
-    def finish() -> Any:
-        divide(buf, parts)
-        return out
-
-    return finish
 
 
 def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -147,7 +135,7 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
             start = sum(counts[: c.rank])
             mine = full[start : start + counts[c.rank]]
             return launch(transport, "reduce_scatter", (None, full, counts, plan.op),
-                          _divided(mine, out, plan, c.size), async_op)
+                          finisher(mine, out, plan, c.size), async_op)
         x = x.copy()
     send = pack(x, xp, ax, sizes, plan.wire, plan.widen)
     return into(transport, plan, send, out, xp, counts, c.size, async_op)
