@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 from ._env import env_flag
 from ._errors import ArgumentError, HpccollError, MismatchError
 from ._faults import timeout_from_env
-from .transports import choose_transport, make_transport, resolve_transport_name
+from .transports import choose_transport, make_transport, resolve_transport_name, transport_chain
 from .transports._control import allgather_object
 
 __all__ = ["Communicator", "as_communicator", "DEFAULT_BUCKET_BYTES"]
@@ -95,7 +95,7 @@ class Communicator:
         self.bucket_bytes: int = _bucket_bytes()
         self.timeout: Optional[float] = timeout
         self._transports: Dict[str, Any] = {}  # name -> instance
-        self._by_kind: Dict[str, Any] = {}  # array kind -> the instance its arrays use
+        self._by_kind: Dict[str, Any] = {}  # array kind -> ((min_bytes, instance), ...), tried in order
         self.state: Dict[str, Any] = {}
 
     @property
@@ -138,16 +138,26 @@ class Communicator:
             inst = self._transports[name] = make_transport(name, self)
         return inst
 
-    def transport_of(self, kind: str) -> Any:
-        """The transport instance arrays of ``kind`` (``"numpy"``, ``"cupy"``) use here.
+    def transport_of(self, kind: str, nbytes: int = 0) -> Any:
+        """The transport instance a message of ``kind`` arrays (``"numpy"``, ``"cupy"``) uses here.
 
+        ``nbytes`` is the message size as every rank measures it alike (the
+        whole array of a reduction, the gathered result of an all-gather):
+        ``auto`` may pick a transport by size (:attr:`Transport.min_bytes`).
         Collective the first time for a kind whose choice needs the other
         ranks (see :meth:`transport_for`); a dictionary lookup afterwards.
         """
-        inst = self._by_kind.get(kind)
-        if inst is None:
-            inst = self._by_kind[kind] = self.transport_instance(choose_transport(self, kind).name)
-        return inst
+        chain = self._by_kind.get(kind)
+        if chain is None:
+            chain = self._by_kind[kind] = tuple(
+                (least, self.transport_instance(name)) for least, name in transport_chain(self, kind)
+            )
+        if len(chain) == 1:
+            return chain[0][1]
+        for least, inst in chain:
+            if nbytes >= least:
+                return inst
+        return chain[-1][1]
 
     def transport_for(self, array: Any) -> Any:
         """Which transport ``array`` would use on this communicator, and why.

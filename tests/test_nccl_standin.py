@@ -63,7 +63,7 @@ def route_to_cupy_transports(monkeypatch):
     (its common-case branch too), so this one patch routes them all.
     """
     transport_of = hpccoll.Communicator.transport_of
-    monkeypatch.setattr(hpccoll.Communicator, "transport_of", lambda c, kind: transport_of(c, "cupy"))
+    monkeypatch.setattr(hpccoll.Communicator, "transport_of", lambda c, kind, nbytes=0: transport_of(c, "cupy", nbytes))
 
 
 @pytest.fixture

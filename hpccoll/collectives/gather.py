@@ -84,7 +84,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     total = sum(sizes)
     inner = 1 if len(shape) == 1 else prod(shape[1:])
     oshape = (total,) + shape[1:]
-    t = c.transport_of("numpy")
+    t = c.transport_of("numpy", total * inner * x.itemsize)
     if not total * inner:
         send = None  # an empty result: the general branch
     elif out is None:
@@ -134,7 +134,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op)
-    return _move(x, c.transport_of(kind), xp, ax, sizes, out, c.rank, async_op)
+    return _move(x, c.transport_of(kind, out.nbytes), xp, ax, sizes, out, c.rank, async_op)
 
 
 def _own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
@@ -236,7 +236,7 @@ def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
         return done(outs, async_op)
-    transport = c.transport_of(kind)
+    transport = c.transport_of(kind, sum(unit[i] * sum(table[i]) for i in range(len(arrays))))
     pending, finishers = [], []
     for idx in groups:
         counts = [sum(unit[i] * table[i][r] for i in idx) for r in range(c.size)]

@@ -53,7 +53,7 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> 
 
 def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
     """The common case, or ``None`` when the general branch must decide."""
-    t = c.transport_of("numpy")
+    t = c.transport_of("numpy", x.nbytes)
     plan = direct_plan(x.dtype, op) if not t.native_reduce else None
     if plan is None:
         return None
@@ -103,7 +103,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
         if out is not x:
             xp.copyto(out, x)
         return done(out, async_op)
-    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
     plan = reduce_plan(x.dtype, op, transport.native_reduce)
     in_place = out is x or (xp.may_share_memory(out, x) and same_block(out, x, _ALL))
     if in_place and not plan.widen and out.flags.c_contiguous:
@@ -152,7 +152,7 @@ def _many(xs: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     settle(c, what, desc, None, err)
     if c.size == 1:
         return done([_copy_into(o, a) for a, o in zip(arrays, outs)], async_op)
-    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # collective on first GPU use
     xp = module_of(kind)
     plan_of = {dt: reduce_plan(dt, op, transport.native_reduce) for dt in dtypes}
     if len(plan_of) == 1:  # one dtype: one group, in order

@@ -71,7 +71,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     """The common case, or ``None`` when the general branch must decide."""
     shape = x.shape
     sizes = _scatter_sizes(sizes, shape[0], c.size)
-    t = c.transport_of("numpy")
+    t = c.transport_of("numpy", x.nbytes)
     plan = direct_plan(x.dtype, op) if not t.native_reduce else None
     mine = sizes[c.rank] if sizes is not None else 0
     inner = 1 if len(shape) == 1 else prod(shape[1:])
@@ -125,7 +125,7 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op)
-    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
     plan = reduce_plan(x.dtype, op, transport.native_reduce)
     trail = prod(shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
@@ -179,7 +179,7 @@ def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, 
     settle(c, what, desc, None, err)
     if c.size == 1:
         return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op)
-    transport = c.transport_of(kind)  # collective on first GPU use: after the ranks agree
+    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # collective on first GPU use
     groups: Dict[ReducePlan, List[int]] = {}
     for i, a in enumerate(arrays):
         groups.setdefault(reduce_plan(a.dtype, op, transport.native_reduce), []).append(i)

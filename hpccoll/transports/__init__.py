@@ -40,11 +40,13 @@ __all__ = [
     "TransportChoice",
     "TRANSPORTS",
     "register",
+    "unregister",
     "registered",
     "transport_classes",
     "make_transport",
     "resolve_transport_name",
     "choose_transport",
+    "transport_chain",
 ]
 
 _REGISTRY: List[Type[Transport]] = []
@@ -57,13 +59,28 @@ _THROUGH_HOST = "staged"
 
 
 def register(cls: Type[Transport]) -> Type[Transport]:
-    """Add a transport class (replacing one of the same name); usable as a class decorator."""
-    global TRANSPORTS
+    """Add a transport class (replacing one of the same name); usable as a class decorator.
+
+    Communicators made afterwards can select it (by name, or ``auto`` by its
+    ``array_kind``, ``priority`` and probe); choices already cached on a
+    Communicator stay.
+    """
     _REGISTRY[:] = [c for c in _REGISTRY if c.name != cls.name]
     _REGISTRY.append(cls)
+    _renamed()
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove the transport registered as ``name`` (nothing if there is none)."""
+    _REGISTRY[:] = [c for c in _REGISTRY if c.name != name]
+    _renamed()
+
+
+def _renamed() -> None:
+    global TRANSPORTS
     _REGISTRY.sort(key=lambda c: c.priority)  # stable: equal priorities keep registration order
     TRANSPORTS = ("auto",) + tuple(c.name for c in _REGISTRY)
-    return cls
 
 
 for _cls in (HostMPI, NcclTransport, CudaMPI, Staged):
@@ -84,10 +101,20 @@ def registered(name: str) -> Type[Transport]:
 
 
 class TransportChoice(NamedTuple):
-    """Which transport an array would use, and why (see ``Communicator.transport_for``)."""
+    """Which transport an array would use, and why (see ``Communicator.transport_for``).
+
+    ``name`` is the transport for the smallest messages; where ``auto`` picks
+    by size (:attr:`Transport.min_bytes`), ``reason`` says which takes the
+    larger ones.
+    """
 
     name: str
     reason: str
+
+
+#: ``((min_bytes, name), ...)`` in the order tried: a message takes the first entry whose
+#: ``min_bytes`` it reaches (the last entry's is 0).
+Chain = Tuple[Tuple[int, str], ...]
 
 
 def resolve_transport_name(name: Any) -> str:
@@ -123,35 +150,58 @@ def choose_transport(comm: Any, kind: str) -> TransportChoice:
     TransportUnavailable
         The requested transport cannot run (on every rank, same message).
     """
-    return remembered(comm, "choice:" + kind, lambda: _choose(comm, kind))
+    return remembered(comm, "choice:" + kind, lambda: _choose(comm, kind))[0]
 
 
-def _choose(comm: Any, kind: str) -> TransportChoice:
+def transport_chain(comm: Any, kind: str) -> Chain:
+    """The transports a message of ``kind`` arrays may take on ``comm``, by size (see :data:`Chain`).
+
+    Collective and cached like :func:`choose_transport`.
+    """
+    return remembered(comm, "choice:" + kind, lambda: _choose(comm, kind))[1]
+
+
+def _choose(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
     wanted = comm.transport
-    if wanted != "auto":
-        cls = registered(wanted)
-        if cls.array_kind == kind:
-            reason = cls.unavailable_reason(comm)
-            if reason is not None:
-                raise TransportUnavailable(f"transport {wanted!r} cannot run here: {reason}")
-            return TransportChoice(wanted, f"transport={wanted!r} requested")
-        if kind == "cupy" and cls.array_kind == "numpy":
-            return TransportChoice(_THROUGH_HOST, f"transport={wanted!r} requested: CuPy arrays go through host memory")
-        name, why = _auto(comm, kind)
-        return TransportChoice(name, f"{why} (transport={wanted!r} applies to {_LABEL[cls.array_kind]} arrays)")
-    return TransportChoice(*_auto(comm, kind))
+    if wanted == "auto":
+        return _auto(comm, kind)
+    cls = registered(wanted)
+    if cls.array_kind == kind:
+        reason = cls.unavailable_reason(comm)
+        if reason is not None:
+            raise TransportUnavailable(f"transport {wanted!r} cannot run here: {reason}")
+        return _only(wanted, f"transport={wanted!r} requested")
+    if kind == "cupy" and cls.array_kind == "numpy":
+        return _only(_THROUGH_HOST, f"transport={wanted!r} requested: CuPy arrays go through host memory")
+    choice, chain = _auto(comm, kind)
+    why = f"{choice.reason} (transport={wanted!r} applies to {_LABEL[cls.array_kind]} arrays)"
+    return TransportChoice(choice.name, why), chain
 
 
-def _auto(comm: Any, kind: str) -> Tuple[str, str]:
-    """The first registered transport for ``kind`` that can run, and why it was picked."""
+def _only(name: str, reason: str) -> Tuple[TransportChoice, Chain]:
+    return TransportChoice(name, reason), ((0, name),)
+
+
+def _auto(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
+    """The registered transports for ``kind`` that can run, tried in priority order, and why.
+
+    A transport with a ``min_bytes`` threshold takes the messages at least
+    that large; the walk goes on to the first usable one without a threshold.
+    """
     skipped: List[str] = []
+    chain: List[Tuple[int, str]] = []
+    said: List[str] = []
     last: Optional[str] = None
     for cls in _REGISTRY:
         if cls.array_kind != kind:
             continue
         last = cls.auto_reason(comm)
-        if last is None:
-            why = f"auto: {cls.chosen_because}"
-            return cls.name, why + (f" ({'; '.join(skipped)})" if skipped else "")
-        skipped.append(f"{cls.name} unusable: {last}")
+        if last is not None:
+            skipped.append(f"{cls.name} unusable: {last}")
+            continue
+        chain.append((cls.min_bytes, cls.name))
+        said.append(cls.chosen_because + (f", for messages of >= {cls.min_bytes} bytes" if cls.min_bytes else ""))
+        if not cls.min_bytes:
+            why = "auto: " + "; else ".join(said) + (f" ({'; '.join(skipped)})" if skipped else "")
+            return TransportChoice(cls.name, why), tuple(chain)
     raise TransportUnavailable(f"no transport can move {_LABEL.get(kind, kind)} arrays here: {last}")

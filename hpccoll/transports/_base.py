@@ -42,6 +42,10 @@ class Transport(abc.ABC):
     priority: ClassVar[int] = 100
     #: Why ``auto`` picks this transport when it can run (``Communicator.transport_for``).
     chosen_because: ClassVar[str] = "the first usable transport"
+    #: ``auto`` uses this transport only for messages of at least this many bytes (a size every rank
+    #: computes alike: the whole array of a reduction, the gathered result of an all-gather); smaller
+    #: ones go to the next usable transport. 0: every message.
+    min_bytes: ClassVar[int] = 0
     #: 16-bit float dtype names reduced natively (others are widened to float32).
     native_reduce: ClassVar[FrozenSet[str]] = frozenset()
     #: Whether ``allgatherv`` and ``reduce_scatter`` accept ``send=None`` (in

@@ -1,0 +1,85 @@
+"""Transport selection by capability: register() after import, priority order, size thresholds, one road."""
+
+import numpy as np
+import pytest
+
+import hpccoll
+from hpccoll import transports
+from hpccoll.transports.host_mpi import HostMPI
+
+pytestmark = pytest.mark.mpi
+
+
+class Recording(HostMPI):
+    """Host MPI that records which primitive it ran (the probe: usable everywhere)."""
+
+    name = "recording"
+    priority = 10  # before mpi
+    chosen_because = "a recording transport"
+    min_bytes = 1024
+    calls: list = []
+
+    def allgatherv(self, send, recv, counts):
+        Recording.calls.append("allgatherv")
+        super().allgatherv(send, recv, counts)
+
+    def reduce_scatter(self, send, recv, counts, op):
+        Recording.calls.append("reduce_scatter")
+        super().reduce_scatter(send, recv, counts, op)
+
+    def allreduce(self, send, recv, op):
+        Recording.calls.append("allreduce")
+        super().allreduce(send, recv, op)
+
+
+@pytest.fixture
+def recording(comm):
+    Recording.calls = []
+    transports.register(Recording)
+    made = []
+
+    def new(**kwargs):
+        made.append(hpccoll.Communicator(comm.mpi, **kwargs))
+        return made[-1]
+
+    try:
+        yield new
+    finally:
+        for c in made:
+            c.free()
+        transports.unregister("recording")
+
+
+def test_register_after_import_and_auto_by_size(recording):
+    c = recording()
+    assert "recording" in transports.TRANSPORTS
+    choice = c.transport_for(np.zeros(2))
+    assert choice.name == "mpi" and "a recording transport, for messages of >= 1024 bytes" in choice.reason
+    assert transports.transport_chain(c, "numpy") == ((1024, "recording"), (0, "mpi"))
+    small, large = np.ones(4), np.ones(256)  # 32 B and 2 KiB: below and above the threshold
+    got = [hpccoll.all_reduce(small, c), hpccoll.all_reduce(large, c),
+           hpccoll.reduce_scatter(np.ones(128 * c.size), c), hpccoll.all_gather(np.ones(128), c),
+           hpccoll.all_reduce([large, large], c), hpccoll.all_reduce(large, c, async_op=True).wait()]
+    # every path, the common branch, the general one, lists and async, reached the chosen transport
+    expected = [] if c.size == 1 else ["allreduce", "reduce_scatter", "allgatherv", "allreduce"]
+    assert Recording.calls == expected
+    np.testing.assert_array_equal(got[1], np.full(256, c.size))
+    np.testing.assert_array_equal(got[3], np.ones(128 * c.size))
+
+
+def test_named_transport_and_unregister(recording, comm):
+    c = recording(transport="recording")
+    assert c.transport_for(np.zeros(1)) == ("recording", "transport='recording' requested")
+    hpccoll.all_reduce(np.ones(1), c)
+    assert Recording.calls == ([] if c.size == 1 else ["allreduce"])
+    transports.unregister("recording")
+    assert "recording" not in transports.TRANSPORTS
+    with pytest.raises(hpccoll.ArgumentError, match="transport: expected one of"):
+        hpccoll.Communicator(comm.mpi, transport="recording")
+    transports.register(Recording)  # the fixture unregisters it again
+
+
+def test_auto_order_is_priority_then_registration():
+    order = [cls.name for cls in transports.transport_classes()]
+    assert order.index("nccl") < order.index("cuda_mpi") < order.index("staged")
+    assert all(a.priority <= b.priority for a, b in zip(transports.transport_classes(), transports.transport_classes()[1:]))
