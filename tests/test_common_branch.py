@@ -248,6 +248,13 @@ def blocks_of(sizes, r):
     return sum(sizes[:r]), sum(sizes[: r + 1])
 
 
+def scatter_case(c, pattern):
+    """A reduce-scatter's ``sizes`` (``None``: array_split's), the extent ``n`` split, and this rank's block."""
+    sizes = None if pattern == "none" else SIZE_PATTERNS[pattern](c.size)
+    n = 2 * c.size + 1 if sizes is None else sum(sizes)
+    return (sizes, n) + blocks_of(hpccoll.split_sizes(n, c.size) if sizes is None else sizes, c.rank)
+
+
 # --------------------------------------------------------------------------- single arrays, bit for bit
 
 
@@ -319,12 +326,9 @@ def test_all_gather_common_equals_general(c, dtype, pattern):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_reduce_scatter_common_equals_general(c, dtype, op, pattern):
     plan = plan_or_skip(c, dtype, op)
-    sizes = None if pattern == "none" else SIZE_PATTERNS[pattern](c.size)
-    n = 2 * c.size + 1 if sizes is None else sum(sizes)
+    sizes, n, lo, hi = scatter_case(c, pattern)
     x = make((n, 3), dtype, seed=c.rank)
     before = x.copy()
-    split = hpccoll.split_sizes(n, c.size) if sizes is None else sizes
-    lo, hi = blocks_of(split, c.rank)
     with traced(c) as common:
         got = scatter.reduce_scatter(x, c, op, 0, sizes, None, "reduce_scatter", False)
     with traced(c) as general:
@@ -847,9 +851,7 @@ def test_list_all_gather_scratch_equals_general(c, dtype, pattern, tail):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_list_reduce_scatter_scratch_equals_general(c, dtype, op, pattern):
     plan = plan_or_skip(c, dtype, op)
-    sizes = None if pattern == "none" else SIZE_PATTERNS[pattern](c.size)
-    n = 2 * c.size + 1 if sizes is None else sum(sizes)
-    lo, hi = blocks_of(hpccoll.split_sizes(n, c.size) if sizes is None else sizes, c.rank)
+    sizes, n, lo, hi = scatter_case(c, pattern)
     xs = [np.asarray(make((n, 2), dtype, seed=10 * c.rank + i)) for i in range(3)]
     before = [x.copy() for x in xs]
     with traced(c) as common:
