@@ -83,30 +83,33 @@ def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: 
         wire = movement_dtype(x.dtype) if check_dtype(x.dtype) else None
     except HpccollError:
         return _one(*general)  # it raises the DTypeError
-    if recv_sizes is None:
-        recv_sizes = recv_extents(c, x, 0, 0, sizes, what)
     inner = 1 if len(shape) == 1 else prod(shape[1:])
+    send_counts = sizes if inner == 1 else [s * inner for s in sizes]
+    if recv_sizes is None:
+        [recv_sizes], even = _exchange(c, [x], [0], [0], [sizes], _key(send_counts), what)
+    else:
+        even = False  # this rank's counts do not tell whether every rank's are even
     oshape = (sum(recv_sizes),) + shape[1:]
-    if not (x.size and inner * oshape[0]):
-        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op)  # empty: the general branch
+    fast = out is None or (type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype
+                           and out.flags.c_contiguous and out.flags.writeable and not np.may_share_memory(out, x))
+    if not (fast and x.size and sum(recv_sizes)):  # another out, or empty: the general branch
+        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op, even)
     if out is None:
         out = np.empty(oshape, x.dtype)
-    elif not (type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype and out.flags.c_contiguous
-              and out.flags.writeable and not np.may_share_memory(out, x)):
-        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op)
-    send_counts = sizes if inner == 1 else [s * inner for s in sizes]
     recv_counts = recv_sizes if inner == 1 else [s * inner for s in recv_sizes]
-    args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts)
+    args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts, even)
     return launch(c.transport_of("numpy"), "alltoallv", args, lambda: out, async_op)
 
 
 def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
-         async_op: bool) -> Any:
-    err, desc, xp, sa, ca = None, None, np, 0, 0
+         async_op: bool, even: Optional[bool] = None) -> Any:
+    """The general branch; ``even`` is the verdict of a size exchange already made (with ``recv_sizes``)."""
+    err, desc, xp, sa, ca, key = None, None, np, 0, 0, -1
     try:
         x, kind, xp = one_array(x)
         sa, ca = axis_of(split_axis, x.ndim, "split_axis"), axis_of(concat_axis, x.ndim, "concat_axis")
         sizes = block_sizes(sizes, x.shape[sa], c.size, f"x.shape[{sa}]")
+        key = _key([s * prod(shape_without(x.shape, sa)) for s in sizes])
         if recv_sizes is not None:
             recv_sizes = _own_recv(recv_sizes, c, x, sa, ca, sizes, "x")
             out = _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes)
@@ -114,14 +117,20 @@ def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_siz
             desc = _descriptor([x], [sa], [ca], [sizes])
     except HpccollError as e:
         err = e
-    table = _settle(c, [x], [sa], [ca], [sizes], recv_sizes, desc, err, what)
+    table, settled = _settle(c, [x], [sa], [ca], [sizes], recv_sizes, key, desc, err, what)
+    even = settled if even is None else even
     if recv_sizes is None:
         recv_sizes = table[0]
         out = _late(c, what, lambda: _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes))
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op)
-    return _move(x, c.transport_of(kind), xp, sa, ca, sizes, recv_sizes, out, async_op)
+    return _move(x, c.transport_of(kind), xp, sa, ca, sizes, recv_sizes, out, even, async_op)
+
+
+def _key(counts: Sequence[int]) -> int:
+    """This rank's part of the evenness verdict: its send count when the same for every rank, else -1."""
+    return counts[0] if counts.count(counts[0]) == len(counts) else -1
 
 
 def _own(x: Any, sa: int, ca: int, sizes: Sizes, j: int) -> int:
@@ -167,7 +176,7 @@ def _late(c: Any, what: str, check: Callable[[], Any]) -> Any:
 
 
 def _move(x: Any, transport: Any, xp: Any, sa: int, ca: int, sizes: Sizes, recv_sizes: Sizes, out: Any,
-          async_op: bool) -> Any:
+          even: bool, async_op: bool) -> Any:
     """Send ``x``'s blocks along ``sa`` and receive into ``out`` along ``ca``: straight, or through flat buffers."""
     wire = movement_dtype(x.dtype)
     unit_send, unit_recv = prod(shape_without(x.shape, sa)), prod(shape_without(out.shape, ca))
@@ -183,7 +192,7 @@ def _move(x: Any, transport: Any, xp: Any, sa: int, ca: int, sizes: Sizes, recv_
         return out
 
     counts = ([s * unit_send for s in sizes], [s * unit_recv for s in recv_sizes])
-    return launch(transport, "alltoallv", (send, recv) + counts, finish, async_op)
+    return launch(transport, "alltoallv", (send, recv) + counts + (even,), finish, async_op)
 
 
 # --------------------------------------------------------------------------- what every rank receives
@@ -202,18 +211,24 @@ def recv_extents(c: Any, x: Any, sa: int, ca: int, sizes: Sizes, what: str) -> S
     ``x`` needs only ``shape`` and ``dtype`` (the adapters pass stand-ins);
     ``sa``, ``ca`` are normalised and ``sizes`` resolved.
     """
-    return _exchange(c, [x], [sa], [ca], [sizes], what)[0]
+    return _exchange(c, [x], [sa], [ca], [sizes], -1, what)[0][0]
 
 
 def _exchange(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes],
-              what: str) -> List[Sizes]:
-    """``result[i][r]``: the extent along array i's ``concat_axis`` of what rank r sends this rank."""
+              key: int, what: str) -> Tuple[List[Sizes], bool]:
+    """``result[i][r]``: the extent along array i's ``concat_axis`` of what rank r sends this rank; and
+    whether every pair of ranks moves the same count (every rank's ``key`` the same, not -1)."""
     if c.size == 1:
-        return [(_own(a, sa, ca, t, 0),) for a, sa, ca, t in zip(arrays, sas, cas, table)]
-    rows = [[_own(a, sa, ca, t, j) for a, sa, ca, t in zip(arrays, sas, cas, table)] for j in range(c.size)]
+        return [(_own(a, sa, ca, t, 0),) for a, sa, ca, t in zip(arrays, sas, cas, table)], False
+    rows = [[_own(a, sa, ca, t, j) for a, sa, ca, t in zip(arrays, sas, cas, table)] + [key] for j in range(c.size)]
     signature = hash(tuple(_signature(a, sa, ca, t) for a, sa, ca, t in zip(arrays, sas, cas, table)))
     received = exchange_rows(c, rows, signature, what)
-    return [tuple(row[i] for row in received) for i in range(len(arrays))]
+    k = len(arrays)
+    return [tuple(row[i] for row in received) for i in range(k)], _same_key([row[k] for row in received])
+
+
+def _same_key(keys: Sequence[int]) -> bool:
+    return keys[0] >= 0 and keys.count(keys[0]) == len(keys)
 
 
 def _descriptor(arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes]) -> dict:
@@ -225,8 +240,10 @@ def _descriptor(arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], t
 
 
 def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes],
-            recv_sizes: Optional[Sizes], desc: Any, err: Optional[HpccollError], what: str) -> List[Sizes]:
-    """Raise a local error (check mode: on every rank), then every array's receive extents, one per rank.
+            recv_sizes: Optional[Sizes], key: int, desc: Any, err: Optional[HpccollError],
+            what: str) -> Tuple[List[Sizes], bool]:
+    """Raise a local error (check mode: on every rank); then every array's receive extents, one per rank,
+    and whether every pair of ranks moves the same count (the same verdict on every rank).
 
     Check mode compares ``desc`` across ranks and learns every rank's blocks,
     so a ``recv_sizes`` that does not match what the ranks send raises the
@@ -235,16 +252,19 @@ def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int
     """
     k = len(arrays)
     local = None if err else ([[_own(a, sa, ca, t, j) for j in range(c.size)]
-                               for a, sa, ca, t in zip(arrays, sas, cas, table)], recv_sizes)
+                               for a, sa, ca, t in zip(arrays, sas, cas, table)], recv_sizes, key)
     everyone = settle(c, what, desc, local, err)
-    if everyone is None:
-        return _exchange(c, arrays, sas, cas, table, what) if recv_sizes is None else [recv_sizes] * k
-    for j, (_, given) in enumerate(everyone):
-        sent = [tuple(rows[i][j] for rows, _ in everyone) for i in range(k)]
+    if everyone is None and recv_sizes is None:
+        return _exchange(c, arrays, sas, cas, table, key, what)
+    if everyone is None:  # even only where global facts say so: axes differ, one split, one extent per rank
+        return [recv_sizes] * k, all(sa != ca and len(set(t)) == 1 for sa, ca, t in zip(sas, cas, table)) \
+            and len(set(recv_sizes)) == 1
+    for j, (_, given, _) in enumerate(everyone):
+        sent = [tuple(rows[i][j] for rows, _, _ in everyone) for i in range(k)]
         if given is not None and any(list(s) != list(given) for s in sent):
             raise MismatchError(f"{what}: rank {j} has recv_sizes={list(given)} but the ranks send it blocks of "
                                 f"extents {[list(s) for s in sent] if k > 1 else list(sent[0])} along concat_axis")
-    return [tuple(rows[i][c.rank] for rows, _ in everyone) for i in range(k)]
+    return [tuple(rows[i][c.rank] for rows, _, _ in everyone) for i in range(k)], _same_key([e[2] for e in everyone])
 
 
 # --------------------------------------------------------------------------- lists
@@ -253,6 +273,7 @@ def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int
 def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
           async_op: bool) -> Any:
     err = desc = None
+    send_counts = [-1]
     arrays: List[Any] = []
     sas: List[int] = []
     cas: List[int] = []
@@ -266,6 +287,8 @@ def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_s
             sizes = sizes_of(sizes, c.size)
         table = [block_sizes(sizes, a.shape[sa], c.size, f"x[{i}].shape[{sa}]")
                  for i, (a, sa) in enumerate(zip(arrays, sas))]
+        unit = [prod(shape_without(a.shape, sa)) * a.dtype.itemsize for a, sa in zip(arrays, sas)]  # bytes/index
+        send_counts = [sum(u * t[j] for u, t in zip(unit, table)) for j in range(c.size)]
         if recv_sizes is not None:
             for i, (a, sa, ca, t) in enumerate(zip(arrays, sas, cas, table)):
                 recv_sizes = _own_recv(recv_sizes, c, a, sa, ca, t, f"x[{i}]")
@@ -276,19 +299,20 @@ def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_s
             desc = _descriptor(arrays, sas, cas, table)
     except HpccollError as e:
         err = e
-    recv_table = _settle(c, arrays, sas, cas, table, recv_sizes, desc, err, what)
+    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what)
     if recv_sizes is None:
         outs = _late(c, what, lambda: _outs(outs, arrays, sas, cas, table, recv_table, c.rank, xp))
     if c.size == 1:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
         return done(outs, async_op)
-    send, send_counts = _pack_list(arrays, sas, table, xp, c.size)
+    send = _pack_list(arrays, sas, table, xp, c.size)
     unit = [prod(shape_without(o.shape, ca)) * o.dtype.itemsize for o, ca in zip(outs, cas)]  # bytes per index
     recv_counts = [sum(u * rt[r] for u, rt in zip(unit, recv_table)) for r in range(c.size)]
     recv = xp.empty(sum(recv_counts), _BYTES)
     finish = _unpacker(recv, outs, cas, recv_table, xp)
-    return launch(c.transport_of(kind), "alltoallv", (send, recv, send_counts, recv_counts), finish, async_op)
+    args = (send, recv, send_counts, recv_counts, even)
+    return launch(c.transport_of(kind), "alltoallv", args, finish, async_op)
 
 
 def _outs(outs: List[Any], arrays: List[Any], sas: List[int], cas: List[int], table: List[Sizes],
@@ -296,20 +320,17 @@ def _outs(outs: List[Any], arrays: List[Any], sas: List[int], cas: List[int], ta
     return [_out(o, a, xp, sa, ca, t[rank], rt) for o, a, sa, ca, t, rt in zip(outs, arrays, sas, cas, table, recv_table)]
 
 
-def _pack_list(arrays: List[Any], sas: List[int], table: List[Sizes], xp: Any, parts: int) -> Tuple[Any, List[int]]:
-    """Every array's block for rank j, C-ordered, one after another, for j = 0, 1, ...: as bytes, with the counts."""
-    pieces, counts = [], []
+def _pack_list(arrays: List[Any], sas: List[int], table: List[Sizes], xp: Any, parts: int) -> Any:
+    """Every array's block for rank j, C-ordered, one after another, for j = 0, 1, ...: as bytes."""
+    pieces = []
     starts = [0] * len(arrays)
     for j in range(parts):
-        nbytes = 0
         for i, (a, sa) in enumerate(zip(arrays, sas)):
             n = table[i][j]
             piece = xp.ascontiguousarray(a[block(sa, starts[i], starts[i] + n)])
             starts[i] += n
             pieces.append(as_wire(piece.reshape(-1), movement_dtype(a.dtype)).view(_BYTES))
-            nbytes += piece.nbytes
-        counts.append(nbytes)
-    return (xp.concatenate(pieces) if pieces else xp.empty(0, _BYTES)), counts
+    return xp.concatenate(pieces) if pieces else xp.empty(0, _BYTES)
 
 
 def _unpacker(recv: Any, outs: List[Any], cas: List[int], recv_table: List[Sizes], xp: Any) -> Callable[[], Any]:

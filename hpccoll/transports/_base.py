@@ -95,13 +95,20 @@ class Transport(abc.ABC):
         """Reduce ``send`` over ranks into ``recv``; ``send=None`` reduces ``recv`` in place."""
 
     @abc.abstractmethod
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
         """Send block j of ``send`` to rank j; receive rank r's block for this rank at block r of ``recv``.
 
         ``send`` holds ``send_counts[j]`` elements for rank j, and ``recv``
         ``recv_counts[r]`` elements from rank r, blocks rank after rank. The
         caller guarantees that ``send_counts[j]`` on rank r equals
         ``recv_counts[r]`` on rank j. There is no in-place form.
+
+        ``even=True`` says that every pair of ranks moves the same count, and
+        that every rank was told so: a transport may then use an even call
+        (``MPI_Alltoall``). It cannot decide that from its own counts, which
+        are one row and one column of the ranks' count matrix: ranks that
+        chose different MPI calls would hang.
         """
 
     # Non-blocking forms: return a Pending (``wait()``/``test()``). The defaults
@@ -122,9 +129,10 @@ class Transport(abc.ABC):
         self.allreduce(send, recv, op)
         return DONE
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
         """Non-blocking :meth:`alltoallv`."""
-        self.alltoallv(send, recv, send_counts, recv_counts)
+        self.alltoallv(send, recv, send_counts, recv_counts, even)
         return DONE
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:

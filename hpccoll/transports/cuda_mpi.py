@@ -129,10 +129,12 @@ class CudaMPI(HostMPI):
         self._rt.sync_stream()
         super().allreduce(send, recv, op)
 
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
         self._rt.sync_stream()
-        super().alltoallv(send, recv, send_counts, recv_counts)
+        super().alltoallv(send, recv, send_counts, recv_counts, even)
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
         self._rt.sync_stream()
-        return super().ialltoallv(send, recv, send_counts, recv_counts)
+        return super().ialltoallv(send, recv, send_counts, recv_counts, even)

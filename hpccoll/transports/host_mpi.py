@@ -79,11 +79,13 @@ class HostMPI(Transport):
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
         return self._started(*self._allreduce(send, recv, op))
 
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
-        self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts))
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
+        self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts, even))
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
-        return self._started(*self._alltoallv(send, recv, send_counts, recv_counts))
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
+        return self._started(*self._alltoallv(send, recv, send_counts, recv_counts, even))
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
@@ -130,11 +132,11 @@ class HostMPI(Transport):
         t = mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], mpi_op(op)), None
 
-    def _alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> tuple:
+    def _alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool) -> tuple:
         t = mpi_datatype(recv.dtype)
-        first = send_counts[0]
-        if send_counts.count(first) == len(send_counts) and recv_counts.count(first) == len(recv_counts):
-            return "Alltoall", ([send, first, t], [recv, first, t]), None
+        if even:
+            return "Alltoall", ([send, send_counts[0], t], [recv, send_counts[0], t]), None
         source = [send, (list(send_counts), displacements(send_counts)), t]
         return "Alltoallv", (source, [recv, (list(recv_counts), displacements(recv_counts)), t]), None
 

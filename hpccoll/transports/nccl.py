@@ -592,12 +592,15 @@ class NcclTransport(Transport):
             self._nc.allReduce(sp + off * size, rp + off * size, n, t, o, stream)
 
     # ------------------------------------------------------------------ all-to-all
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
+    # ``even`` changes nothing here: grouped send/recv is NCCL's only all-to-all.
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
         self._enqueue_alltoallv(send, recv, send_counts, recv_counts)
         if self.comm.timeout is not None:
             self._pending().wait()
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
         self._enqueue_alltoallv(send, recv, send_counts, recv_counts)
         return self._pending()
 
