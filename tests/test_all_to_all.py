@@ -12,6 +12,7 @@ import pytest
 
 import hpccoll
 from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, assert_same, layout, make, raises_everywhere
+from test_check_mode import checked  # noqa: F401 - the check-mode communicator fixture
 from hpccoll import ArgumentError, DTypeError, MismatchError
 from hpccoll.testing import dottest
 from hpccoll.transports import _control
@@ -275,16 +276,9 @@ def test_mismatch_detected_without_check_mode(comm):
                       lambda: hpccoll.all_to_all(y, comm, split_axis=0, concat_axis=1, sizes=sizes))
 
 
-@pytest.fixture(scope="module")
-def checked():
-    c = hpccoll.Communicator(check=True)
-    yield c
-    c.free()
-
-
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("fault", ["dtype", "axes", "shape", "split", "recv_sizes", "local", "out"])
-def test_check_mode_mismatches(checked, fault):
+def test_check_mode_mismatches(checked, fault):  # noqa: F811 - the fixture
     P, me = checked.size, checked.rank
     x = np.ones((2 * P, 3), np.float32 if fault == "dtype" and me == 1 else np.float64)
     kw = dict(split_axis=1 if fault == "axes" and me == 1 else 0, concat_axis=1)
@@ -306,7 +300,7 @@ def test_check_mode_mismatches(checked, fault):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_check_mode_agrees_on_a_good_call(checked):
+def test_check_mode_agrees_on_a_good_call(checked):  # noqa: F811
     x, sizes, recv, want = case(checked, (0, 0, 2), 2, 0, "uneven", np.int64, seed=4)
     got = hpccoll.all_to_all(x, checked, split_axis=2, concat_axis=0, sizes=sizes, recv_sizes=recv)
     got2 = hpccoll.all_to_all([x], checked, split_axis=2, concat_axis=0, sizes=sizes)
