@@ -122,8 +122,8 @@ def test_mpi_calls(comm, pattern, axes, monkeypatch):
     """
     names = []
     monkeypatch.setattr(_control, "run", _recorder(_control.run, names))  # the size exchange
-    run = HostMPI._run
-    monkeypatch.setattr(HostMPI, "_run", lambda self, name, *args: (names.append(name), run(self, name, *args)))
+    blocking = HostMPI._blocking
+    monkeypatch.setattr(HostMPI, "_blocking", lambda self, name, *args: (names.append(name), blocking(self, name, *args)))
     x, sizes, recv, want = case(comm, (0, 3) if axes == (0, 0) else (0, 0), *axes, pattern, np.int32, seed=1)
     kw = dict(split_axis=axes[0], concat_axis=axes[1], sizes=sizes)
     learned = hpccoll.all_to_all(x, comm, **kw)

@@ -98,7 +98,8 @@ def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: 
         out = np.empty(oshape, x.dtype)
     recv_counts = recv_sizes if inner == 1 else [s * inner for s in recv_sizes]
     args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts, even)
-    return launch(c.transport_of("numpy"), "alltoallv", args, lambda: out, async_op)
+    t = c.transport_of("numpy", _alike(c.size, send_counts, x.itemsize, even))
+    return launch(t, "alltoallv", args, lambda: out, async_op)
 
 
 def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
@@ -125,12 +126,23 @@ def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_siz
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op)
-    return _move(x, c.transport_of(kind), xp, sa, ca, sizes, recv_sizes, out, even, async_op)
+    transport = c.transport_of(kind, _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize,
+                                            even))  # collective on first GPU use: after the ranks agree
+    return _move(x, transport, xp, sa, ca, sizes, recv_sizes, out, even, async_op)
 
 
 def _key(counts: Sequence[int]) -> int:
     """This rank's part of the evenness verdict: its send count when the same for every rank, else -1."""
     return counts[0] if counts.count(counts[0]) == len(counts) else -1
+
+
+def _alike(parts: int, send_counts: Sequence[int], itemsize: int, even: bool) -> int:
+    """The bytes the whole exchange moves, as every rank measures them alike (for ``transport_of``).
+
+    Known only when every pair of ranks moves the same count; otherwise 0,
+    the same on every rank (ranks must never choose different transports).
+    """
+    return parts * parts * send_counts[0] * itemsize if even else 0
 
 
 def _own(x: Any, sa: int, ca: int, sizes: Sizes, j: int) -> int:
@@ -312,7 +324,7 @@ def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_s
     recv = xp.empty(sum(recv_counts), _BYTES)
     finish = _unpacker(recv, outs, cas, recv_table, xp)
     args = (send, recv, send_counts, recv_counts, even)
-    return launch(c.transport_of(kind), "alltoallv", args, finish, async_op)
+    return launch(c.transport_of(kind, _alike(c.size, send_counts, 1, even)), "alltoallv", args, finish, async_op)
 
 
 def _outs(outs: List[Any], arrays: List[Any], sas: List[int], cas: List[int], table: List[Sizes],
