@@ -9,7 +9,8 @@ Launch (2 and 4 ranks are the reference settings; any number works):
 round (``bench_quick.Timer``: median per-call time, max over ranks; ratios are
 medians of same-round ratios):
 
-- even, ``recv_sizes=None``: the size exchange, then ``MPI_Alltoall``, vs raw ``Alltoall``;
+- even, ``recv_sizes=None``: the size exchange, then ``MPI_Alltoall``, vs raw ``Alltoall``
+  (``exchange``: the size exchange alone);
 - even, ``sizes`` and ``recv_sizes`` given: ``MPI_Alltoallv`` (one rank cannot
   know that every rank's blocks are even, see the transport contract), vs raw
   ``Alltoall`` and vs raw ``Alltoallv``;
@@ -43,6 +44,7 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
+from hpccoll.collectives.alltoall import recv_extents  # noqa: E402
 from bench_quick import Timer, human, parse_bytes  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -72,6 +74,7 @@ def data_cases(raw, comm, n):
             "learned": lambda: hpccoll.all_to_all(x, comm, out=out),
             "given": lambda: hpccoll.all_to_all(x, comm, sizes=even, recv_sizes=even, out=out),
             "rawv": lambda: raw.Alltoallv([x, (counts, displs), D], [out, (counts, displs), D]),
+            "exchange": lambda: recv_extents(comm, x, 0, 0, even, "bench"),  # learned's size exchange alone
         },
         "uneven": {
             "raw": lambda: raw.Alltoallv([xu, (send_u, sdu), D], [outu, (recv_u, rdu), D]),
@@ -87,7 +90,7 @@ def data_cases(raw, comm, n):
 
 def part_a(raw, comm, timer, sizes, say):
     say("\n# (a) all_to_all with out= vs raw mpi4py, float64; times in us (median over rounds, max over ranks)")
-    header = f"{'size/rank':>10}{'raw A2A':>10}{'learned':>10}{'ratio':>7}{'given(v)':>10}{'ratio':>7}" \
+    header = f"{'size/rank':>10}{'raw A2A':>10}{'learned':>10}{'ratio':>7}{'exchange':>9}{'given(v)':>10}{'ratio':>7}" \
              f"{'raw A2Av':>10}{'v/v':>7}{'raw/raw':>8} | {'uneven raw':>11}{'hpccoll':>10}{'ratio':>7}{'raw/raw':>8}" \
              f" | {'transpose/raw':>13}"
     say(header)
@@ -107,7 +110,7 @@ def part_a(raw, comm, timer, sizes, say):
             timer.run(cases["transpose"], nbytes)
             row["transpose/raw"] = timer.ratio("axis1", "raw")
         rows.append(row)
-        say(f"{human(nbytes):>10}{row['raw']:>10.1f}{row['learned']:>10.1f}{row['learned/raw']:>7.3f}"
+        say(f"{human(nbytes):>10}{row['raw']:>10.1f}{row['learned']:>10.1f}{row['learned/raw']:>7.3f}{row['exchange']:>9.1f}"
             f"{row['given']:>10.1f}{row['given/raw']:>7.3f}{row['rawv']:>10.1f}{row['given/rawv']:>7.3f}"
             f"{row['noise']:>8.3f} | {row['uneven_raw']:>11.1f}{row['uneven']:>10.1f}{row['uneven/raw']:>7.3f}"
             f"{row['uneven_noise']:>8.3f} | {row.get('transpose/raw', float('nan')):>13.3f}")
