@@ -1,4 +1,4 @@
-"""hpccoll: array-level all-gather, reduce-scatter and all-reduce with forward and adjoint.
+"""hpccoll: array-level all-gather, reduce-scatter, all-reduce and all-to-all with forward and adjoint.
 
 Every collective takes NumPy arrays (and CuPy arrays where a GPU transport is
 available), an optional communicator (``None`` is a private duplicate of
@@ -11,6 +11,8 @@ from ._api import (
     all_gather_adjoint,
     all_reduce,
     all_reduce_adjoint,
+    all_to_all,
+    all_to_all_adjoint,
     reduce_scatter,
     reduce_scatter_adjoint,
     split_sizes,
@@ -28,7 +30,7 @@ from ._errors import (
     UnsupportedOpError,
 )
 from ._faults import abort_on_exception
-from ._operators import AllGather, AllReduce, Operator, ReduceScatter
+from ._operators import AllGather, AllReduce, AllToAll, Operator, ReduceScatter
 from ._request import Request
 from . import testing
 from .transports import TRANSPORTS
@@ -43,6 +45,8 @@ __all__ = [
     "reduce_scatter_adjoint",
     "all_reduce",
     "all_reduce_adjoint",
+    "all_to_all",
+    "all_to_all_adjoint",
     "adjoint_of",
     "split_sizes",
     "Request",
@@ -50,6 +54,7 @@ __all__ = [
     "AllGather",
     "ReduceScatter",
     "AllReduce",
+    "AllToAll",
     "HpccollError",
     "ArgumentError",
     "DTypeError",

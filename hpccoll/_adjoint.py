@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ._api import pair_of
+from ._api import PAIRS, pair_of
 from ._errors import ArgumentError
 from ._operators import Operator
 
@@ -22,7 +22,8 @@ def adjoint_of(fn_or_operator: Any) -> Any:
     ----------
     fn_or_operator : callable or Operator
         One of :func:`~hpccoll.all_gather`, :func:`~hpccoll.reduce_scatter`,
-        :func:`~hpccoll.all_reduce` or their ``*_adjoint`` functions; a
+        :func:`~hpccoll.all_reduce`, :func:`~hpccoll.all_to_all` or their
+        ``*_adjoint`` functions; a
         :class:`functools.partial` of one of them (its bound arguments carry
         over, see Notes); or an :class:`~hpccoll.Operator`.
 
@@ -41,8 +42,9 @@ def adjoint_of(fn_or_operator: Any) -> Any:
 
     Notes
     -----
-    For partials, ``comm``, ``axis``, ``sizes`` and ``op`` carry over to the
-    adjoint. ``cotangent`` is an argument of :func:`~hpccoll.all_reduce_adjoint`
+    For partials, ``comm``, ``axis``, ``sizes`` and ``op`` (for
+    all-to-all ``split_axis``, ``concat_axis``, ``sizes`` and ``recv_sizes``)
+    carry over to the adjoint. ``cotangent`` is an argument of :func:`~hpccoll.all_reduce_adjoint`
     only: it is dropped when going from ``all_reduce_adjoint`` to
     ``all_reduce``; to choose the convention of the adjoint of
     ``all_reduce``, bind it on the result, e.g.
@@ -71,10 +73,10 @@ def adjoint_of(fn_or_operator: Any) -> Any:
     if found is not None:
         pair, forward = found
         return pair.adjoint if forward else pair.forward
+    names = ", ".join(pair.forward.__name__ for pair in PAIRS)
     raise ArgumentError(
-        "fn_or_operator: expected one of hpccoll's collectives (all_gather, reduce_scatter, all_reduce, "
-        "their *_adjoint functions, a functools.partial of one of them) or an hpccoll.Operator; "
-        f"got {_describe(fn_or_operator)}"
+        f"fn_or_operator: expected one of hpccoll's collectives ({names}, their *_adjoint functions, a "
+        f"functools.partial of one of them) or an hpccoll.Operator; got {_describe(fn_or_operator)}"
     )
 
 

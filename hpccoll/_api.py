@@ -18,7 +18,7 @@ from ._core.validate import COTANGENTS, is_array_list, linear_op, one_array, out
 from ._dtypes import reduce_plan
 from ._errors import ArgumentError, HpccollError
 from ._layout import divided
-from .collectives import gather, reduce, scatter
+from .collectives import alltoall, gather, reduce, scatter
 
 __all__ = [
     "all_gather",
@@ -27,6 +27,8 @@ __all__ = [
     "reduce_scatter_adjoint",
     "all_reduce",
     "all_reduce_adjoint",
+    "all_to_all",
+    "all_to_all_adjoint",
     "split_sizes",
     "Pair",
     "PAIRS",
@@ -319,6 +321,135 @@ def all_reduce_adjoint(
     return reduce.replicated_adjoint(y, c, op, out, async_op)
 
 
+def all_to_all(
+    x: Any,
+    comm: Any = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Sizes = None,
+    recv_sizes: Sizes = None,
+    out: Any = None,
+    async_op: bool = False,
+) -> Any:
+    """Split ``x`` along ``split_axis``, send block j to rank j, concatenate what arrives along ``concat_axis``.
+
+    Rank j's result is the concatenation, along ``concat_axis`` and in rank
+    order, of block j of every rank's ``x``. With different axes this is the
+    transpose of a distributed array (a pencil FFT's); with the same axis, a
+    personalised exchange of blocks (mixture-of-experts dispatch).
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy)
+        This rank's array. Dtype, number of dimensions and every extent but
+        the one along ``concat_axis`` must match across ranks (with equal
+        axes, every extent but that axis's).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    split_axis, concat_axis : int
+        The axis ``x`` is split along and the axis the received blocks are
+        concatenated along (negative counts from the end; they may be equal).
+    sizes : sequence of int, optional
+        The extents of ``x``'s blocks along ``split_axis``, one per
+        destination rank, summing to ``x.shape[split_axis]``. ``None``:
+        ``numpy.array_split``'s. When the axes differ, every rank must split
+        alike (the split is one decomposition of that axis); with equal axes
+        each rank has its own.
+    recv_sizes : sequence of int, optional
+        The extents along ``concat_axis`` of the blocks this rank receives,
+        one per source rank: rank r's ``sizes[this rank]`` with equal axes,
+        else rank r's ``x.shape[concat_axis]``. ``None`` learns them with one
+        small exchange before the data moves (which also checks that the
+        ranks agree on dtype, axes and the extents that must match); give
+        them to skip it, e.g. for a fully non-blocking call.
+    out : array, optional
+        Where to write the result: ``x``'s shape with extent
+        ``sizes[this rank]`` along ``split_axis`` (axes differing) and
+        ``sum(recv_sizes)`` along ``concat_axis``; dtype of ``x``; no
+        overlap with ``x``.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``recv_sizes=None`` discovery, check mode) still blocks.
+
+    Returns
+    -------
+    array
+        The concatenation of the received blocks, a new array (or ``out``).
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``split_axis``, ``concat_axis``, ``sizes``, ``recv_sizes`` or ``out``.
+    DTypeError
+        Unsupported dtype.
+    MismatchError
+        Ranks disagree on dtype, axes, the split (axes differing) or the
+        extents that must match (always checked when ``recv_sizes`` is None;
+        in check mode, also ``recv_sizes`` against what the ranks send).
+
+    Examples
+    --------
+    >>> x = np.arange(4) + 10 * comm.rank                         # doctest: +SKIP
+    >>> hpccoll.all_to_all(x, comm)                               # doctest: +SKIP
+    >>> # on 2 ranks: rank 0 gets array([0, 1, 10, 11]), rank 1 array([2, 3, 12, 13])
+    >>> rows = np.ones((2, 6))                      # 2 of the rows of a (2P, 6) array
+    >>> cols = hpccoll.all_to_all(rows, comm, split_axis=1, concat_axis=0)   # doctest: +SKIP
+    >>> # on 3 ranks: every rank gets its (6, 2) block of columns
+    """
+    c = as_communicator(comm)
+    return alltoall.all_to_all(x, c, split_axis, concat_axis, sizes, recv_sizes, out, "all_to_all", async_op)
+
+
+def all_to_all_adjoint(
+    y: Any,
+    comm: Any = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Sizes = None,
+    recv_sizes: Sizes = None,
+    out: Any = None,
+    async_op: bool = False,
+) -> Any:
+    """Adjoint of :func:`all_to_all`: the all-to-all back, with the axes swapped and the sizes transposed.
+
+    It is ``all_to_all(y, comm, split_axis=concat_axis, concat_axis=split_axis,
+    sizes=recv_sizes, recv_sizes=sizes)``: each block goes back where it came
+    from (an all-to-all is a permutation, so its adjoint is its inverse).
+
+    Parameters
+    ----------
+    y : array_like
+        A cotangent of this rank's result of the forward.
+    comm, split_axis, concat_axis, out
+        As for :func:`all_to_all` (the forward's axes).
+    sizes : sequence of int, optional
+        The forward's ``sizes``; ``None`` learns them with one small exchange
+        (they are the extents of the blocks coming back).
+    recv_sizes : sequence of int, optional
+        The forward's ``recv_sizes``: how ``y`` splits along
+        ``concat_axis``. ``None`` means ``numpy.array_split``'s split of
+        ``y.shape[concat_axis]``; give the forward's when its inputs were
+        split otherwise.
+    async_op : bool
+        As for :func:`all_to_all`.
+
+    Returns
+    -------
+    array
+        The cotangent of this rank's ``x``.
+
+    Examples
+    --------
+    >>> op = functools.partial(hpccoll.all_to_all, split_axis=1, concat_axis=0)    # doctest: +SKIP
+    >>> x_again = hpccoll.adjoint_of(op)(op(x))                                     # doctest: +SKIP
+    """
+    c = as_communicator(comm)
+    return alltoall.all_to_all(y, c, concat_axis, split_axis, recv_sizes, sizes, out, "all_to_all_adjoint", async_op)
+
+
 # --------------------------------------------------------------------------- the pairs, declared once
 
 
@@ -348,6 +479,7 @@ PAIRS: Tuple[Pair, ...] = (
     Pair(all_gather, all_gather_adjoint),
     Pair(reduce_scatter, reduce_scatter_adjoint),
     Pair(all_reduce, all_reduce_adjoint, frozenset({"cotangent"})),
+    Pair(all_to_all, all_to_all_adjoint),
 )
 
 

@@ -40,6 +40,7 @@ def test_adjoint_of_functions_both_ways():
         (hpccoll.all_gather, hpccoll.all_gather_adjoint),
         (hpccoll.reduce_scatter, hpccoll.reduce_scatter_adjoint),
         (hpccoll.all_reduce, hpccoll.all_reduce_adjoint),
+        (hpccoll.all_to_all, hpccoll.all_to_all_adjoint),
     ]
     for f, fa in pairs:
         assert hpccoll.adjoint_of(f) is fa
@@ -47,7 +48,8 @@ def test_adjoint_of_functions_both_ways():
 
 
 def test_adjoint_of_operators(comm):
-    for op in (hpccoll.AllGather(comm, axis=1), hpccoll.ReduceScatter(comm, op="avg"), hpccoll.AllReduce(comm)):
+    for op in (hpccoll.AllGather(comm, axis=1), hpccoll.ReduceScatter(comm, op="avg"), hpccoll.AllReduce(comm),
+               hpccoll.AllToAll(comm, split_axis=1)):
         adj = hpccoll.adjoint_of(op)
         assert adj.H is op
         assert hpccoll.adjoint_of(adj) is op
@@ -59,6 +61,8 @@ def test_adjoint_of_partials_carry_arguments(comm):
     assert g.func is hpccoll.all_reduce and g.keywords == {"comm": comm, "op": "avg"}
     h = hpccoll.adjoint_of(functools.partial(hpccoll.all_gather, axis=1))
     assert h.func is hpccoll.all_gather_adjoint and h.keywords == {"axis": 1}
+    a = hpccoll.adjoint_of(functools.partial(hpccoll.all_to_all_adjoint, comm=comm, split_axis=1, recv_sizes=[1]))
+    assert a.func is hpccoll.all_to_all and a.keywords == {"comm": comm, "split_axis": 1, "recv_sizes": [1]}
 
 
 @pytest.mark.parametrize(
@@ -155,6 +159,8 @@ def _case(comm, name):
         lo, hi = bounds(sizes, r)
         W = make((P, 3, sum(sizes)), np.float64, seed=2)
         return (lambda m: lambda x: m.all_gather(x, comm, axis=1)), full[:, lo:hi], W[r], W.sum(0)[:, lo:hi]
+    if name == "all_to_all":  # rows (uneven, not array_split's) to columns: the backward must learn the rows
+        return _all_to_all_case(comm)
     op = name.split(":")[1]
     scale = 1.0 / P if op == "avg" else 1.0
     if name.startswith("reduce_scatter"):
@@ -170,7 +176,17 @@ def _case(comm, name):
     return (lambda m: lambda x: m.all_reduce(x, comm, op=op, cotangent=cot)), X[r], W[r], scale * W.sum(0)
 
 
-CASES = ["all_gather", "reduce_scatter:sum", "reduce_scatter:avg", "all_reduce:sum:varying",
+def _all_to_all_case(comm):
+    P, r = comm.size, comm.rank
+    rows, cols = uneven(P), hpccoll.split_sizes(2 * P + 1, P)
+    full = make((sum(rows), sum(cols)), np.float64, seed=14)
+    W = [make((sum(rows), cols[j]), np.float64, seed=30 + j) for j in range(P)]  # rank j's loss weights
+    lo, hi = bounds(rows, r)
+    want = np.concatenate([W[j][lo:hi] for j in range(P)], axis=1)
+    return (lambda m: lambda x: m.all_to_all(x, comm, split_axis=1, concat_axis=0)), full[lo:hi], W[r], want
+
+
+CASES = ["all_to_all", "all_gather", "reduce_scatter:sum", "reduce_scatter:avg", "all_reduce:sum:varying",
          "all_reduce:avg:varying", "all_reduce:sum:replicated", "all_reduce:avg:replicated"]
 
 
@@ -181,7 +197,7 @@ def test_gradient_matches_serial(comm, fw, name):
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("name", ["all_gather", "reduce_scatter:avg", "all_reduce:sum:varying"])
+@pytest.mark.parametrize("name", ["all_gather", "reduce_scatter:avg", "all_reduce:sum:varying", "all_to_all"])
 def test_vjp_is_adjoint_dot_test(comm, fw, name):
     make_f, x, w, _ = _case(comm, name)
     pair = fw.vjp_pair(make_f(fw.mod), comm)

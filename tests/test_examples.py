@@ -26,13 +26,21 @@ def test_quickstart_in_process():
     assert load(EXAMPLES / "quickstart.py").main(["--check"]) == 0
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("argv", [[], ["--check", "--shape", "7", "3"]], ids=["64x45", "7x3-check"])
+def test_pencil_fft_in_process(argv):
+    """The pencil FFT checks itself: forward against numpy.fft.fft2, inverse, and the dot test of its adjoint."""
+    assert load(EXAMPLES / "pencil_fft.py").main(argv) == 0
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
 def test_launch_line_in_header(script):
     assert "mpiexec -n" in script.read_text().split('"""')[1], f"{script.name} must state its launch line"
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
-@pytest.mark.parametrize("script", [EXAMPLES / "quickstart.py"], ids=["quickstart.py"])
+@pytest.mark.parametrize("script", [EXAMPLES / "quickstart.py", EXAMPLES / "pencil_fft.py"],
+                         ids=["quickstart.py", "pencil_fft.py"])
 def test_runs_under_mpiexec(script):
     """The core example under its documented launch line (the adapter examples: test_examples_adapters.py)."""
     mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
@@ -45,6 +53,7 @@ def test_runs_under_mpiexec(script):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "passed" in proc.stdout or "ok" in proc.stdout.lower(), proc.stdout
+    assert "FAILED" not in proc.stdout, proc.stdout
 
 
 @pytest.mark.mpi

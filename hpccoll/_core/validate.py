@@ -14,7 +14,7 @@ from typing import Any, Callable, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._arrays import as_array, module_of, overlaps
+from .._arrays import as_array, module_of, overlaps, split_sizes
 from .._dtypes import check_dtype, normalize_op
 from .._errors import ArgumentError, HpccollError, UnsupportedOpError
 from ..transports._mpitypes import buffer_address
@@ -25,6 +25,7 @@ __all__ = [
     "axis_of",
     "sizes_of",
     "plain_sizes",
+    "block_sizes",
     "check_out",
     "outs_of",
     "same_block",
@@ -46,16 +47,16 @@ COTANGENTS = ("varying", "replicated")
 _ndarray = np.ndarray
 
 
-def axis_of(axis: Any, ndim: int) -> int:
-    """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it otherwise."""
+def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
+    """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it (``name``) otherwise."""
     if type(axis) is int and -ndim <= axis < ndim:  # the common case, fast
         return axis % ndim
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise ArgumentError(f"axis: expected an int; got {type(axis).__name__} {axis!r}")
+        raise ArgumentError(f"{name}: expected an int; got {type(axis).__name__} {axis!r}")
     if ndim == 0:
-        raise ArgumentError("x: expected an array with at least 1 dimension to split along axis; got a 0-D array")
+        raise ArgumentError(f"x: expected an array with at least 1 dimension to split along {name}; got a 0-D array")
     if not -ndim <= axis < ndim:
-        raise ArgumentError(f"axis: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
+        raise ArgumentError(f"{name}: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
     return int(axis) % ndim
 
 
@@ -80,6 +81,16 @@ def sizes_of(sizes: Any, parts: int, name: str = "sizes") -> Tuple[int, ...]:
     if len(vals) != parts or (vals and min(vals) < 0):
         raise ArgumentError(f"{name}: expected {parts} non-negative ints (one per rank); got {list(vals)}")
     return vals
+
+
+def block_sizes(sizes: Any, n: int, parts: int, name: str) -> Tuple[int, ...]:
+    """The blocks' extents: ``numpy.array_split``'s for ``None``, else ``sizes`` checked to sum to ``n`` (``name``)."""
+    if sizes is None:
+        return split_sizes(n, parts)
+    sizes = sizes_of(sizes, parts)
+    if sum(sizes) != n:
+        raise ArgumentError(f"sizes: expected ints summing to {name} == {n}; got {list(sizes)}")
+    return sizes
 
 
 def address(a: Any) -> int:

@@ -1,4 +1,4 @@
-"""What every adapter shares: the shard sizes of an all-gather, argument checks."""
+"""What every adapter shares: the shard sizes of an all-gather and of an all-to-all, argument checks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 from .._api import PAIR, all_reduce
 from .._arrays import split_sizes
 from .._comm import Communicator
-from .._core.validate import COTANGENTS, axis_of, sizes_of
+from .._core.validate import COTANGENTS, axis_of, block_sizes, sizes_of
+from ..collectives.alltoall import recv_extents
 from .._errors import ArgumentError
 from ..transports._control import exchange_extents
 
@@ -21,6 +22,8 @@ __all__ = [
     "all_gather_maps",
     "reduce_scatter_maps",
     "all_reduce_maps",
+    "all_to_all_sizes",
+    "all_to_all_maps",
     "replicate_maps",
 ]
 
@@ -72,6 +75,31 @@ def all_reduce_maps(comm: Communicator, op: Any, cotangent: str) -> Maps:
     """All-reduce and its adjoint under the ``cotangent`` convention (validated here)."""
     check_cotangent(cotangent)
     return PAIR["all_reduce"].bind(comm=comm, op=op, cotangent=cotangent)
+
+
+def all_to_all_sizes(x: Any, comm: Communicator, split_axis: int, concat_axis: int, sizes: Optional[Sequence[int]],
+                     recv_sizes: Optional[Sequence[int]]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """An all-to-all's split and received extents, resolved (collective when ``recv_sizes`` is None).
+
+    The backward pass splits the cotangent by the forward's received
+    extents; when the caller gave none they are learned here with the same
+    small exchange :func:`hpccoll.all_to_all` makes, so the forward then
+    moves the data without a second one. ``x`` needs only ``shape`` and
+    ``dtype``.
+    """
+    shape = tuple(np.shape(x))
+    sa, ca = axis_of(split_axis, len(shape), "split_axis"), axis_of(concat_axis, len(shape), "concat_axis")
+    sizes = block_sizes(sizes, shape[sa], comm.size, f"x.shape[{sa}]")
+    if recv_sizes is not None:
+        return sizes, sizes_of(recv_sizes, comm.size, "recv_sizes")
+    return sizes, recv_extents(comm, x, sa, ca, sizes, "all_to_all")
+
+
+def all_to_all_maps(comm: Communicator, split_axis: int, concat_axis: int, sizes: Tuple[int, ...],
+                    recv_sizes: Tuple[int, ...]) -> Maps:
+    """All-to-all and its adjoint (the all-to-all back) with the same (resolved) extents."""
+    return PAIR["all_to_all"].bind(comm=comm, split_axis=split_axis, concat_axis=concat_axis, sizes=sizes,
+                                   recv_sizes=recv_sizes)
 
 
 def replicate_maps(comm: Communicator) -> Maps:

@@ -1,7 +1,8 @@
 """HIPS autograd primitives for hpccoll's collectives.
 
 ``autograd.grad`` (and ``make_vjp``, ``make_jvp``, higher orders) flows
-through :func:`all_gather`, :func:`reduce_scatter` and :func:`all_reduce`;
+through :func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce` and
+:func:`all_to_all`;
 every rank must run the same sequence of forward and backward calls, as for
 any collective. Requires ``pip install autograd`` (``hpccoll[autograd]``).
 
@@ -31,9 +32,18 @@ from autograd.extend import defjvp, defvjp, primitive
 from autograd.tracer import getval
 
 from .._comm import as_communicator
-from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
+from ._common import (
+    all_gather_maps,
+    all_reduce_maps,
+    all_to_all_maps,
+    all_to_all_sizes,
+    gather_sizes,
+    reduce_scatter_maps,
+    replicate_maps,
+    scatter_sizes,
+)
 
-__all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate"]
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate"]
 
 Array = Any
 
@@ -129,6 +139,36 @@ def all_reduce(x: Array, comm: Any = None, *, op: Any = "sum", cotangent: str = 
         The reduction.
     """
     return _linear(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
+
+
+def all_to_all(x: Array, comm: Any = None, *, split_axis: int = 0, concat_axis: int = 0,
+               sizes: Optional[Sequence[int]] = None, recv_sizes: Optional[Sequence[int]] = None) -> Array:
+    """Differentiable :func:`hpccoll.all_to_all`; its VJP is the all-to-all back (axes swapped).
+
+    Parameters
+    ----------
+    x : array or autograd box
+        This rank's array.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    split_axis, concat_axis : int
+        The axis ``x`` is split along and the axis the received blocks are
+        concatenated along.
+    sizes : sequence of int, optional
+        The split of ``x`` along ``split_axis``; ``None``: ``numpy.array_split``'s.
+    recv_sizes : sequence of int, optional
+        The extents of the received blocks along ``concat_axis``; ``None``
+        learns them (one small exchange) and the backward pass reuses them,
+        so any split of the domain is handled.
+
+    Returns
+    -------
+    array or autograd box
+        The concatenation of the blocks this rank receives.
+    """
+    c = as_communicator(comm)
+    resolved = all_to_all_sizes(getval(x), c, split_axis, concat_axis, sizes, recv_sizes)
+    return _linear(x, *all_to_all_maps(c, split_axis, concat_axis, *resolved))
 
 
 def replicate(x: Array, comm: Any = None) -> Array:

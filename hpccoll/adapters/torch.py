@@ -35,9 +35,18 @@ import torch
 
 from .._comm import as_communicator
 from .._errors import ArgumentError, DTypeError
-from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
+from ._common import (
+    all_gather_maps,
+    all_reduce_maps,
+    all_to_all_maps,
+    all_to_all_sizes,
+    gather_sizes,
+    reduce_scatter_maps,
+    replicate_maps,
+    scatter_sizes,
+)
 
-__all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate", "to_array", "from_array"]
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate", "to_array", "from_array"]
 
 Fn = Callable[[Any], Any]
 
@@ -235,6 +244,35 @@ def all_reduce(x: torch.Tensor, comm: Any = None, *, op: Any = "sum", cotangent:
     """
     _shape_of(x)
     return _Linear.apply(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
+
+
+def all_to_all(x: torch.Tensor, comm: Any = None, *, split_axis: int = 0, concat_axis: int = 0,
+               sizes: Optional[Sequence[int]] = None, recv_sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.all_to_all` of a tensor; backward: the all-to-all back (axes swapped).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        This rank's tensor (CPU or CUDA).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    split_axis, concat_axis : int
+        The axis ``x`` is split along and the axis the received blocks are
+        concatenated along.
+    sizes : sequence of int, optional
+        The split of ``x`` along ``split_axis``; ``None``: ``numpy.array_split``'s.
+    recv_sizes : sequence of int, optional
+        The extents of the received blocks along ``concat_axis``; ``None``
+        learns them (one small exchange) and the backward pass reuses them.
+
+    Returns
+    -------
+    torch.Tensor
+        The concatenation of the blocks this rank receives, on ``x``'s device.
+    """
+    c = as_communicator(comm)
+    resolved = all_to_all_sizes(_Meta(x), c, split_axis, concat_axis, sizes, recv_sizes)
+    return _Linear.apply(x, *all_to_all_maps(c, split_axis, concat_axis, *resolved))
 
 
 def replicate(x: torch.Tensor, comm: Any = None) -> torch.Tensor:

@@ -22,6 +22,7 @@ from .._core.validate import (
     SEQUENCES,
     axis_of,
     block,
+    block_sizes,
     check_out,
     is_array_list,
     one_array,
@@ -36,7 +37,7 @@ from .._core.validate import (
     with_extent,
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
-from .._errors import ArgumentError, HpccollError
+from .._errors import HpccollError
 from .._layout import as_wire, wire_flat, blocks, buckets, divide, join, pack
 from .reduce import finisher, into
 
@@ -112,7 +113,7 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
         x, kind, xp = one_array(x)
         op = normalize_op(op)
         ax = axis_of(axis, x.ndim)
-        sizes = _block_sizes(sizes, x.shape[ax], c.size, f"x.shape[{ax}]")
+        sizes = block_sizes(sizes, x.shape[ax], c.size, f"x.shape[{ax}]")
         reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         out = check_out(out, with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp,
                         lambda o: same_block(o, x, own_block(ax, sizes, c.rank)))
@@ -141,16 +142,6 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
     return into(transport, plan, send, out, xp, counts, c.size, async_op)
 
 
-def _block_sizes(sizes: Any, n: int, parts: int, name: str) -> tuple:
-    """The blocks' extents: ``numpy.array_split``'s for ``None``, else ``sizes`` checked to sum to ``n``."""
-    if sizes is None:
-        return split_sizes(n, parts)
-    sizes = sizes_of(sizes, parts)
-    if sum(sizes) != n:
-        raise ArgumentError(f"sizes: expected ints summing to {name} == {n}; got {list(sizes)}")
-    return sizes
-
-
 # --------------------------------------------------------------------------- lists
 
 
@@ -163,7 +154,7 @@ def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, 
         axes = [axis_of(axis, a.ndim) for a in arrays]
         if sizes is not None:
             sizes = sizes_of(sizes, c.size)
-        table = [_block_sizes(sizes, a.shape[ax], c.size, f"x[{i}].shape[{ax}]")
+        table = [block_sizes(sizes, a.shape[ax], c.size, f"x[{i}].shape[{ax}]")
                  for i, (a, ax) in enumerate(zip(arrays, axes))]
         for dtype in set(map(_dtype_of, arrays)):
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication

@@ -28,7 +28,7 @@ class Transport(abc.ABC):
     """Buffer-level collectives over one :class:`~hpccoll.Communicator`.
 
     Subclasses set :attr:`name`, :attr:`array_kind`, :attr:`priority` and
-    :attr:`chosen_because`, implement the three primitives, and are made
+    :attr:`chosen_because`, implement the four primitives, and are made
     selectable with :func:`hpccoll.transports.register`. A primitive either
     completes (the output is ready for the caller's next operation in its
     stream order) or raises.
@@ -94,6 +94,23 @@ class Transport(abc.ABC):
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         """Reduce ``send`` over ranks into ``recv``; ``send=None`` reduces ``recv`` in place."""
 
+    @abc.abstractmethod
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
+        """Send block j of ``send`` to rank j; receive rank r's block for this rank at block r of ``recv``.
+
+        ``send`` holds ``send_counts[j]`` elements for rank j, and ``recv``
+        ``recv_counts[r]`` elements from rank r, blocks rank after rank. The
+        caller guarantees that ``send_counts[j]`` on rank r equals
+        ``recv_counts[r]`` on rank j. There is no in-place form.
+
+        ``even=True`` says that every pair of ranks moves the same count, and
+        that every rank was told so: a transport may then use an even call
+        (``MPI_Alltoall``). It cannot decide that from its own counts, which
+        are one row and one column of the ranks' count matrix: ranks that
+        chose different MPI calls would hang.
+        """
+
     # Non-blocking forms: return a Pending (``wait()``/``test()``). The defaults
     # run the blocking primitive, for transports without asynchronous progress.
 
@@ -110,6 +127,12 @@ class Transport(abc.ABC):
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
         """Non-blocking :meth:`allreduce`."""
         self.allreduce(send, recv, op)
+        return DONE
+
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
+        """Non-blocking :meth:`alltoallv`."""
+        self.alltoallv(send, recv, send_counts, recv_counts, even)
         return DONE
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:

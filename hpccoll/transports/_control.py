@@ -16,7 +16,7 @@ import numpy as np
 from .._errors import MismatchError
 from .._faults import watched
 
-__all__ = ["run", "allgather_object", "exchange_extents"]
+__all__ = ["run", "allgather_object", "exchange_extents", "exchange_rows"]
 
 
 def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
@@ -67,3 +67,28 @@ def exchange_extents(c: Any, arrays: Sequence[Any], axes: Sequence[int], what: s
                 "report"
             )
     return list(zip(*rows))[:k]
+
+
+def exchange_rows(c: Any, rows: Sequence[Sequence[int]], signature: int, what: str) -> List[Tuple[int, ...]]:
+    """What every rank addressed to this one: ``result[r]`` is rank r's ``rows[this rank]``.
+
+    One ``Alltoall`` of ``k + 1`` int64 per pair of ranks: ``rows[j]`` (``k``
+    ints for rank j) and ``signature`` (a hash of ints, the same in every
+    process) of what must match across ranks. Every rank receives every
+    rank's signature, so a difference raises :class:`MismatchError` with the
+    same message on every rank. Check mode reports the difference in detail.
+    """
+    k = len(rows[0])
+    send = np.empty((c.size, k + 1), dtype=np.int64)
+    send[:, :k] = rows
+    send[:, k] = signature
+    table = np.empty_like(send)
+    run(c, "Alltoall", send, table, what=f"{what}'s size exchange")
+    signatures = table[:, k].tolist()
+    for rank, other in enumerate(signatures):
+        if other != signatures[0]:
+            raise MismatchError(
+                f"{what}: ranks 0 and {rank} disagree on the dtype, the number of dimensions, the axes, the split "
+                "sizes or the extents that must match; set HPCCOLL_CHECK=1 for a detailed report"
+            )
+    return [tuple(row) for row in table[:, :k].tolist()]

@@ -128,3 +128,13 @@ class CudaMPI(HostMPI):
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         self._rt.sync_stream()
         super().allreduce(send, recv, op)
+
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
+        self._rt.sync_stream()
+        super().alltoallv(send, recv, send_counts, recv_counts, even)
+
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
+        self._rt.sync_stream()
+        return super().ialltoallv(send, recv, send_counts, recv_counts, even)

@@ -14,7 +14,7 @@ __all__ = ["HostMPI", "MPIPending"]
 
 
 class HostMPI(Transport):
-    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``)."""
+    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``, ``Alltoall(v)``)."""
 
     name = "mpi"
     array_kind = "numpy"
@@ -79,6 +79,14 @@ class HostMPI(Transport):
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
         return self._started(*self._allreduce(send, recv, op))
 
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
+        self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts, even))
+
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
+        return self._started(*self._alltoallv(send, recv, send_counts, recv_counts, even))
+
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
         comm = self.comm
@@ -123,6 +131,14 @@ class HostMPI(Transport):
     def _allreduce(self, send: Optional[Any], recv: Any, op: str) -> tuple:
         t = mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], mpi_op(op)), None
+
+    def _alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool) -> tuple:
+        t = mpi_datatype(recv.dtype)
+        if even:
+            return "Alltoall", ([send, send_counts[0], t], [recv, send_counts[0], t]), None
+        source = [send, (list(send_counts), displacements(send_counts)), t]
+        return "Alltoallv", (source, [recv, (list(recv_counts), displacements(recv_counts)), t]), None
 
 
 def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:

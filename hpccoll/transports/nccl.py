@@ -591,6 +591,40 @@ class NcclTransport(Transport):
         for off, n in _chunks(recv.size, self.max_count):
             self._nc.allReduce(sp + off * size, rp + off * size, n, t, o, stream)
 
+    # ------------------------------------------------------------------ all-to-all
+    # ``even`` changes nothing here: grouped send/recv is NCCL's only all-to-all.
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
+        self._enqueue_alltoallv(send, recv, send_counts, recv_counts)
+        if self.comm.timeout is not None:
+            self._pending().wait()
+
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
+        self._enqueue_alltoallv(send, recv, send_counts, recv_counts)
+        return self._pending()
+
+    def _enqueue_alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
+        """NCCL has no all-to-all: one grouped send and recv per peer; this rank's own block is a device copy."""
+        self._check(send, recv)
+        view = self._movement(recv.dtype)
+        scale = recv.dtype.itemsize // view.itemsize
+        send, recv = send.view(view), recv.view(view)
+        sc, rc = [n * scale for n in send_counts], [n * scale for n in recv_counts]
+        sd, rd, me = displacements(sc), displacements(rc), self.comm.rank
+        t, stream, size = self._types[view.name], self._rt.stream(), view.itemsize
+        sp, rp = self._rt.ptr(send), self._rt.ptr(recv)
+        with self._group():
+            for peer in range(len(sc)):
+                if peer == me:
+                    continue
+                for off, n in _chunks(sc[peer], self.max_count):
+                    self._nc.send(sp + (sd[peer] + off) * size, n, t, peer, stream)
+                for off, n in _chunks(rc[peer], self.max_count):
+                    self._nc.recv(rp + (rd[peer] + off) * size, n, t, peer, stream)
+        if rc[me]:
+            recv[rd[me] : rd[me] + rc[me]] = send[sd[me] : sd[me] + sc[me]]
+
 
 class EventPending(Pending):
     """Work enqueued on a CUDA stream, tracked by an event recorded after it.

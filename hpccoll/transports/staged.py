@@ -105,6 +105,14 @@ class Staged(Transport):
             self._host.allreduce(hs, hr, op)
         self._up(hr, recv)
 
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
+        self._wait()
+        hs, hr = self._stage("send", send), self._stage("recv", recv)
+        self._down(send, hs)
+        self._host.alltoallv(hs, hr, send_counts, recv_counts, even)
+        self._up(hr, recv)
+
     def close(self) -> None:
         self._wait()
         self._pinned.clear()

@@ -1,0 +1,363 @@
+"""all-to-all: one array, a list of arrays, blocking or not.
+
+Rank r splits its ``x`` along ``split_axis`` into P blocks (extents
+``sizes``), sends block j to rank j, and concatenates the blocks it receives
+along ``concat_axis``, in rank order. Every path ends in the transport's
+``alltoallv`` (or ``ialltoallv``) on flat buffers: the blocks to send, rank
+after rank, and the blocks received, rank after rank.
+
+What rank j receives from rank r has extent ``recv_sizes[r]`` along
+``concat_axis``: rank r's ``sizes[j]`` when the two axes are the same, else
+rank r's ``x.shape[concat_axis]`` (and then every rank must split alike, so
+``sizes`` is the same everywhere). ``recv_sizes=None`` learns them with one
+small ``Alltoall`` (:func:`recv_extents`) before the data moves.
+
+The first branch of :func:`all_to_all` takes the common case -- a
+C-contiguous NumPy array split and concatenated along its first axis,
+``sizes`` and ``recv_sizes`` absent or plain ints, ``out`` absent or a
+separate C-contiguous array, no check mode -- with as few Python operations
+as it can; anything else takes the general branch, which validates
+everything and raises the errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._arrays import flat, module_of, prod, split_sizes
+from .._core.launch import done, launch
+from .._core.validate import (
+    SEQUENCES,
+    axis_of,
+    block,
+    block_sizes,
+    check_out,
+    is_array_list,
+    one_array,
+    outs_of,
+    plain_sizes,
+    prepare_list,
+    settle,
+    shape_without,
+    sizes_of,
+    with_extent,
+)
+from .._dtypes import check_dtype, movement_dtype
+from .._errors import ArgumentError, HpccollError, MismatchError
+from .._layout import as_wire, blocks, pack, wire_flat
+from ..transports._control import exchange_rows
+
+__all__ = ["all_to_all", "recv_extents"]
+
+_ndarray = np.ndarray
+_BYTES = np.dtype(np.uint8)
+Sizes = Tuple[int, ...]
+
+
+def all_to_all(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
+               async_op: bool) -> Any:
+    """``hpccoll.all_to_all`` (also a list of arrays); ``what`` names the public call in errors."""
+    if type(x) is _ndarray:
+        if not c.check and c.size > 1 and type(split_axis) is int and type(concat_axis) is int and x.ndim \
+                and (split_axis == 0 or split_axis == -x.ndim) and (concat_axis == 0 or concat_axis == -x.ndim) \
+                and x.flags.c_contiguous:
+            return _common(x, c, sizes, recv_sizes, out, what, async_op)
+    elif type(x) in SEQUENCES and is_array_list(x):
+        return _many(x, c, split_axis, concat_axis, sizes, recv_sizes, out, what, async_op)
+    return _one(x, c, split_axis, concat_axis, sizes, recv_sizes, out, what, async_op)
+
+
+def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """The common case (both axes 0); hands anything else to the general branch."""
+    shape, P, rank = x.shape, c.size, c.rank
+    general = (x, c, 0, 0, sizes, recv_sizes, out, what, async_op)
+    if sizes is None:
+        sizes = split_sizes(shape[0], P)
+    elif not plain_sizes(sizes, P) or sum(sizes) != shape[0]:
+        return _one(*general)
+    if recv_sizes is not None and (not plain_sizes(recv_sizes, P) or recv_sizes[rank] != sizes[rank]):
+        return _one(*general)
+    try:
+        wire = movement_dtype(x.dtype) if check_dtype(x.dtype) else None
+    except HpccollError:
+        return _one(*general)  # it raises the DTypeError
+    inner = 1 if len(shape) == 1 else prod(shape[1:])
+    send_counts = sizes if inner == 1 else [s * inner for s in sizes]
+    if recv_sizes is None:
+        [recv_sizes], even = _exchange(c, [x], [0], [0], [sizes], _key(send_counts), what)
+    else:
+        even = False  # this rank's counts do not tell whether every rank's are even
+    oshape = (sum(recv_sizes),) + shape[1:]
+    fast = out is None or (type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype
+                           and out.flags.c_contiguous and out.flags.writeable and not np.may_share_memory(out, x))
+    if not (fast and x.size and sum(recv_sizes)):  # another out, or empty: the general branch
+        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op, even)
+    if out is None:
+        out = np.empty(oshape, x.dtype)
+    recv_counts = recv_sizes if inner == 1 else [s * inner for s in recv_sizes]
+    args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts, even)
+    t = c.transport_of("numpy", _alike(c.size, send_counts, x.itemsize, even))
+    return launch(t, "alltoallv", args, lambda: out, async_op)
+
+
+def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
+         async_op: bool, even: Optional[bool] = None) -> Any:
+    """The general branch; ``even`` is the verdict of a size exchange already made (with ``recv_sizes``)."""
+    err, desc, xp, sa, ca, key = None, None, np, 0, 0, -1
+    try:
+        x, kind, xp = one_array(x)
+        sa, ca = axis_of(split_axis, x.ndim, "split_axis"), axis_of(concat_axis, x.ndim, "concat_axis")
+        sizes = block_sizes(sizes, x.shape[sa], c.size, f"x.shape[{sa}]")
+        key = _key([s * prod(shape_without(x.shape, sa)) for s in sizes])
+        if recv_sizes is not None:
+            recv_sizes = _own_recv(recv_sizes, c, x, sa, ca, sizes, "x")
+            out = _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes)
+        if c.check:
+            desc = _descriptor([x], [sa], [ca], [sizes])
+    except HpccollError as e:
+        err = e
+    table, settled = _settle(c, [x], [sa], [ca], [sizes], recv_sizes, key, desc, err, what)
+    even = settled if even is None else even
+    if recv_sizes is None:
+        recv_sizes = table[0]
+        out = _late(c, what, lambda: _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes))
+    if c.size == 1:
+        xp.copyto(out, x)
+        return done(out, async_op)
+    transport = c.transport_of(kind, _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize,
+                                            even))  # collective on first GPU use: after the ranks agree
+    return _move(x, transport, xp, sa, ca, sizes, recv_sizes, out, even, async_op)
+
+
+def _key(counts: Sequence[int]) -> int:
+    """This rank's part of the evenness verdict: its send count when the same for every rank, else -1."""
+    return counts[0] if counts.count(counts[0]) == len(counts) else -1
+
+
+def _alike(parts: int, send_counts: Sequence[int], itemsize: int, even: bool) -> int:
+    """The bytes the whole exchange moves, as every rank measures them alike (for ``transport_of``).
+
+    Known only when every pair of ranks moves the same count; otherwise 0,
+    the same on every rank (ranks must never choose different transports).
+    """
+    return parts * parts * send_counts[0] * itemsize if even else 0
+
+
+def _own(x: Any, sa: int, ca: int, sizes: Sizes, j: int) -> int:
+    """The extent along ``concat_axis`` of the block this rank sends to rank ``j``."""
+    return sizes[j] if sa == ca else x.shape[ca]
+
+
+def _own_recv(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Sizes, name: str) -> Sizes:
+    """``recv_sizes`` checked, including the block this rank sends itself (local, no communication)."""
+    recv_sizes = sizes_of(recv_sizes, c.size, "recv_sizes")
+    mine, rank = _own(x, sa, ca, sizes, c.rank), c.rank
+    if recv_sizes[rank] != mine:
+        source = f"sizes[{rank}]" if sa == ca else f"{name}.shape[{ca}]"
+        raise ArgumentError(
+            f"recv_sizes: expected recv_sizes[{rank}] == {source} == {mine} on rank {rank} (the block it sends "
+            f"itself); got {recv_sizes[rank]}"
+        )
+    return recv_sizes
+
+
+def _out_shape(shape: Sizes, sa: int, ca: int, mine: int, recv_sizes: Sizes) -> Sizes:
+    """The result's shape: extent ``mine`` along ``split_axis``, then ``sum(recv_sizes)`` along ``concat_axis``."""
+    return with_extent(with_extent(shape, sa, mine), ca, sum(recv_sizes))
+
+
+def _out(out: Any, x: Any, xp: Any, sa: int, ca: int, mine: int, recv_sizes: Sizes) -> Any:
+    """Validate (or allocate) ``out``; it may not overlap ``x`` at all (no in-place form)."""
+    return check_out(out, _out_shape(x.shape, sa, ca, mine, recv_sizes), x.dtype, x, xp)
+
+
+def _late(c: Any, what: str, check: Callable[[], Any]) -> Any:
+    """Run a check that needed the exchange; in check mode share its error with every rank."""
+    err = result = None
+    try:
+        result = check()
+    except HpccollError as e:
+        err = e
+    if c.check and c.size > 1:
+        c.agree(what, None, None, err)
+    elif err is not None:
+        raise err
+    return result
+
+
+def _move(x: Any, transport: Any, xp: Any, sa: int, ca: int, sizes: Sizes, recv_sizes: Sizes, out: Any,
+          even: bool, async_op: bool) -> Any:
+    """Send ``x``'s blocks along ``sa`` and receive into ``out`` along ``ca``: straight, or through flat buffers."""
+    wire = movement_dtype(x.dtype)
+    unit_send, unit_recv = prod(shape_without(x.shape, sa)), prod(shape_without(out.shape, ca))
+    send = pack(x, xp, sa, sizes, wire, False)  # a view when the blocks already lie rank after rank
+    if not send.size:
+        send = xp.empty(0, wire)  # never the address of an empty view into out
+    direct = prod(out.shape[:ca]) == 1 and out.flags.c_contiguous and out.size > 0
+    recv = as_wire(flat(out, xp), wire) if direct else xp.empty(out.size, wire)
+
+    def finish() -> Any:
+        if not direct:
+            blocks(recv, out.view(wire), xp, ca, recv_sizes, to_flat=False)
+        return out
+
+    counts = ([s * unit_send for s in sizes], [s * unit_recv for s in recv_sizes])
+    return launch(transport, "alltoallv", (send, recv) + counts + (even,), finish, async_op)
+
+
+# --------------------------------------------------------------------------- what every rank receives
+
+
+def _signature(a: Any, sa: int, ca: int, sizes: Sizes) -> tuple:
+    """What must match across ranks: dtype, ndim, axes, the extents other than along ``concat_axis``, and
+    (axes differing) the split, which is then one decomposition shared by every rank."""
+    return (ord(a.dtype.char), a.dtype.itemsize, len(a.shape), sa, ca) + shape_without(tuple(a.shape), ca) \
+        + (tuple(sizes) if sa != ca else ())
+
+
+def recv_extents(c: Any, x: Any, sa: int, ca: int, sizes: Sizes, what: str) -> Sizes:
+    """Every rank's extent along ``concat_axis`` of its block for this rank (collective when ``c.size > 1``).
+
+    ``x`` needs only ``shape`` and ``dtype`` (the adapters pass stand-ins);
+    ``sa``, ``ca`` are normalised and ``sizes`` resolved.
+    """
+    return _exchange(c, [x], [sa], [ca], [sizes], -1, what)[0][0]
+
+
+def _exchange(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes],
+              key: int, what: str) -> Tuple[List[Sizes], bool]:
+    """``result[i][r]``: the extent along array i's ``concat_axis`` of what rank r sends this rank; and
+    whether every pair of ranks moves the same count (every rank's ``key`` the same, not -1)."""
+    if c.size == 1:
+        return [(_own(a, sa, ca, t, 0),) for a, sa, ca, t in zip(arrays, sas, cas, table)], False
+    rows = [[_own(a, sa, ca, t, j) for a, sa, ca, t in zip(arrays, sas, cas, table)] + [key] for j in range(c.size)]
+    signature = hash(tuple(_signature(a, sa, ca, t) for a, sa, ca, t in zip(arrays, sas, cas, table)))
+    received = exchange_rows(c, rows, signature, what)
+    k = len(arrays)
+    return [tuple(row[i] for row in received) for i in range(k)], _same_key([row[k] for row in received])
+
+
+def _same_key(keys: Sequence[int]) -> bool:
+    return keys[0] >= 0 and keys.count(keys[0]) == len(keys)
+
+
+def _descriptor(arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes]) -> dict:
+    """Check mode's descriptor: what must match across ranks, in words."""
+    return {"collective": "all_to_all", "arrays": [
+        {"dtype": a.dtype.name, "ndim": a.ndim, "split_axis": sa, "concat_axis": ca,
+         "shape except concat_axis": shape_without(a.shape, ca), "sizes": tuple(t) if sa != ca else "per rank"}
+        for a, sa, ca, t in zip(arrays, sas, cas, table)]}
+
+
+def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes],
+            recv_sizes: Optional[Sizes], key: int, desc: Any, err: Optional[HpccollError],
+            what: str) -> Tuple[List[Sizes], bool]:
+    """Raise a local error (check mode: on every rank); then every array's receive extents, one per rank,
+    and whether every pair of ranks moves the same count (the same verdict on every rank).
+
+    Check mode compares ``desc`` across ranks and learns every rank's blocks,
+    so a ``recv_sizes`` that does not match what the ranks send raises the
+    same :class:`MismatchError` on every rank. Otherwise ``recv_sizes`` is
+    trusted, or (``None``) learned with one small exchange.
+    """
+    k = len(arrays)
+    local = None if err else ([[_own(a, sa, ca, t, j) for j in range(c.size)]
+                               for a, sa, ca, t in zip(arrays, sas, cas, table)], recv_sizes, key)
+    everyone = settle(c, what, desc, local, err)
+    if everyone is None and recv_sizes is None:
+        return _exchange(c, arrays, sas, cas, table, key, what)
+    if everyone is None:  # even only where global facts say so: axes differ, one split, one extent per rank
+        return [recv_sizes] * k, all(sa != ca and len(set(t)) == 1 for sa, ca, t in zip(sas, cas, table)) \
+            and len(set(recv_sizes)) == 1
+    for j, (_, given, _) in enumerate(everyone):
+        sent = [tuple(rows[i][j] for rows, _, _ in everyone) for i in range(k)]
+        if given is not None and any(list(s) != list(given) for s in sent):
+            raise MismatchError(f"{what}: rank {j} has recv_sizes={list(given)} but the ranks send it blocks of "
+                                f"extents {[list(s) for s in sent] if k > 1 else list(sent[0])} along concat_axis")
+    return [tuple(rows[i][c.rank] for rows, _, _ in everyone) for i in range(k)], _same_key([e[2] for e in everyone])
+
+
+# --------------------------------------------------------------------------- lists
+
+
+def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
+          async_op: bool) -> Any:
+    err = desc = None
+    send_counts = [-1]
+    arrays: List[Any] = []
+    sas: List[int] = []
+    cas: List[int] = []
+    table: List[Sizes] = []
+    try:
+        arrays, kind = prepare_list(xs)
+        xp = module_of(kind)
+        sas = [axis_of(split_axis, a.ndim, "split_axis") for a in arrays]
+        cas = [axis_of(concat_axis, a.ndim, "concat_axis") for a in arrays]
+        if sizes is not None:
+            sizes = sizes_of(sizes, c.size)
+        table = [block_sizes(sizes, a.shape[sa], c.size, f"x[{i}].shape[{sa}]")
+                 for i, (a, sa) in enumerate(zip(arrays, sas))]
+        unit = [prod(shape_without(a.shape, sa)) * a.dtype.itemsize for a, sa in zip(arrays, sas)]  # bytes/index
+        send_counts = [sum(u * t[j] for u, t in zip(unit, table)) for j in range(c.size)]
+        if recv_sizes is not None:
+            for i, (a, sa, ca, t) in enumerate(zip(arrays, sas, cas, table)):
+                recv_sizes = _own_recv(recv_sizes, c, a, sa, ca, t, f"x[{i}]")
+        outs = outs_of(out, len(arrays))
+        if recv_sizes is not None:
+            outs = _outs(outs, arrays, sas, cas, table, [recv_sizes] * len(arrays), c.rank, xp)
+        if c.check:
+            desc = _descriptor(arrays, sas, cas, table)
+    except HpccollError as e:
+        err = e
+    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what)
+    if recv_sizes is None:
+        outs = _late(c, what, lambda: _outs(outs, arrays, sas, cas, table, recv_table, c.rank, xp))
+    if c.size == 1:
+        for a, o in zip(arrays, outs):
+            xp.copyto(o, a)
+        return done(outs, async_op)
+    send = _pack_list(arrays, sas, table, xp, c.size)
+    unit = [prod(shape_without(o.shape, ca)) * o.dtype.itemsize for o, ca in zip(outs, cas)]  # bytes per index
+    recv_counts = [sum(u * rt[r] for u, rt in zip(unit, recv_table)) for r in range(c.size)]
+    recv = xp.empty(sum(recv_counts), _BYTES)
+    finish = _unpacker(recv, outs, cas, recv_table, xp)
+    args = (send, recv, send_counts, recv_counts, even)
+    return launch(c.transport_of(kind, _alike(c.size, send_counts, 1, even)), "alltoallv", args, finish, async_op)
+
+
+def _outs(outs: List[Any], arrays: List[Any], sas: List[int], cas: List[int], table: List[Sizes],
+          recv_table: List[Sizes], rank: int, xp: Any) -> List[Any]:
+    return [_out(o, a, xp, sa, ca, t[rank], rt) for o, a, sa, ca, t, rt in zip(outs, arrays, sas, cas, table, recv_table)]
+
+
+def _pack_list(arrays: List[Any], sas: List[int], table: List[Sizes], xp: Any, parts: int) -> Any:
+    """Every array's block for rank j, C-ordered, one after another, for j = 0, 1, ...: as bytes."""
+    pieces = []
+    starts = [0] * len(arrays)
+    for j in range(parts):
+        for i, (a, sa) in enumerate(zip(arrays, sas)):
+            n = table[i][j]
+            piece = xp.ascontiguousarray(a[block(sa, starts[i], starts[i] + n)])
+            starts[i] += n
+            pieces.append(as_wire(piece.reshape(-1), movement_dtype(a.dtype)).view(_BYTES))
+    return xp.concatenate(pieces) if pieces else xp.empty(0, _BYTES)
+
+
+def _unpacker(recv: Any, outs: List[Any], cas: List[int], recv_table: List[Sizes], xp: Any) -> Callable[[], Any]:
+    def finish() -> List[Any]:
+        offset = 0
+        starts = [0] * len(outs)
+        for r in range(len(recv_table[0]) if recv_table else 0):
+            for i, (o, ca) in enumerate(zip(outs, cas)):
+                n = recv_table[i][r]
+                wire = movement_dtype(o.dtype)
+                target = o.view(wire)[block(ca, starts[i], starts[i] + n)]
+                nbytes = target.size * wire.itemsize
+                xp.copyto(target, recv[offset : offset + nbytes].view(wire).reshape(target.shape))
+                starts[i] += n
+                offset += nbytes
+        return outs
+
+    return finish
