@@ -228,7 +228,8 @@ def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op:
     unit = [prod(shape_without(a.shape, ax)) * a.dtype.itemsize for a, ax in zip(arrays, axes)]  # bytes per index
     groups = buckets([u * sum(t) for u, t in zip(unit, table)], c.bucket_bytes)
     # One bucket of same-shape arrays along axis 0: the results are the rows of one new array.
-    uniform = c.size > 1 and len(groups) == 1 and unit[0] * sum(table[0]) > 0 and _uniform(arrays, axes, out)
+    uniform = c.size > 1 and len(groups) == 1 and unit[0] * sum(table[0]) > 0 and _uniform(arrays, axes, out) \
+        and table.count(table[0]) == len(table)  # every rank's arrays of one extent too
     if not uniform:
         outs = [check_out(o, with_extent(a.shape, ax, sum(t)), a.dtype, a, xp)
                 for a, ax, t, o in zip(arrays, axes, table, outs)]

@@ -155,15 +155,17 @@ def _many(xs: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # collective on first GPU use
     xp = module_of(kind)
     plan_of = {dt: reduce_plan(dt, op, transport.native_reduce) for dt in dtypes}
+    # One group per dtype (never per plan: bool and uint8 share one, but not their results' dtype).
     if len(plan_of) == 1:  # one dtype: one group, in order
-        groups = {next(iter(plan_of.values())): list(range(len(arrays)))}
+        groups = {next(iter(plan_of)): list(range(len(arrays)))}
     else:
         groups = {}
         for i, a in enumerate(arrays):
-            groups.setdefault(plan_of[a.dtype], []).append(i)
+            groups.setdefault(a.dtype, []).append(i)
     results: List[Any] = [None] * len(arrays)
     pending, finishers = [], []
-    for plan, members in groups.items():
+    for dtype, members in groups.items():
+        plan = plan_of[dtype]
         wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
         groups_of = buckets(wire_bytes, c.bucket_bytes)
         # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
@@ -175,7 +177,8 @@ def _many(xs: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
             send = concat([arrays[i] for i in idx], plan.wire, plan.widen, xp, pair[0][:nbytes] if pair else None)
             recv = pair[1][:nbytes].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
             pending.append(start(transport, "allreduce", (send, recv, plan.op), async_op))
-            finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None))
+            finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None,
+                                       out is None))
     return finish_all(pending, finishers, results, async_op)
 
 
@@ -190,14 +193,14 @@ def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
 
 
 def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], results: List[Any], plan: ReducePlan,
-              parts: int, xp: Any, scratched: bool) -> Callable[[], None]:
+              parts: int, xp: Any, scratched: bool, no_out: bool) -> Callable[[], None]:
     def finish() -> None:
         buf = recv
         if plan.divide:
             divide(buf, parts)
         if scratched:
             buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
-        if len(idx) == len(results) and _rows(arrays, outs, plan):  # one shape: the rows of a stack, at C speed
+        if no_out and len(idx) == len(results) and _rows(arrays, plan):  # one shape: the rows of a stack, at C speed
             results[:] = as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape)
             return
         offset = 0
@@ -218,10 +221,10 @@ def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], res
     return finish
 
 
-def _rows(arrays: List[Any], outs: List[Any], plan: ReducePlan) -> bool:
-    """Whether the results are simply the rows of the received buffer: one shape (>= 1-D), no out, no widening."""
+def _rows(arrays: List[Any], plan: ReducePlan) -> bool:
+    """Whether the results (no ``out``) are simply the rows of the received buffer: one shape (>= 1-D), no widening."""
     shapes = list(map(_shape_of, arrays))
-    return bool(shapes[0]) and not plan.widen and outs.count(None) == len(outs) and shapes.count(shapes[0]) == len(shapes)
+    return bool(shapes[0]) and not plan.widen and shapes.count(shapes[0]) == len(shapes)
 
 
 def _copy_into(out: Any, x: Any) -> Any:

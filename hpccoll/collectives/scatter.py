@@ -171,12 +171,13 @@ def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, 
     if c.size == 1:
         return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op)
     transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # collective on first GPU use
-    groups: Dict[ReducePlan, List[int]] = {}
+    groups: Dict[Any, List[int]] = {}  # one group per dtype (bool and uint8 share a plan, not a result dtype)
     for i, a in enumerate(arrays):
-        groups.setdefault(reduce_plan(a.dtype, op, transport.native_reduce), []).append(i)
+        groups.setdefault(a.dtype, []).append(i)
     pending, finishers = [], []
     results: List[Any] = [None] * len(arrays)
-    for plan, members in groups.items():
+    for dtype, members in groups.items():
+        plan = reduce_plan(dtype, op, transport.native_reduce)
         inner = {i: prod(shape_without(arrays[i].shape, axes[i])) for i in members}
         groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
         for bucket in groups_of:
