@@ -836,6 +836,24 @@ def test_host_mpi_transports_against_numpy(fresh, runtime, monkeypatch, transpor
     assert_same(got[3], full)
 
 
+@pytest.mark.parametrize("transport", ["staged", "cuda_mpi", "nccl"])
+def test_in_place_reduce_scatter_whose_block_overlaps_the_start(fresh, runtime, monkeypatch, transport):
+    """In place, a rank's block that starts before its own length: MPI leaves the result at the start,
+    and moving it into place is an overlapping copy (undefined for CuPy copies unless staged through a copy)."""
+    monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "1")
+    c = fresh(transport=transport)
+    cp.cuda.Device(c.rank % runtime.devices).use()
+    sizes = [1] + [3] * (c.size - 1)
+    stack, y = stack_for(c, (sum(sizes), 2), np.float64, seed=9)
+    whole = dev(y)
+    lo = sum(sizes[: c.rank])
+    mine = whole[lo : lo + sizes[c.rank]]
+    got = hpccoll.reduce_scatter(whole, c, sizes=sizes, out=mine)
+    assert got is mine
+    assert_close(host(mine), block(reference(stack, "sum"), 0, sizes, c.rank))
+
+
+
 # --------------------------------------------------------------------------- faults: async errors, timeouts
 
 

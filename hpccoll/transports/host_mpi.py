@@ -165,7 +165,9 @@ def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:
     """A step that copies ``buf[:count]`` to ``buf[start:start + count]`` (overlap allowed)."""
 
     def move() -> None:
-        buf[start : start + count] = buf[:count]
+        # Overlapping ranges (start < count) are copied out first: NumPy would cope, but on CuPy arrays
+        # (transport cuda_mpi) the copy is cudaMemcpyAsync or a parallel kernel, undefined on overlap.
+        buf[start : start + count] = buf[:count].copy() if start < count else buf[:count]
 
     return move
 
