@@ -288,9 +288,11 @@ def _launch(calls: List[_Call]) -> None:
         GPU.run(stream, len(stream.ops))
     elif GPU.mode == "random" and len(comms) == 1:
         # Run this launch early on every rank or on none: the decision comes from the communicator's own
-        # generator (the same on every member), and only when nothing else NCCL would run with it.
-        comm = next(iter(comms))
-        if comm._rng.random() < 0.5 and GPU.nccl_pending(stream, len(stream.ops)) == [op]:
+        # generator (the same on every member), and only when the NCCL work it would run belongs to this
+        # communicator alone (queued in the same order on every member).
+        if next(iter(comms))._rng.random() < 0.5 and all(
+            o.nccl == comms for o in GPU.nccl_pending(stream, len(stream.ops))
+        ):
             GPU.run(stream, len(stream.ops))
 
 

@@ -337,7 +337,8 @@ def test_streams_are_the_callers(gpu, runtime):
         assert first != 0 and runs == [first, blocking.ptr, 0]
 
 
-def test_results_wait_for_their_collective(gpu):
+@pytest.mark.parametrize("standin_mode", ["deferred"])  # what it checks is deferral itself
+def test_results_wait_for_their_collective(gpu, standin_mode):
     """Nothing runs until something waits: a read that skips the wait sees fresh memory, not the result."""
     stack, x = stack_for(gpu, (5,), np.float64, seed=1)
     y = hpccoll.all_reduce(dev(x), gpu)
@@ -367,7 +368,8 @@ def test_another_stream_needs_an_event(gpu):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_padding_temporaries_outlive_their_calls(gpu):
+@pytest.mark.parametrize("standin_mode", ["deferred"])  # what it checks is deferral itself
+def test_padding_temporaries_outlive_their_calls(gpu, standin_mode):
     """Padded calls free their temporaries at return, queued work still pending: fine in stream order."""
     t = nccl_of(gpu)
     t.uneven = "pad"
@@ -496,7 +498,8 @@ def test_standin_enforces_nccls_argument_rules(gpu, runtime, monkeypatch):
     assert np.isfinite(got).all()
 
 
-def test_standin_tracks_lifetimes(gpu, runtime):
+@pytest.mark.parametrize("standin_mode", ["deferred"])  # what it checks is deferral itself
+def test_standin_tracks_lifetimes(gpu, runtime, standin_mode):
     """Freed memory: fine behind same-stream work, reported and poisoned when used after the free."""
     nc, s = nccl_of(gpu)._nc, runtime.stream()
     f64, total = standin.NCCL_FLOAT64, float(gpu.size)
