@@ -291,6 +291,17 @@ def test_chunking_at_the_bindings_limit(gpu, monkeypatch):
         assert calls(gpu) and max(call[1] for call in calls(gpu)) <= 3
 
 
+def test_default_limit_fits_the_binding(monkeypatch):
+    """The transport's default largest count passes the binding's C count type for every call it makes
+    (C ``int`` for broadcast and bcast in older CuPy)."""
+    monkeypatch.setattr(standin, "INT_COUNT_CALLS", frozenset({"broadcast", "bcast"}))
+    limit = nccl_mod.NcclTransport.max_count
+    for call in ("allGather", "allReduce", "reduceScatter", "broadcast", "bcast", "reduce", "send", "recv"):
+        assert standin._count(limit, call) == limit
+    with pytest.raises(OverflowError, match="value too large to convert to int"):
+        standin._count(limit + 1, "broadcast")
+
+
 @pytest.mark.parametrize("design", ["grouped", "pad"])
 def test_primitives_directly(gpu, design):
     """The transport's primitives on flat buffers, at every size including one rank."""
