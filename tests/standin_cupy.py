@@ -51,7 +51,6 @@ import operator
 import os
 import random
 import sys
-import traceback
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -73,10 +72,12 @@ class StandInHang(AssertionError):
 
 def _caller() -> str:
     """Where the code under test called the stand-in from (for messages)."""
-    for frame in reversed(traceback.extract_stack(limit=14)[:-2]):
-        if "standin_" not in frame.filename:
-            return f"{os.path.basename(frame.filename)}:{frame.lineno} ({frame.name})"
-    return "?"
+    frame = sys._getframe(1)
+    while frame is not None and "standin_" in frame.f_code.co_filename:
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
 
 
 # --------------------------------------------------------------------------- memory
