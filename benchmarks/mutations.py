@@ -166,7 +166,8 @@ def run_suite(tree: pathlib.Path, np_: int, timeout: int, hang: int) -> Tuple[st
     where = failed.group(1).split("::")[-1] if failed else "?"
     block = re.search(r"((?:^E .*\n)+)", out, re.M)  # the first failure's E lines
     lines = [ln[1:].strip() for ln in block.group(1).splitlines()] if block else []
-    what = " ".join(ln for ln in lines if ln)[:160] or ("time limit" if rc is None else f"exit status {rc}")
+    what = re.sub(r"\bstandin_(cupy|nccl)\.", "", " ".join(ln for ln in lines if ln))[:110]
+    what = what or ("time limit" if rc is None else f"exit status {rc}")
     if rc is None:
         return "hangs (cut at the time limit)", f"{where}: {what}", seconds
     if what.startswith("AttributeError"):  # the planted code cannot even run on this stand-in's arrays

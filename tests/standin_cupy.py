@@ -824,53 +824,26 @@ class ndarray:  # noqa: N801 - CuPy's name
     def prod(self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> "ndarray":
         return _reduce(np.multiply, self, axis, dtype, out, keepdims)
 
-    # ---- arithmetic: one queued elementwise kernel each
-    def _binary(self, other: Any, ufunc: Any, reflected: bool = False) -> "ndarray":
-        return _elementwise(ufunc, [other, self] if reflected else [self, other])
 
-    def _inplace(self, other: Any, ufunc: Any) -> "ndarray":
+def _arithmetic(ufunc: Any) -> Tuple[Callable, Callable, Callable]:
+    """``a op b``, ``b op a`` and ``a op= b`` for ``ufunc``: one queued elementwise kernel each."""
+
+    def forward(self: ndarray, other: Any) -> ndarray:
+        return _elementwise(ufunc, [self, other])
+
+    def reflected(self: ndarray, other: Any) -> ndarray:
+        return _elementwise(ufunc, [other, self])
+
+    def in_place(self: ndarray, other: Any) -> ndarray:
         _elementwise(ufunc, [self, other], out=self)
         return self
 
-    def __add__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.add)
+    return forward, reflected, in_place
 
-    def __radd__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.add, True)
 
-    def __sub__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.subtract)
-
-    def __rsub__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.subtract, True)
-
-    def __mul__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.multiply)
-
-    def __rmul__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.multiply, True)
-
-    def __truediv__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.true_divide)
-
-    def __rtruediv__(self, other: Any) -> "ndarray":
-        return self._binary(other, np.true_divide, True)
-
-    def __iadd__(self, other: Any) -> "ndarray":
-        return self._inplace(other, np.add)
-
-    def __isub__(self, other: Any) -> "ndarray":
-        return self._inplace(other, np.subtract)
-
-    def __imul__(self, other: Any) -> "ndarray":
-        return self._inplace(other, np.multiply)
-
-    def __itruediv__(self, other: Any) -> "ndarray":
-        return self._inplace(other, np.true_divide)
-
-    def __neg__(self) -> "ndarray":
-        return _elementwise(np.negative, [self])
-
+for _op, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide)):
+    for _prefix, _method in zip(("", "r", "i"), _arithmetic(_ufunc)):
+        setattr(ndarray, f"__{_prefix}{_op}__", _method)
 
 ndarray.__module__ = "cupy"  # hpccoll recognises CuPy arrays in lists by their type's module
 

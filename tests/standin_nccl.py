@@ -401,22 +401,18 @@ class MPIStandInNcclCommunicator:
 
     def destroy(self) -> None:
         """Finish queued calls (as ``ncclCommDestroy`` does), then free the communicator."""
-        if self._mpi is None:
-            return
-        if not self._stalled:
-            for op in self._queued:
-                GPU.run(op.stream, op.index + 1)
-        self._aborted = True
-        self._queued = []
-        if not MPI.Is_finalized():
-            self._mpi.Free()
-        self._mpi = None
-        MPIStandInNcclCommunicator.destroyed += 1
+        self._close(finish=True)
 
     def abort(self) -> None:
         """Queued calls exit without moving data (``ncclCommAbort``); the communicator is gone."""
+        self._close(finish=False)
+
+    def _close(self, finish: bool) -> None:
         if self._mpi is None:
             return
+        if finish and not self._stalled:
+            for op in self._queued:
+                GPU.run(op.stream, op.index + 1)
         self._aborted = True
         self._queued = []
         if not MPI.Is_finalized():
@@ -429,8 +425,22 @@ class MPIStandInNcclCommunicator:
         if self._mpi is None:
             raise NcclError("NCCL_ERROR_INVALID_ARGUMENT: the communicator was destroyed or aborted")
 
-    def _log(self, name: str, count: int, datatype: int, op: Any, root: Any, stream: Any) -> Any:
+    def _begin(self, name: str, count: Any, datatype: Any, stream: Any, op: Any = None, root: Any = None) -> tuple:
+        """Convert the arguments as the binding's C signature does, log the call, check the communicator,
+        datatype and op; ``(count, datatype, op, root, dtype, stream object)``."""
+        count, datatype = _count(count, name), _cint(datatype)
+        op = None if op is None else _cint(op)
+        root = None if root is None else _cint(root)
+        stream = _intptr(stream)
         self.calls.append((name, count, datatype, op, root, stream))
+        s = self._stream_of(name, stream)
+        self._usable()
+        dtype = _dtype(datatype)
+        if op is not None:
+            _check_op(op)
+        return count, datatype, op, root, dtype, s
+
+    def _stream_of(self, name: str, stream: int) -> Any:
         try:
             return _stream(stream)
         except RuntimeError as exc:
@@ -490,11 +500,8 @@ class MPIStandInNcclCommunicator:
 
     # ---- collectives
     def allGather(self, sendbuf: int, recvbuf: int, count: int, datatype: int, stream: int) -> None:  # noqa: N802
-        sendbuf, recvbuf, count, datatype, stream = (
-            _intptr(sendbuf), _intptr(recvbuf), _count(count, "allGather"), _cint(datatype), _intptr(stream))
-        s = self._log("allGather", count, datatype, None, None, stream)
-        self._usable()
-        dtype = _dtype(datatype)
+        sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
+        count, datatype, _, _, dtype, s = self._begin("allGather", count, datatype, stream)
         send = self._device_buffer("allGather", "sendbuff", sendbuf, count, dtype)
         recv = self._device_buffer("allGather", "recvbuff", recvbuf, count * self._size, dtype)
         self._layout("allGather", send, recv, recvbuf + self._rank * count * dtype.itemsize,
@@ -508,13 +515,8 @@ class MPIStandInNcclCommunicator:
 
     def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int,  # noqa: N802
                   stream: int) -> None:
-        sendbuf, recvbuf, count, datatype, op, stream = (
-            _intptr(sendbuf), _intptr(recvbuf), _count(count, "allReduce"), _cint(datatype), _cint(op),
-            _intptr(stream))
-        s = self._log("allReduce", count, datatype, op, None, stream)
-        self._usable()
-        dtype = _dtype(datatype)
-        _check_op(op)
+        sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
+        count, datatype, op, _, dtype, s = self._begin("allReduce", count, datatype, stream, op=op)
         send = self._device_buffer("allReduce", "sendbuff", sendbuf, count, dtype)
         recv = self._device_buffer("allReduce", "recvbuff", recvbuf, count, dtype)
         self._layout("allReduce", send, recv, recvbuf, "allReduce: sendbuff == recvbuff")
@@ -527,13 +529,8 @@ class MPIStandInNcclCommunicator:
 
     def reduceScatter(self, sendbuf: int, recvbuf: int, recvcount: int, datatype: int, op: int,  # noqa: N802
                       stream: int) -> None:
-        sendbuf, recvbuf, recvcount, datatype, op, stream = (
-            _intptr(sendbuf), _intptr(recvbuf), _count(recvcount, "reduceScatter"), _cint(datatype), _cint(op),
-            _intptr(stream))
-        s = self._log("reduceScatter", recvcount, datatype, op, None, stream)
-        self._usable()
-        dtype = _dtype(datatype)
-        _check_op(op)
+        sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
+        recvcount, datatype, op, _, dtype, s = self._begin("reduceScatter", recvcount, datatype, stream, op=op)
         send = self._device_buffer("reduceScatter", "sendbuff", sendbuf, recvcount * self._size, dtype)
         recv = self._device_buffer("reduceScatter", "recvbuff", recvbuf, recvcount, dtype)
         # In place: recvbuff == sendbuff + rank*recvcount, i.e. sendbuff == recvbuff - rank*recvcount.
@@ -556,11 +553,8 @@ class MPIStandInNcclCommunicator:
 
     def _broadcast(self, name: str, sendbuff: Any, recvbuff: Any, count: Any, datatype: Any, root: Any,
                    stream: Any) -> None:
-        sendbuff, recvbuff, count, datatype, root, stream = (
-            _intptr(sendbuff), _intptr(recvbuff), _count(count, name), _cint(datatype), _cint(root), _intptr(stream))
-        s = self._log(name, count, datatype, None, root, stream)
-        self._usable()
-        dtype = _dtype(datatype)
+        sendbuff, recvbuff = _intptr(sendbuff), _intptr(recvbuff)
+        count, datatype, _, root, dtype, s = self._begin(name, count, datatype, stream, root=root)
         if not 0 <= root < self._size:
             raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: root {root} of {self._size} ranks")
         mine = self._rank == root
@@ -578,13 +572,8 @@ class MPIStandInNcclCommunicator:
 
     def reduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int, root: int,
                stream: int) -> None:
-        sendbuf, recvbuf, count, datatype, op, root, stream = (
-            _intptr(sendbuf), _intptr(recvbuf), _count(count, "reduce"), _cint(datatype), _cint(op), _cint(root),
-            _intptr(stream))
-        s = self._log("reduce", count, datatype, op, root, stream)
-        self._usable()
-        dtype = _dtype(datatype)
-        _check_op(op)
+        sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
+        count, datatype, op, root, dtype, s = self._begin("reduce", count, datatype, stream, op=op, root=root)
         if not 0 <= root < self._size:
             raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: reduce: root {root} of {self._size} ranks")
         mine = self._rank == root
@@ -608,22 +597,16 @@ class MPIStandInNcclCommunicator:
 
     # ---- point-to-point
     def send(self, sendbuf: int, count: int, datatype: int, peer: int, stream: int) -> None:
-        sendbuf, count, datatype, peer, stream = (
-            _intptr(sendbuf), _count(count, "send"), _cint(datatype), _cint(peer), _intptr(stream))
-        s = self._log("send", count, datatype, None, peer, stream)
-        self._usable()
-        dtype = _dtype(datatype)
+        sendbuf = _intptr(sendbuf)
+        count, datatype, _, peer, dtype, s = self._begin("send", count, datatype, stream, root=peer)
         buf = self._device_buffer("send", "sendbuff", sendbuf, count, dtype)
         self._call("send", ("send", count, datatype, None, peer), s,
                    lambda: self._mpi.Isend(_buffer(sendbuf, count, dtype).view(np.uint8), dest=peer, tag=1),
                    [buf], [], p2p=True)
 
     def recv(self, recvbuf: int, count: int, datatype: int, peer: int, stream: int) -> None:
-        recvbuf, count, datatype, peer, stream = (
-            _intptr(recvbuf), _count(count, "recv"), _cint(datatype), _cint(peer), _intptr(stream))
-        s = self._log("recv", count, datatype, None, peer, stream)
-        self._usable()
-        dtype = _dtype(datatype)
+        recvbuf = _intptr(recvbuf)
+        count, datatype, _, peer, dtype, s = self._begin("recv", count, datatype, stream, root=peer)
         buf = self._device_buffer("recv", "recvbuff", recvbuf, count, dtype)
         self._call("recv", ("recv", count, datatype, None, peer), s,
                    lambda: self._mpi.Irecv(_buffer(recvbuf, count, dtype).view(np.uint8), source=peer, tag=1),
