@@ -55,6 +55,8 @@ def runtime(request, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cp)
     params = getattr(getattr(request.node, "callspec", None), "params", {})
     rt = StandInRuntime(mode=params.get("standin_mode"))
+    if cp.GPU.mode == "random":  # shown with a failure's captured output
+        print(f"GPU stand-in: random mode, HPCCOLL_STANDIN_SEED={cp.GPU.seed}")
     with _cuda.use_runtime(rt), cp.cuda.Stream(non_blocking=True):
         yield rt
         cp.GPU.synchronize()
