@@ -65,7 +65,7 @@ import os
 import random
 import sys
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 from mpi4py import MPI
