@@ -132,9 +132,10 @@ test-jobs: lint-jobs
 
 # ----------------------------------------------------------------------------
 # Reliability checks (docs/reliability.md): long property sweeps, messages over 2^31 elements,
-# memory and leak measurements, the no-check mismatch table, and the soak run.
+# memory and leak measurements, the no-check mismatch table, the GPU stand-in's mutation table,
+# and the soak run.
 
-.PHONY: test-long test-large bench-memory bench-watchdog mismatch-table soak
+.PHONY: test-long test-large bench-memory bench-watchdog mismatch-table mutation-table soak
 
 LONG_NP      ?= 2 3
 HPCCOLL_HYPOTHESIS_SEED ?= $(shell date +%s)
@@ -161,6 +162,10 @@ mismatch-table: venv
 	$(PY) benchmarks/mismatch.py --limit 8
 	$(PY) benchmarks/mismatch.py --limit 8 --check
 	$(PY) benchmarks/mismatch.py --limit 8 --timeout 3
+
+## mutation-table: plant GPU ordering/lifetime bugs one at a time in a scratch copy; the stand-in tests must catch each
+mutation-table: venv
+	timeout 2400 $(PY) benchmarks/mutations.py --np 2 --scratch $${TMPDIR:-/tmp}/hpccoll-mutations
 
 ## bench-watchdog: the cost of HPCCOLL_TIMEOUT, with and without, interleaved, at 2 ranks
 bench-watchdog: venv

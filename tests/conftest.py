@@ -43,6 +43,15 @@ def pytest_configure(config):
     world = MPI.COMM_WORLD
     if world.size > 1 and not config.option.basetemp:
         config.option.basetemp = os.path.join(tempfile.gettempdir(), f"hpccoll-pytest-rank{world.rank}")
+    # The GPU stand-in's random mode (tests/standin_cupy.py) draws from one seed, the same on every rank.
+    seed = os.environ.get("HPCCOLL_STANDIN_SEED", "").strip() or str(int.from_bytes(os.urandom(4), "little"))
+    os.environ["HPCCOLL_STANDIN_SEED"] = world.bcast(seed, root=0)
+
+
+def pytest_report_header(config):
+    """Print the stand-in GPU's seed, so a failure in its random mode can be repeated."""
+    seed = os.environ["HPCCOLL_STANDIN_SEED"]
+    return f"GPU stand-in: random mode seed {seed} (repeat with HPCCOLL_STANDIN_SEED={seed})"
 
 
 @pytest.fixture(scope="session")
@@ -118,23 +127,44 @@ def reference(stack, op):
     return ufunc.reduce(stack, axis=0, dtype=dtype)
 
 
+#: Machine epsilon and smallest subnormal of the 16-bit floats (bfloat16 has no np.finfo).
+EPS16 = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+TINY16 = {"float16": 2.0**-24, "bfloat16": 2.0**-133}
+
+
 def tolerance(dtype):
     """``rtol`` for comparing a reduction in ``dtype`` with the float64 reference."""
     dtype = np.dtype(dtype)
     if dtype.kind in "biu":
         return 0.0
-    return {2: 1e-2, 4: 2e-6, 8: 1e-13}[dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize]
+    if dtype.itemsize == 2:  # a few units in the last place, relative to each value (see assert_close)
+        return 4 * EPS16[dtype.name]
+    return {4: 2e-6, 8: 1e-13}[dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize]
 
 
 def assert_close(got, want):
-    """Compare a reduction with its reference: exact for bool and integers, else by tolerance."""
+    """Compare a reduction with its reference: exact for bool and integers, else by tolerance.
+
+    16-bit floats are compared relative to each value's own magnitude (a fixed
+    absolute tolerance would leave small values unchecked); wider floats, whose
+    test data are O(1), with ``rtol = atol``.
+    """
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
     rtol = tolerance(want.dtype)
     if rtol == 0.0:
         np.testing.assert_array_equal(got, want)
+        return
+    wide = np.complex128 if want.dtype.kind == "c" else np.float64
+    g, w = got.astype(wide), want.astype(wide)
+    if want.dtype.itemsize == 2:
+        tiny = TINY16[want.dtype.name]
+        bad = ~((np.abs(g - w) <= rtol * np.abs(w) + tiny) | (np.isnan(g) & np.isnan(w)) | (g == w))
+        assert not bad.any(), (
+            f"{int(bad.sum())} of {bad.size} {want.dtype} values differ by more than rtol={rtol:.2g} of their "
+            f"magnitude: got {g[bad][:5]}, want {w[bad][:5]}"
+        )
     else:
-        wide = np.complex128 if want.dtype.kind == "c" else np.float64
-        np.testing.assert_allclose(got.astype(wide), want.astype(wide), rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
 
 
 def assert_same(got, want):

@@ -1,23 +1,32 @@
-"""The GPU transports' own logic in CPU-only CI, against a stand-in for CuPy's NCCL binding.
+"""The GPU transports' own logic in CPU-only CI, on a stand-in GPU that defers work like a real one.
 
 The real ``hpccoll/transports/nccl.py`` (and ``staged.py``, ``cuda_mpi.py``)
-run here; only the NCCL binding and the CuPy runtime are replaced, by the
-NumPy-over-MPI stand-in in ``tests/standin_nccl.py`` (a test fixture, never a
-transport). For the tests through the public API, ``select_transport`` in
-``hpccoll._api`` is pointed at the CuPy-side choice, so NumPy arrays take the
-GPU code path; everything else (axes, uneven sizes, dtype plans, ``avg``) is
-the library's own.
+and the real CuPy code paths of ``hpccoll.collectives`` run here on arrays of the
+CuPy stand-in (``tests/standin_cupy.py``, installed as ``cupy`` for each
+test), with the NumPy-over-MPI stand-in for CuPy's NCCL binding
+(``tests/standin_nccl.py``). Both are test fixtures, never transports.
+
+Device work runs only when something waits for it, so a result read before
+its collective ran, a temporary freed or reused while queued work still
+needs it, or work on the wrong stream gives wrong data or a ``StandInRace``
+here, as it would on a GPU. Each test runs on a non-blocking stream of its
+own (never the default stream) unless it says otherwise; results are read
+with ``get()`` and compared with NumPy.
 """
+
+import sys
 
 import numpy as np
 import pytest
 
 import hpccoll
+import standin_cupy as cp
 import standin_nccl as standin
 from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, assert_close, assert_same, make, reference
 from hpccoll.transports import _cuda, choose_transport, cuda_mpi
 from hpccoll.transports import nccl as nccl_mod
-from standin_nccl import MPIStandInNcclCommunicator, StandInRuntime
+from standin_cupy import StandInHang, StandInRace
+from standin_nccl import MPIStandInNcclCommunicator, NcclError, StandInRuntime
 from test_all_gather import shards
 from test_reductions import OPS, block, stack_for, unsupported
 
@@ -27,19 +36,30 @@ pytestmark = pytest.mark.mpi
 # failure on one rank cannot leave the other ranks waiting in a collective.
 
 
-# --------------------------------------------------------------------------- fixtures
+# --------------------------------------------------------------------------- fixtures and helpers
 
 
 @pytest.fixture
-def runtime(monkeypatch):
-    """The stand-in CuPy runtime, installed for the test; hpccoll's GPU choice reset."""
+def runtime(request, monkeypatch):
+    """The stand-in GPU: CuPy stand-in installed as ``cupy``, a fresh device, the caller on its own stream.
+
+    A test parametrised with ``standin_mode`` runs in that mode (``random``:
+    queued work also runs at random earlier points, seeded by
+    ``HPCCOLL_STANDIN_SEED``, printed in the session header). Afterwards
+    everything still queued runs, and any race or use after free fails the test.
+    """
     for name in ("HPCCOLL_CUDA_AWARE_MPI", "HPCCOLL_NCCL_UNEVEN", "HPCCOLL_TRANSPORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(nccl_mod, "_CHOSEN", None)
     monkeypatch.setattr(cuda_mpi, "_warned", False)
-    rt = StandInRuntime()
-    with _cuda.use_runtime(rt):
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    rt = StandInRuntime(mode=params.get("standin_mode"))
+    if cp.GPU.mode == "random":  # shown with a failure's captured output
+        print(f"GPU stand-in: random mode, HPCCOLL_STANDIN_SEED={cp.GPU.seed}")
+    with _cuda.use_runtime(rt), cp.cuda.Stream(non_blocking=True):
         yield rt
+        cp.GPU.synchronize()
 
 
 @pytest.fixture
@@ -56,21 +76,26 @@ def fresh(comm, runtime):
         c.free()
 
 
-def route_to_cupy_transports(monkeypatch):
-    """Send NumPy arrays through the transports CuPy arrays would use (the stand-ins).
-
-    Every collective reaches the network through ``Communicator.transport_of``
-    (its common-case branch too), so this one patch routes them all.
-    """
-    transport_of = hpccoll.Communicator.transport_of
-    monkeypatch.setattr(hpccoll.Communicator, "transport_of", lambda c, kind, nbytes=0: transport_of(c, "cupy", nbytes))
-
-
 @pytest.fixture
-def gpu(fresh, monkeypatch):
-    """A Communicator whose collectives take the CuPy-side transports (NCCL over the stand-in)."""
-    route_to_cupy_transports(monkeypatch)
-    return fresh()
+def gpu(fresh, runtime):
+    """A Communicator whose CuPy arrays take the NCCL transport (over the stand-in).
+
+    Each rank selects its GPU first, as a job must before allocating (one
+    node here: the rank is the node-local rank); hpccoll then keeps it.
+    """
+    c = fresh()
+    cp.cuda.Device(c.rank % runtime.devices).use()
+    return c
+
+
+def dev(a):
+    """``a`` on the stand-in GPU (a list: each array)."""
+    return [cp.asarray(x) for x in a] if isinstance(a, list) else cp.asarray(a)
+
+
+def host(a):
+    """``a`` read back (``get()``: waits for the current stream only, as CuPy's does)."""
+    return [x.get() for x in a] if isinstance(a, list) else a.get()
 
 
 def nccl_of(c):
@@ -92,18 +117,18 @@ def test_reductions_every_dtype_and_op(gpu, dtype, op):
     stack, x = stack_for(gpu, (2 * gpu.size + 1, 3), dtype, seed=11)
     if unsupported(dtype, op):
         with pytest.raises(hpccoll.DTypeError, match="op="):
-            hpccoll.reduce_scatter(x, gpu, op=op)
+            hpccoll.reduce_scatter(dev(x), gpu, op=op)
         return
-    scattered = hpccoll.reduce_scatter(x, gpu, op=op)
-    reduced = hpccoll.all_reduce(x, gpu, op=op)
-    y = x.copy()
+    scattered = hpccoll.reduce_scatter(dev(x), gpu, op=op)
+    reduced = hpccoll.all_reduce(dev(x), gpu, op=op)
+    y = dev(x)
     in_place = hpccoll.all_reduce(y, gpu, op=op, out=y)
     want = reference(stack, op)
     sizes = hpccoll.split_sizes(x.shape[0], gpu.size)
-    assert_close(scattered, block(want, 0, sizes, gpu.rank))
-    assert_close(reduced, want)
+    assert_close(host(scattered), block(want, 0, sizes, gpu.rank))
+    assert_close(host(reduced), want)
     assert in_place is y
-    assert_close(y, want)
+    assert_close(host(y), want)
     assert choose_transport(gpu, "cupy").name == "nccl"
 
 
@@ -111,24 +136,30 @@ def test_reductions_every_dtype_and_op(gpu, dtype, op):
 def test_all_gather_every_dtype(gpu, dtype):
     sizes = SIZE_PATTERNS["uneven"](gpu.size)
     x, full = shards(gpu, (2, 0, 3), 1, sizes, dtype)
-    assert_same(hpccoll.all_gather(x, gpu, axis=1), full)
+    assert_same(host(hpccoll.all_gather(dev(x), gpu, axis=1)), full)
 
 
+@pytest.mark.parametrize("standin_mode", ["deferred", "random"])
 @pytest.mark.parametrize("design", ["grouped", "pad", "auto"])
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
-def test_uneven_designs(gpu, design, pattern):
+def test_uneven_designs(gpu, design, pattern, standin_mode):
     nccl_of(gpu).uneven = design
     sizes = SIZE_PATTERNS[pattern](gpu.size)
     x, full = shards(gpu, (3, 0, 2), 1, sizes, np.float32, seed=4)
-    gathered = hpccoll.all_gather(x, gpu, axis=1, sizes=sizes)
+    gathered = hpccoll.all_gather(dev(x), gpu, axis=1, sizes=sizes)
     stack, z = stack_for(gpu, (3, sum(sizes), 2), np.int64, seed=5)
-    scattered = hpccoll.reduce_scatter(z, gpu, axis=-2, sizes=sizes)
-    assert_same(gathered, full)
-    assert_close(scattered, block(reference(stack, "sum"), 1, sizes, gpu.rank))
+    scattered = hpccoll.reduce_scatter(dev(z), gpu, axis=-2, sizes=sizes)
+    stack16, w = stack_for(gpu, (sum(sizes) + 1,), np.int16, seed=6)  # widened to 32 bits, then narrowed
+    sizes16 = hpccoll.split_sizes(w.size, gpu.size)
+    scattered16 = hpccoll.reduce_scatter(dev(w), gpu, op="prod", sizes=sizes16)
+    assert_same(host(gathered), full)
+    assert_close(host(scattered), block(reference(stack, "sum"), 1, sizes, gpu.rank))
+    assert_close(host(scattered16), block(reference(stack16, "prod"), 0, sizes16, gpu.rank))
     counts = [s * 6 for s in sizes]
     even = len(set(counts)) == 1
     padded = gpu.size * max(counts) <= (1 + nccl_mod.PAD_SLACK) * sum(counts)
-    used = {call[0] for call in calls(gpu)}
+    used = {call[0] for call in calls(gpu, "allGather", "broadcast")} | {
+        call[0] for call in calls(gpu) if call[2] == standin.NCCL_INT64}
     if gpu.size == 1:
         assert used == set()  # one rank: the API copies, NCCL is not called
     elif even or design == "pad" or (design == "auto" and padded):
@@ -140,9 +171,10 @@ def test_uneven_designs(gpu, design, pattern):
 def test_axis_and_layouts_with_out(gpu):
     sizes = SIZE_PATTERNS["empty-last"](gpu.size)
     x, full = shards(gpu, (2, 3, 0), 2, sizes, np.complex128, seed=8)
-    out = np.asfortranarray(np.empty_like(full))
-    assert hpccoll.all_gather(np.asfortranarray(x), gpu, axis=-1, out=out) is out
-    assert_same(out, full)
+    out = cp.asfortranarray(cp.empty(full.shape, full.dtype))
+    got = hpccoll.all_gather(cp.asfortranarray(dev(x)), gpu, axis=-1, out=out)
+    assert got is out
+    assert_same(host(out), full)
 
 
 # --------------------------------------------------------------------------- dtypes and ops on the wire
@@ -159,11 +191,11 @@ def wire_types(c, *names):
      ("complex64", "NCCL_FLOAT32", 2), ("complex128", "NCCL_FLOAT64", 2), ("float16", "NCCL_FLOAT16", 1),
      ("bfloat16", "NCCL_UINT8", 2), ("int64", "NCCL_INT64", 1)],
 )
-def test_movement_types(gpu, dtype, nccl_type, scale):
+def test_movement_types(gpu, runtime, dtype, nccl_type, scale):
     dtype = [d for d in DTYPES if d.name == dtype][0]
     x, full = shards(gpu, (0,), 0, [2] * gpu.size, dtype)
-    assert_same(hpccoll.all_gather(x, gpu), full)
-    assert calls(gpu) == [("allGather", 2 * scale, getattr(standin, nccl_type), None, None, StandInRuntime.STREAM)]
+    assert_same(host(hpccoll.all_gather(dev(x), gpu)), full)
+    assert calls(gpu) == [("allGather", 2 * scale, getattr(standin, nccl_type), None, None, runtime.stream())]
 
 
 @pytest.mark.mpi(min_size=2)
@@ -174,11 +206,11 @@ def test_movement_types(gpu, dtype, nccl_type, scale):
      ("float16", "avg", "NCCL_FLOAT16", "NCCL_SUM", 1), ("bfloat16", "max", "NCCL_BFLOAT16", "NCCL_MAX", 1),
      ("complex64", "sum", "NCCL_FLOAT32", "NCCL_SUM", 2), ("complex128", "avg", "NCCL_FLOAT64", "NCCL_SUM", 2)],
 )
-def test_reduction_types(gpu, dtype, op, nccl_type, nccl_op, scale):
+def test_reduction_types(gpu, runtime, dtype, op, nccl_type, nccl_op, scale):
     dtype = [d for d in DTYPES if d.name == dtype][0]
     stack, x = stack_for(gpu, (5,), dtype, seed=3)
-    assert_close(hpccoll.all_reduce(x, gpu, op=op), reference(stack, op))
-    want = ("allReduce", 5 * scale, getattr(standin, nccl_type), getattr(standin, nccl_op), None, StandInRuntime.STREAM)
+    assert_close(host(hpccoll.all_reduce(dev(x), gpu, op=op)), reference(stack, op))
+    want = ("allReduce", 5 * scale, getattr(standin, nccl_type), getattr(standin, nccl_op), None, runtime.stream())
     assert calls(gpu) == [want]
 
 
@@ -187,9 +219,9 @@ def test_bfloat16_widened_before_nccl_2_10(gpu, monkeypatch):
     monkeypatch.setattr(standin, "VERSION", 20903)
     dtype = [d for d in DTYPES if d.name == "bfloat16"][0]
     stack, x = stack_for(gpu, (4,), dtype, seed=2)
-    got = hpccoll.all_reduce(x, gpu, op="sum")
+    got = hpccoll.all_reduce(dev(x), gpu, op="sum")
     assert "bfloat16" not in nccl_of(gpu).native_reduce
-    assert_close(got, reference(stack, "sum"))
+    assert_close(host(got), reference(stack, "sum"))
     assert wire_types(gpu) == {standin.NCCL_FLOAT32}
 
 
@@ -200,14 +232,14 @@ def test_native_reduce(gpu):
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_complex_prod_by_all_to_all(gpu, dtype):
     stack, x = stack_for(gpu, (2 * gpu.size + 1,), np.dtype(dtype), seed=6)
-    scattered = hpccoll.reduce_scatter(x, gpu, op="prod")
-    reduced = hpccoll.all_reduce(x, gpu, op="prod")
-    y = x.copy()
+    scattered = hpccoll.reduce_scatter(dev(x), gpu, op="prod")
+    reduced = hpccoll.all_reduce(dev(x), gpu, op="prod")
+    y = dev(x)
     hpccoll.all_reduce(y, gpu, op="prod", out=y)
     want = reference(stack, "prod")
-    assert_close(scattered, block(want, 0, hpccoll.split_sizes(x.size, gpu.size), gpu.rank))
-    assert_close(reduced, want)
-    assert_close(y, want)
+    assert_close(host(scattered), block(want, 0, hpccoll.split_sizes(x.size, gpu.size), gpu.rank))
+    assert_close(host(reduced), want)
+    assert_close(host(y), want)
     if gpu.size > 1:  # complex products are not elementwise on reals: blocks travel, then multiply
         assert {"send", "recv"} <= {call[0] for call in calls(gpu)}
         real = standin.NCCL_FLOAT32 if dtype == "complex64" else standin.NCCL_FLOAT64
@@ -215,7 +247,7 @@ def test_complex_prod_by_all_to_all(gpu, dtype):
 
 
 def test_complex_max_refused(gpu):
-    x = np.ones(3, np.complex64)
+    x = cp.ones(3, np.complex64)
     with pytest.raises(hpccoll.DTypeError, match="op='max'"):
         hpccoll.all_reduce(x, gpu, op="max")
     t = nccl_of(gpu)
@@ -224,35 +256,52 @@ def test_complex_max_refused(gpu):
     assert calls(gpu) == []
 
 
-# --------------------------------------------------------------------------- chunking
+# --------------------------------------------------------------------------- chunking at the binding's limit
 
 
-def test_chunking_with_a_tiny_limit(gpu, monkeypatch):
+def test_chunking_at_the_bindings_limit(gpu, monkeypatch):
+    """The binding refuses counts above its limit (declared small here): every path must split its calls."""
+    monkeypatch.setattr(standin, "MAX_COUNT", 3)
+    monkeypatch.setattr(standin, "INT_COUNT_CALLS", frozenset({"broadcast", "bcast"}))
     t = nccl_of(gpu)
     t.max_count = 3
     got, want = [], []
     stack, x = stack_for(gpu, (7, 2), np.float64, seed=1)
-    got.append(hpccoll.all_reduce(x, gpu))
+    got.append(hpccoll.all_reduce(dev(x), gpu))
     want.append(reference(stack, "sum"))
     even = [4] * gpu.size  # 4 elements per rank > 3: the even path must split too
     g, full = shards(gpu, (0,), 0, even, np.int32)
-    got.append(hpccoll.all_gather(g, gpu, sizes=even))
+    got.append(hpccoll.all_gather(dev(g), gpu, sizes=even))
     want.append(full)
     stack, z = stack_for(gpu, (4 * gpu.size,), np.int32, seed=2)
-    got.append(hpccoll.reduce_scatter(z, gpu, sizes=even))
+    got.append(hpccoll.reduce_scatter(dev(z), gpu, sizes=even))
     want.append(block(reference(stack, "sum"), 0, even, gpu.rank))
     stack, c = stack_for(gpu, (3 * gpu.size,), np.complex64, seed=3)
-    got.append(hpccoll.all_reduce(c, gpu, op="prod"))
+    got.append(hpccoll.all_reduce(dev(c), gpu, op="prod"))
     want.append(reference(stack, "prod"))
     t.uneven = "pad"  # a padded block above the limit falls back to grouped calls
     uneven = [5 if r == 0 else 1 for r in range(gpu.size)]
     g, full = shards(gpu, (0,), 0, uneven, np.float32)
-    got.append(hpccoll.all_gather(g, gpu, sizes=uneven))
+    got.append(hpccoll.all_gather(dev(g), gpu, sizes=uneven))
     want.append(full)
+    stack, u = stack_for(gpu, (sum(uneven),), np.float64, seed=4)
+    got.append(hpccoll.reduce_scatter(dev(u), gpu, sizes=uneven))
+    want.append(block(reference(stack, "sum"), 0, uneven, gpu.rank))
     for a, b in zip(got, want):
-        assert_close(a, b)
+        assert_close(host(a), b)
     if gpu.size > 1:
         assert calls(gpu) and max(call[1] for call in calls(gpu)) <= 3
+
+
+def test_default_limit_fits_the_binding(monkeypatch):
+    """The transport's default largest count passes the binding's C count type for every call it makes
+    (C ``int`` for broadcast and bcast in older CuPy)."""
+    monkeypatch.setattr(standin, "INT_COUNT_CALLS", frozenset({"broadcast", "bcast"}))
+    limit = nccl_mod.NcclTransport.max_count
+    for call in ("allGather", "allReduce", "reduceScatter", "broadcast", "bcast", "reduce", "send", "recv"):
+        assert standin._count(limit, call) == limit
+    with pytest.raises(OverflowError, match="value too large to convert to int"):
+        standin._count(limit + 1, "broadcast")
 
 
 @pytest.mark.parametrize("design", ["grouped", "pad"])
@@ -264,16 +313,230 @@ def test_primitives_directly(gpu, design):
     counts = [r % 3 + 2 for r in range(gpu.size)]
     full = make((sum(counts),), np.float64, seed=9)
     start = sum(counts[: gpu.rank])
-    recv = np.empty_like(full)
-    t.allgatherv(full[start : start + counts[gpu.rank]].copy(), recv, counts)
+    recv = cp.empty(full.shape)
+    t.allgatherv(dev(full[start : start + counts[gpu.rank]]), recv, counts)
     stack = make((gpu.size, sum(counts)), np.float64, seed=10)
-    mine = np.empty(counts[gpu.rank])
-    t.reduce_scatter(stack[gpu.rank].copy(), mine, counts, "max")
-    y = stack[gpu.rank].copy()
+    mine = cp.empty(counts[gpu.rank])
+    t.reduce_scatter(dev(stack[gpu.rank]), mine, counts, "max")
+    y = dev(stack[gpu.rank])
     t.allreduce(None, y, "min")
-    assert_same(recv, full)
-    assert_close(mine, stack.max(axis=0)[start : start + counts[gpu.rank]])
-    assert_close(y, stack.min(axis=0))
+    assert_same(host(recv), full)
+    assert_close(host(mine), stack.max(axis=0)[start : start + counts[gpu.rank]])
+    assert_close(host(y), stack.min(axis=0))
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def test_streams_are_the_callers(gpu, runtime):
+    """Every NCCL call goes on the caller's current stream; results are right on that stream."""
+    stack, x = stack_for(gpu, (6,), np.float32, seed=0)
+    first = runtime.stream()
+    reduced = hpccoll.all_reduce(dev(x), gpu)
+    blocking = cp.cuda.Stream()  # a blocking stream, then the legacy default stream
+    with blocking:
+        scattered = hpccoll.reduce_scatter(dev(x), gpu)
+        scattered_got = host(scattered)
+    with cp.cuda.Stream.null:
+        gathered = hpccoll.all_gather(dev(x), gpu)
+        gathered_got = host(gathered)
+    want = reference(stack, "sum")
+    assert_close(host(reduced), want)
+    assert_close(scattered_got, block(want, 0, hpccoll.split_sizes(6, gpu.size), gpu.rank))
+    assert_same(gathered_got, stack.reshape(-1))
+    streams = [call[5] for call in calls(gpu)]
+    runs = [s for i, s in enumerate(streams) if i == 0 or streams[i - 1] != s]
+    if gpu.size > 1:
+        assert first != 0 and runs == [first, blocking.ptr, 0]
+
+
+@pytest.mark.parametrize("standin_mode", ["deferred"])  # what it checks is deferral itself
+def test_results_wait_for_their_collective(gpu, standin_mode):
+    """Nothing runs until something waits: a read that skips the wait sees fresh memory, not the result."""
+    stack, x = stack_for(gpu, (5,), np.float64, seed=1)
+    y = hpccoll.all_reduce(dev(x), gpu)
+    queued = cp.GPU.pending()
+    unsynchronised = y._v.copy()  # what the host would read without waiting (bypassing get())
+    got = host(y)
+    assert queued > 0 and (unsynchronised.view(np.uint8) == cp.UNINITIALISED).all()
+    assert_close(got, reference(stack, "sum"))
+
+
+def test_another_stream_needs_an_event(gpu):
+    """A consumer on a second stream must wait for an event after the collective; without one: a race."""
+    stack, x = stack_for(gpu, (4,), np.float64, seed=2)
+    side = cp.cuda.Stream(non_blocking=True)
+    y = hpccoll.all_reduce(dev(x), gpu)
+    done = cp.cuda.get_current_stream().record()
+    side.wait_event(done)
+    with side:
+        doubled = y * 2
+    ordered = doubled.get(stream=side)
+    z = hpccoll.all_reduce(dev(x), gpu)
+    with side:
+        racing = z * 2
+        with pytest.raises(StandInRace, match="race on the device buffer"):
+            racing.get()
+    assert_close(ordered, 2 * reference(stack, "sum"))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("standin_mode", ["deferred"])  # what it checks is deferral itself
+def test_padding_temporaries_outlive_their_calls(gpu, standin_mode):
+    """Padded calls free their temporaries at return, queued work still pending: fine in stream order."""
+    t = nccl_of(gpu)
+    t.uneven = "pad"
+    sizes = [3 if r % 2 else 2 for r in range(gpu.size)]
+    x, full = shards(gpu, (0, 2), 0, sizes, np.float64, seed=3)
+    stack, z = stack_for(gpu, (sum(sizes), 2), np.float64, seed=4)
+    gathered = hpccoll.all_gather(dev(x), gpu, sizes=sizes)
+    scattered = hpccoll.reduce_scatter(dev(z), gpu, sizes=sizes)
+    queued = cp.GPU.pending()
+    assert_same(host(gathered), full)
+    assert_close(host(scattered), block(reference(stack, "sum"), 0, sizes, gpu.rank))
+    assert queued > 0 and {"allGather", "reduceScatter"} <= {call[0] for call in calls(gpu)}
+
+
+# --------------------------------------------------------------------------- async, in place and lists, against NumPy
+
+
+@pytest.mark.parametrize("standin_mode", ["deferred", "random"])
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+def test_lists_and_requests_against_numpy(gpu, pattern, standin_mode):
+    """List and non-blocking forms, each result compared with NumPy on the global data."""
+    sizes = SIZE_PATTERNS[pattern](gpu.size)
+    a, full_a = shards(gpu, (0, 3), 0, sizes, np.float32, seed=1)
+    b, full_b = shards(gpu, (2, 0), 1, sizes, np.int16, seed=2)
+    stack_c, c = stack_for(gpu, (2 * gpu.size + 1, 2), np.float64, seed=3)
+    stack_d, d = stack_for(gpu, (gpu.size + 2,), np.complex64, seed=4)
+    stack_e, e = stack_for(gpu, (5,), np.float16, seed=5)
+    gathered = hpccoll.all_gather(dev([a]) + dev([b.T.copy()]), gpu, sizes=sizes)
+    req_gathered = hpccoll.all_gather(dev([b, b]), gpu, axis=1, sizes=sizes, async_op=True)
+    req_max = hpccoll.all_reduce(dev([c, e]), gpu, op="max", async_op=True)
+    polled = req_max.test()  # nothing has run yet: really pending (deferred mode)
+    scattered = hpccoll.reduce_scatter(dev([c, d]), gpu)
+    req_avg = hpccoll.reduce_scatter(dev([c, d]), gpu, op="avg", async_op=True)
+    req_one = hpccoll.reduce_scatter(dev(c), gpu, op="min", async_op=True)
+    reduced = hpccoll.all_reduce(dev([c, e, d]), gpu)
+    got = [host(gathered), host(req_gathered.wait()), host(req_max.wait()), host(scattered), host(req_avg.wait()),
+           host(req_one.wait()), host(reduced)]
+    rows = [hpccoll.split_sizes(n, gpu.size) for n in (c.shape[0], d.shape[0])]
+    want = [
+        [full_a, full_b.T], [full_b, full_b], [reference(stack_c, "max"), reference(stack_e, "max")],
+        [block(reference(stack_c, "sum"), 0, rows[0], gpu.rank), block(reference(stack_d, "sum"), 0, rows[1], gpu.rank)],
+        [block(reference(stack_c, "avg"), 0, rows[0], gpu.rank), block(reference(stack_d, "avg"), 0, rows[1], gpu.rank)],
+        block(reference(stack_c, "min"), 0, rows[0], gpu.rank),
+        [reference(stack_c, "sum"), reference(stack_e, "sum"), reference(stack_d, "sum")],
+    ]
+    if standin_mode == "deferred" and gpu.size > 1:  # (one rank: no transport, the request is born done)
+        assert not polled
+    assert req_max.done
+    for g, w in zip(got, want):
+        for gi, wi in zip(g, w) if isinstance(w, list) else [(g, w)]:
+            assert_close(gi, wi)
+
+
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+def test_async_and_in_place(gpu, pattern):
+    """Event-backed requests, and in-place forms (copied first: the NCCL transport has no send=None)."""
+    sizes = SIZE_PATTERNS[pattern](gpu.size)
+    x, full = shards(gpu, (0, 3), 0, sizes, np.float32, seed=3)
+    req = hpccoll.all_gather(dev(x), gpu, sizes=sizes, async_op=True)
+    got_async = host(req.wait())
+    out = cp.zeros(full.shape, full.dtype)
+    lo = sum(sizes[: gpu.rank])
+    out[lo : lo + sizes[gpu.rank]] = x
+    got_in_place = hpccoll.all_gather(out[lo : lo + sizes[gpu.rank]], gpu, sizes=sizes, out=out)
+    stack, y = stack_for(gpu, (2 * gpu.size + 1, 2), np.float64, seed=4)
+    rs_sizes = hpccoll.split_sizes(y.shape[0], gpu.size)
+    whole = dev(y)
+    mine = whole[sum(rs_sizes[: gpu.rank]) : sum(rs_sizes[: gpu.rank + 1])]
+    scattered_in_place = hpccoll.reduce_scatter(whole, gpu, out=mine)
+    assert_same(got_async, full)
+    assert got_in_place is out and scattered_in_place is mine
+    assert_same(host(out), full)
+    assert_close(host(mine), block(reference(stack, "sum"), 0, rs_sizes, gpu.rank))
+
+
+# --------------------------------------------------------------------------- the stand-in's own rules (so they cannot rot)
+
+
+def test_standin_enforces_nccls_argument_rules(gpu, runtime, monkeypatch):
+    """In-place layouts, C count types and limits, device pointers, streams, ncclAvg, the device id."""
+    t = nccl_of(gpu)
+    nc, s, f64, P, r = t._nc, runtime.stream(), standin.NCCL_FLOAT64, gpu.size, gpu.rank
+    buf = cp.zeros(4 * P + 4)
+    p, size = buf.data.ptr, 8
+    nc.allGather(p + r * 4 * size, p, 4, f64, s)  # in place: send == recv + rank*count
+    with pytest.raises(NcclError, match="allGather: sendbuff and recvbuff overlap but are not in place"):
+        nc.allGather(p + size, p, 4, f64, s)
+    nc.reduceScatter(p, p + r * 4 * size, 4, f64, standin.NCCL_SUM, s)  # in place: recv == send + rank*count
+    with pytest.raises(NcclError, match="reduceScatter: .* not in place"):
+        nc.reduceScatter(p, p + r * 4 * size + size, 4, f64, standin.NCCL_SUM, s)
+    with pytest.raises(NcclError, match="allReduce: .* not in place"):
+        nc.allReduce(p, p + size, 4, f64, standin.NCCL_SUM, s)
+    with pytest.raises(NcclError, match="runs past the end of its allocation"):
+        nc.allReduce(p, p, 4 * P + 5, f64, standin.NCCL_SUM, s)
+    with pytest.raises(NcclError, match="not device memory"):
+        nc.allReduce(np.zeros(4).ctypes.data, p, 4, f64, standin.NCCL_SUM, s)
+    pinned = runtime.alloc_pinned(64)
+    with pytest.raises(NcclError, match="is host memory"):
+        nc.allReduce(pinned.ctypes.data, p, 4, f64, standin.NCCL_SUM, s)
+    with cp.cuda.Device(t.device + 1):
+        elsewhere = cp.zeros(4)
+    with pytest.raises(NcclError, match=f"is on GPU {t.device + 1}; this communicator's GPU is {t.device}"):
+        nc.allReduce(elsewhere.data.ptr, p, 4, f64, standin.NCCL_SUM, s)
+    with pytest.raises(NcclError, match="not a stream of this device"):
+        nc.allReduce(p, p, 4, f64, standin.NCCL_SUM, 12345)
+    with pytest.raises(OverflowError, match="can't convert negative value to size_t"):
+        nc.allReduce(p, p, -1, f64, standin.NCCL_SUM, s)
+    with pytest.raises(TypeError, match="an integer is required"):
+        nc.allReduce(p, p, 4.0, f64, standin.NCCL_SUM, s)
+    monkeypatch.setattr(standin, "INT_COUNT_CALLS", frozenset({"broadcast", "bcast"}))
+    with pytest.raises(OverflowError, match="value too large to convert to int"):
+        nc.broadcast(p, p, 2**31, f64, 0, s)
+    monkeypatch.setattr(standin, "MAX_COUNT", 3)
+    with pytest.raises(OverflowError, match="above the declared limit MAX_COUNT=3"):
+        nc.allReduce(p, p, 4, f64, standin.NCCL_SUM, s)
+    monkeypatch.setattr(standin, "MAX_COUNT", None)
+    avg = cp.asarray(np.full(2, 2.0 * (r + 1)))
+    nc.allReduce(avg.data.ptr, avg.data.ptr, 2, f64, standin.NCCL_AVG, s)
+    monkeypatch.setattr(standin, "VERSION", 20903)
+    with pytest.raises(NcclError, match="ncclAvg needs NCCL 2.10"):
+        nc.allReduce(p, p, 4, f64, standin.NCCL_AVG, s)
+    monkeypatch.setattr(standin, "VERSION", 22304)
+    got, got_avg = host(buf), host(avg)
+    assert nc.device_id() == t.device
+    assert_close(got_avg, np.full(2, float(P + 1)))
+    assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("standin_mode", ["deferred"])  # what it checks is deferral itself
+def test_standin_tracks_lifetimes(gpu, runtime, standin_mode):
+    """Freed memory: fine behind same-stream work, reported and poisoned when used after the free."""
+    nc, s = nccl_of(gpu)._nc, runtime.stream()
+    f64, total = standin.NCCL_FLOAT64, float(gpu.size)
+    tmp, out = cp.ones(4), cp.empty(4)
+    nc.allReduce(tmp.data.ptr, out.data.ptr, 4, f64, standin.NCCL_SUM, s)
+    tmp.data.mem.free()  # back to the pool behind the queued call on the same stream: safe
+    ok = host(out)
+    early, late = cp.ones(4), cp.empty(4)
+    nc.allReduce(early.data.ptr, late.data.ptr, 4, f64, standin.NCCL_SUM, s)
+    late.data.mem.free()  # freed before the copy below was queued: the copy reads poison
+    copied = late.copy()
+    with pytest.raises(StandInRace, match="use after free"):
+        copied.get()
+    pinned = runtime.alloc_pinned(32).view(np.float64)
+    pinned[...] = 7.0
+    target = cp.empty(4)
+    runtime.to_device(pinned, target)
+    del pinned  # the pinned buffer goes while the queued copy still reads it
+    with pytest.raises(StandInRace, match="pinned memory is not stream-ordered"):
+        target.get()
+    with pytest.raises(NcclError, match="is in the freed device buffer"):
+        nc.allReduce(late.data.ptr, late.data.ptr, 4, f64, standin.NCCL_SUM, s)
+    assert_close(ok, np.full(4, total))
+    assert np.isnan(copied._v).all() and np.isnan(target._v).all()
 
 
 # --------------------------------------------------------------------------- bootstrap
@@ -284,11 +547,11 @@ def test_unique_id_forms(gpu, monkeypatch, form):
     monkeypatch.setattr(standin, "ID_FORM", form)
     before = MPIStandInNcclCommunicator.created
     t = nccl_of(gpu)
-    x = make((3,), np.float32, seed=gpu.rank)
+    x = dev(make((3,), np.float32, seed=gpu.rank))
     t.allreduce(None, x, "sum")
     assert isinstance(t._nc, MPIStandInNcclCommunicator)
     assert MPIStandInNcclCommunicator.created == before + 1
-    assert_close(x, sum(make((3,), np.float32, seed=r) for r in range(gpu.size)))
+    assert_close(host(x), sum(make((3,), np.float32, seed=r) for r in range(gpu.size)))
 
 
 def test_id_forms_cover_both_bindings():
@@ -305,17 +568,9 @@ def test_unique_id_failure_raises_on_every_rank(gpu, monkeypatch):
         with pytest.raises(hpccoll.TransportUnavailable, match="rank 0 could not make the NCCL unique id"):
             gpu.transport_instance("nccl")
     monkeypatch.setattr(standin, "FAIL_UNIQUE_ID", False)
-    x = np.ones(4)
+    x = cp.ones(4)
     nccl_of(gpu).allreduce(None, x, "sum")
-    np.testing.assert_array_equal(x, np.full(4, gpu.size))
-
-
-def test_streams_are_the_callers(gpu):
-    stack, x = stack_for(gpu, (6,), np.float32, seed=0)
-    hpccoll.all_reduce(x, gpu)
-    hpccoll.reduce_scatter(x, gpu)
-    hpccoll.all_gather(x, gpu)
-    assert {call[5] for call in calls(gpu)} <= {StandInRuntime.STREAM}
+    np.testing.assert_array_equal(host(x), np.full(4, gpu.size))
 
 
 # --------------------------------------------------------------------------- selection and the probe
@@ -325,10 +580,12 @@ def test_auto_picks_nccl(fresh, runtime):
     c = fresh()
     choice = c.transport_for(np.zeros(2))
     assert choice == ("mpi", "auto: NumPy arrays use host MPI")
+    assert c.transport_for(cp.zeros(2)).name == "nccl"
     choice = choose_transport(c, "cupy")
     assert choice.name == "nccl" and "usable" in choice.reason
     t = nccl_of(c)
     assert t.device == runtime.current and "node-local rank" in t.device_choice
+    assert t._nc.device_id() == t.device
 
 
 @pytest.mark.mpi(min_size=2)
@@ -342,6 +599,14 @@ def test_two_ranks_on_one_gpu_refused_and_auto_falls_back(fresh, runtime):
     for _ in range(2):  # the refusal is cached, and raised again
         with pytest.raises(hpccoll.TransportUnavailable, match=r"ranks 0 and 1 would share one GPU \(PCI bus"):
             choose_transport(explicit, "cupy")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_binding_refuses_a_duplicate_gpu(comm, runtime):
+    """Even past hpccoll's probe, the stand-in refuses two ranks on one GPU, as NCCL does."""
+    uid = comm.mpi.bcast(standin.get_unique_id() if comm.rank == 0 else None, root=0)
+    with pytest.raises(NcclError, match="Duplicate GPU detected: rank 0 and rank 1"):
+        standin.NcclCommunicator(comm.size, uid, comm.rank)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -392,13 +657,12 @@ def test_one_rank_without_nccl_stops_every_rank(fresh, runtime):
         c.transport_instance("nccl")
 
 
-def test_without_cupy(fresh, comm):
+def test_without_cupy(fresh, comm, monkeypatch):
     """The real runtime, in an environment without CuPy (CI): a clear reason, on every rank."""
-    try:
-        import cupy  # noqa: F401
-        have = True
-    except Exception:
-        have = False
+    import importlib.util
+
+    monkeypatch.delitem(sys.modules, "cupy")  # the stand-in, installed by the fixture
+    have = importlib.util.find_spec("cupy") is not None
     have = comm.mpi.allreduce(have)
     if have:
         pytest.skip("CuPy is installed here")  # the same on every rank
@@ -435,11 +699,12 @@ def test_uneven_setting_validated(fresh, runtime, monkeypatch):
         t.uneven = "padded"
 
 
-def test_array_on_another_gpu_refused(gpu, runtime):
+def test_array_on_another_gpu_refused(gpu):
     t = nccl_of(gpu)
-    runtime.array_device = t.device + 1
+    with cp.cuda.Device(t.device + 1):
+        x = cp.ones(2)
     with pytest.raises(hpccoll.ArgumentError, match=f"expected a CuPy array on GPU {t.device}"):
-        t.allreduce(None, np.ones(2), "sum")
+        t.allreduce(None, x, "sum")
     assert calls(gpu) == []
 
 
@@ -447,10 +712,10 @@ def test_selected_device_wins(comm, fresh, runtime):
     runtime.current = 3  # the user selected GPU 3 before hpccoll's first use
     runtime.bus_ids = lambda d: f"0000:{comm.rank + 1:02X}:00.{d}"  # as if each rank had its own node
     t = nccl_of(fresh())
-    assert t.device == 3 and "current device" in t.device_choice
+    assert t.device == 3 and "current device" in t.device_choice and t._nc.device_id() == 3
 
 
-# --------------------------------------------------------------------------- lifetime
+# --------------------------------------------------------------------------- lifetime of communicators
 
 
 def test_split_gets_its_own_nccl_communicator(gpu):
@@ -458,7 +723,7 @@ def test_split_gets_its_own_nccl_communicator(gpu):
     sub = gpu.split(gpu.rank % 2)
     try:
         stack, x = stack_for(sub, (5,), np.float64, seed=4)
-        assert_close(hpccoll.all_reduce(x, sub), reference(stack, "sum"))
+        assert_close(host(hpccoll.all_reduce(dev(x), sub)), reference(stack, "sum"))
         child = nccl_of(sub)
         assert child is not parent and child._nc is not parent._nc and child.device == parent.device
     finally:
@@ -480,47 +745,71 @@ def test_free_and_exit_destroy_nccl(fresh):
     assert t._nc is None and after_free == before + 1
     assert u._nc is None and MPIStandInNcclCommunicator.destroyed == before + 2
     with pytest.raises(hpccoll.TransportUnavailable, match="closed"):
-        u.allreduce(None, np.ones(1), "sum")
+        u.allreduce(None, cp.ones(1), "sum")
+
+
+def test_destroy_finishes_queued_calls(fresh, runtime):
+    """``ncclCommDestroy`` completes what was queued: a result computed before free() is still right."""
+    c = fresh()
+    cp.cuda.Device(c.rank % runtime.devices).use()
+    stack, x = stack_for(c, (3,), np.float64, seed=5)
+    y = hpccoll.all_reduce(dev(x), c)
+    c.free()
+    assert_close(host(y), reference(stack, "sum"))
 
 
 # --------------------------------------------------------------------------- staged and cuda_mpi
 
 
-@pytest.fixture
-def routed(monkeypatch):
-    route_to_cupy_transports(monkeypatch)
-
-
-def test_staged_reuses_pinned_buffers(fresh, runtime, routed):
+def test_staged_reuses_pinned_buffers(fresh, runtime):
     c = fresh(transport="staged")
     stack, x = stack_for(c, (4 * c.size, 3), np.float32, seed=1)
-    repeated = [hpccoll.all_reduce(x, c) for _ in range(3)]
-    y = x.copy()
+    repeated = [hpccoll.all_reduce(dev(x), c) for _ in range(3)]
+    y = dev(x)
     hpccoll.all_reduce(y, c, out=y)
-    scattered = hpccoll.reduce_scatter(x, c)
+    scattered = hpccoll.reduce_scatter(dev(x), c)
     allocations = len(runtime.pinned_allocations)
-    big = np.ones(1 << 19)  # 4 MiB: grows both buffers
+    big = cp.ones(1 << 19)  # 4 MiB: grows both buffers
     grown = hpccoll.all_reduce(big, c)
     want = reference(stack, "sum")
     for got in repeated + [y]:
-        assert_close(got, want)
-    assert_close(scattered, block(want, 0, hpccoll.split_sizes(x.shape[0], c.size), c.rank))
-    assert_close(grown, np.full(big.shape, float(c.size)))
+        assert_close(host(got), want)
+    assert_close(host(scattered), block(want, 0, hpccoll.split_sizes(x.shape[0], c.size), c.rank))
+    assert_close(host(grown), np.full(big.shape, float(c.size)))
     if c.size > 1:  # (one rank: the API copies without a transport)
         assert allocations == 2  # one send and one receive buffer, reused by five calls
         assert len(runtime.pinned_allocations) == 4
         assert runtime.syncs == 6 and c.transport_instance("staged").pinned_bytes >= 2 * big.nbytes
 
 
-def test_cuda_mpi_syncs_the_current_stream(fresh, runtime, routed):
+@pytest.mark.parametrize("standin_mode", ["deferred", "random"])
+def test_staged_back_to_back_on_two_streams(fresh, runtime, standin_mode):
+    """Staged calls reuse one pinned buffer: each waits until the previous copy out of it is done."""
+    c = fresh(transport="staged")
+    stacks = [stack_for(c, (3,), np.float64, seed=s) for s in range(4)]
+    other = cp.cuda.Stream(non_blocking=True)
+    results = []
+    for i, (_, x) in enumerate(stacks):
+        with other if i % 2 else cp.cuda.get_current_stream():
+            results.append(hpccoll.all_reduce(dev(x), c))
+    got = [r.get(stream=other if i % 2 else None) for i, r in enumerate(results)]
+    for g, (stack, _) in zip(got, stacks):
+        assert_close(g, reference(stack, "sum"))
+
+
+def test_cuda_mpi_syncs_the_current_stream(fresh, runtime, monkeypatch):
+    monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "1")
     c = fresh(transport="cuda_mpi")
     stack, x = stack_for(c, (3 * c.size,), np.int64, seed=2)
-    reduced = hpccoll.all_reduce(x, c, op="max")
+    reduced = hpccoll.all_reduce(dev(x), c, op="max")
     g, full = shards(c, (0,), 0, SIZE_PATTERNS["uneven"](c.size), np.int16)
-    gathered = hpccoll.all_gather(g, c)
-    assert_close(reduced, reference(stack, "max"))
-    assert_same(gathered, full)
-    assert runtime.syncs == (2 if c.size > 1 else 0)
+    gathered = hpccoll.all_gather(dev(g), c)
+    req = hpccoll.all_reduce(dev(x), c, async_op=True)
+    summed = req.wait()
+    assert_close(host(reduced), reference(stack, "max"))
+    assert_same(host(gathered), full)
+    assert_close(host(summed), reference(stack, "sum"))
+    assert runtime.syncs == (3 if c.size > 1 else 0)
 
 
 def test_cuda_aware_setting(fresh, runtime, monkeypatch):
@@ -540,78 +829,105 @@ def test_cuda_aware_setting_must_agree(fresh, runtime, monkeypatch):
         cuda_mpi.cuda_aware(c)
 
 
-# --------------------------------------------------------------------------- async, in place, lists over NCCL
+@pytest.mark.parametrize("transport", ["staged", "cuda_mpi"])
+def test_host_mpi_transports_against_numpy(fresh, runtime, monkeypatch, transport):
+    """The staged and CUDA-aware paths: lists, in place, uneven, async, on the caller's stream."""
+    monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "1")
+    c = fresh(transport=transport)
+    sizes = SIZE_PATTERNS["uneven"](c.size)
+    x, full = shards(c, (2, 0), 1, sizes, np.float32, seed=7)
+    stack, y = stack_for(c, (sum(sizes) + c.size, 2), np.float64, seed=8)
+    rows = hpccoll.split_sizes(y.shape[0], c.size)
+    whole = dev(y)
+    mine = whole[sum(rows[: c.rank]) : sum(rows[: c.rank + 1])]
+    gathered = hpccoll.all_gather(dev(x), c, axis=1)
+    listed = hpccoll.all_reduce(dev([y, y[:1]]), c, op="min")
+    in_place = hpccoll.reduce_scatter(whole, c, out=mine)
+    req = hpccoll.all_gather(dev(x), c, axis=1, sizes=sizes, async_op=True)
+    got = [host(gathered), host(listed), host(in_place), host(req.wait())]
+    assert_same(got[0], full)
+    assert_close(got[1][0], reference(stack, "min"))
+    assert_close(got[1][1], reference(stack[:, :1], "min"))
+    assert_close(got[2], block(reference(stack, "sum"), 0, rows, c.rank))
+    assert_same(got[3], full)
 
 
-@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
-def test_async_in_place_and_lists(gpu, pattern, monkeypatch):
-    """Event-backed requests, in-place forms (copied first: NCCL transport has no send=None), lists."""
-    sizes = SIZE_PATTERNS[pattern](gpu.size)
-    x, full = shards(gpu, (0, 3), 0, sizes, np.float32, seed=3)
-    req = hpccoll.all_gather(x, gpu, sizes=sizes, async_op=True)
-    got_async = req.wait()
-    out = np.zeros_like(full)
-    lo = sum(sizes[: gpu.rank])
-    out[lo : lo + sizes[gpu.rank]] = x
-    got_in_place = hpccoll.all_gather(out[lo : lo + sizes[gpu.rank]], gpu, sizes=sizes, out=out)
-    stack, y = stack_for(gpu, (2 * gpu.size + 1, 2), np.float64, seed=4)
-    rs_want_sizes = hpccoll.split_sizes(y.shape[0], gpu.size)
-    req_rs = hpccoll.reduce_scatter(y, gpu, op="avg", async_op=True)
-    polled = req_rs.test()  # the stand-in's event reports done once the work is enqueued
-    got_rs = req_rs.wait()
-    got_list = hpccoll.all_reduce([y, y[:1].copy()], gpu)
-    assert polled and req_rs.done
-    assert_same(got_async, full)
-    assert got_in_place is out
-    assert_same(out, full)
-    assert_close(got_rs, block(reference(stack, "avg"), 0, rs_want_sizes, gpu.rank))
-    assert_close(got_list[0], reference(stack, "sum"))
-    assert_close(got_list[1], reference(stack[:, :1], "sum"))
+@pytest.mark.parametrize("transport", ["staged", "cuda_mpi", "nccl"])
+def test_in_place_reduce_scatter_whose_block_overlaps_the_start(fresh, runtime, monkeypatch, transport):
+    """In place, a rank's block that starts before its own length: MPI leaves the result at the start,
+    and moving it into place is an overlapping copy (undefined for CuPy copies unless staged through a copy)."""
+    monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "1")
+    c = fresh(transport=transport)
+    cp.cuda.Device(c.rank % runtime.devices).use()
+    sizes = [1] + [3] * (c.size - 1)
+    stack, y = stack_for(c, (sum(sizes), 2), np.float64, seed=9)
+    whole = dev(y)
+    lo = sum(sizes[: c.rank])
+    mine = whole[lo : lo + sizes[c.rank]]
+    got = hpccoll.reduce_scatter(whole, c, sizes=sizes, out=mine)
+    assert got is mine
+    assert_close(host(mine), block(reference(stack, "sum"), 0, sizes, c.rank))
+
+
+@pytest.mark.xfail(strict=True, raises=StandInRace, reason=(
+    "known bug in hpccoll._api/_request (reported, not fixed here): wait() runs the unpacking on the waiting "
+    "stream, while the flat receive buffer goes back to the launching stream's pool"))
+def test_waiting_on_another_stream(gpu):
+    """A request launched on one stream and waited for under another: the result must still be right."""
+    sizes = [2] * gpu.size
+    x, full = shards(gpu, (3, 0), 1, sizes, np.float64, seed=1)
+    req = hpccoll.all_gather(dev(x), gpu, axis=1, sizes=sizes, async_op=True)
+    with cp.cuda.Stream(non_blocking=True):
+        got = host(req.wait())
+    assert_same(got, full)
 
 
 # --------------------------------------------------------------------------- faults: async errors, timeouts
 
 
-class _NcclError(Exception):
-    pass
-
-
 @pytest.mark.mpi(min_size=2)  # one rank never reaches NCCL
-def test_async_error_surfaces_and_aborts(gpu, monkeypatch):
+def test_async_error_surfaces_and_aborts(gpu):
     """An asynchronous NCCL error is raised as CollectiveError at the next call; the communicator is aborted."""
-    x = np.ones(4)
-    hpccoll.all_reduce(x, gpu)  # creates the NCCL communicator
+    x = cp.ones(4)
+    hpccoll.all_reduce(x, gpu).get()  # creates the NCCL communicator
     nc = nccl_of(gpu)._nc
-    aborted = []
-    monkeypatch.setattr(nc, "check_async_error", lambda: (_ for _ in ()).throw(_NcclError("unhandled cuda error")))
-    monkeypatch.setattr(nc, "abort", lambda: aborted.append(True))
+    nc.inject_async_error("NCCL_ERROR_REMOTE_ERROR: unhandled cuda error")
     with pytest.raises(hpccoll.CollectiveError, match="asynchronous error.*unhandled cuda error"):
         hpccoll.all_reduce(x, gpu)
     with pytest.raises(hpccoll.TransportUnavailable, match="closed"):
         hpccoll.all_reduce(x, gpu)
-    assert aborted == [True]
+    assert nc._aborted and nccl_of(gpu)._nc is None
 
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("async_op", [False, True])
-def test_stuck_collective_times_out(gpu, runtime, monkeypatch, async_op):
-    """Under HPCCOLL_TIMEOUT a collective whose event never completes aborts NCCL and raises, on every rank."""
+def test_stuck_collective_times_out(gpu, monkeypatch, async_op):
+    """Under HPCCOLL_TIMEOUT a collective that never completes aborts NCCL and raises, on every rank."""
     import time
 
-    class Stuck:
-        done = False
-
-        def synchronize(self):  # never reached under a timeout
-            raise AssertionError("waited without the watchdog")
-
-    x = np.ones(4)
-    hpccoll.all_reduce(x, gpu)  # creates the NCCL communicator
+    x = cp.ones(4)
+    hpccoll.all_reduce(x, gpu).get()  # creates the NCCL communicator
+    nc = nccl_of(gpu)._nc
+    nc.stall()  # a peer is gone: queued calls never complete
     monkeypatch.setattr(gpu, "timeout", 0.2)
-    monkeypatch.setattr(runtime, "record", lambda: Stuck())
     t0 = time.monotonic()
     with pytest.raises(hpccoll.CollectiveError, match="did not complete within HPCCOLL_TIMEOUT=0.2 s"):
         req = hpccoll.all_reduce(x, gpu, async_op=async_op)
         if async_op:
             assert not req.test()
             req.wait()
-    assert 0.2 <= time.monotonic() - t0 < 5
+    assert 0.2 <= time.monotonic() - t0 < 5 and nc._aborted
+
+
+@pytest.mark.mpi(min_size=2)
+def test_stalled_without_timeout_would_hang(gpu):
+    """Without HPCCOLL_TIMEOUT a wait on a stalled NCCL call hangs on a GPU: the stand-in says so instead."""
+    x = cp.ones(4)
+    hpccoll.all_reduce(x, gpu).get()
+    nc = nccl_of(gpu)._nc
+    nc.stall()
+    y = hpccoll.all_reduce(x, gpu)
+    with pytest.raises(StandInHang, match="a real GPU would hang here"):
+        y.get()
+    nc.abort()  # what the user must do; the queued call then exits without moving data
+    assert nc._aborted

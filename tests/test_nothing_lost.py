@@ -134,8 +134,12 @@ def test_zero_size_everywhere(comm, name, with_out, check):
     with hpccoll.Communicator(comm, check=check) as c:
         out = np.zeros(shape) if with_out else None
         got = ZERO_SIZE[name](c, out)
+        again = ZERO_SIZE[name](c, out)
         assert got.shape == shape and got.dtype == np.float64
-        assert got is out if with_out else True
+        if with_out:
+            assert got is out and again is out
+        else:  # a new writeable array on every call: never None, never a shared constant
+            assert type(got) is np.ndarray and got.flags.writeable and again is not got
 
 
 # --------------------------------------------------------------------------- integer overflow

@@ -145,8 +145,10 @@ def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:
     """A step that copies ``buf[:count]`` to ``buf[start:start + count]`` (elements in C order; overlap allowed)."""
 
     def move() -> None:
+        # Overlapping ranges (start < count) are copied out first: NumPy would cope, but on CuPy arrays
+        # (transport cuda_mpi) the copy is cudaMemcpyAsync or a parallel kernel, undefined on overlap.
         flat = buf.reshape(-1)
-        flat[start : start + count] = flat[:count]
+        flat[start : start + count] = flat[:count].copy() if start < count else flat[:count]
 
     return move
 
