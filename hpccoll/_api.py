@@ -17,6 +17,7 @@ from ._comm import Communicator, as_communicator
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._exchange import exchange_extents
 from ._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from ._relayout import copy_blocks
 from ._request import Request
 from .transports import select_transport
 
@@ -161,34 +162,8 @@ def _pack(x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], wire: np.dtype, wide
 
 
 def _blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Tuple[int, ...], to_flat: bool) -> None:
-    """Copy between ``arr`` (blocks along ``ax``) and flat ``buf`` (blocks rank after rank).
-
-    ``to_flat`` copies ``arr -> buf``; otherwise ``buf -> arr``.
-    """
-    shape = arr.shape
-    pre, post = shape[:ax], shape[ax + 1 :]
-    lead, trail, parts = prod(pre), prod(post), len(sizes)
-    first = sizes[0]
-    if all(s == first for s in sizes) and arr.flags.c_contiguous:
-        # One strided copy: (lead, parts, s, trail) <-> (parts, lead, s, trail).
-        grid = arr.reshape(lead, parts, first, trail)
-        blocks = buf.reshape(parts, lead, first, trail).transpose(1, 0, 2, 3)
-        if to_flat:
-            xp.copyto(blocks, grid, casting="unsafe")
-        else:
-            xp.copyto(grid, blocks, casting="unsafe")
-        return
-    start = offset = 0
-    for s in sizes:
-        count = lead * s * trail
-        piece = buf[offset : offset + count].reshape(pre + (s,) + post)
-        where = _block(ax, start, start + s)
-        if to_flat:
-            xp.copyto(piece, arr[where], casting="unsafe")
-        else:
-            xp.copyto(arr[where], piece, casting="unsafe")
-        start += s
-        offset += count
+    """Copy between ``arr`` (blocks along ``ax``) and flat ``buf``: :func:`hpccoll._relayout.copy_blocks`."""
+    copy_blocks(buf, arr, xp, ax, sizes, to_flat)
 
 
 def _as(buf: Any, dtype: np.dtype) -> Any:
