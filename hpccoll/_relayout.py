@@ -32,6 +32,8 @@ from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
+from ._errors import TransportUnavailable
+
 
 __all__ = ["copy_blocks", "element_width"]
 
@@ -221,52 +223,57 @@ INDEX32_LIMIT = 2**31 - THREADS * PER_THREAD
 _C_UNIT = {16: "hpccoll_b16", 8: "unsigned long long", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
 
 # One thread block copies one tile of THREADS * PER_THREAD consecutive elements of the flat
-# buffer. A thread finds its first element's block (binary search of the block starts), row
-# and column, then steps by blockDim.x and divides again only when it leaves the row: long
-# runs cost a load and a store per element, short ones one division more.
+# buffer. A thread finds its first element's block, row and column, then steps by blockDim.x
+# and finds them again only when it leaves the row: long runs cost a load and a store per
+# element, short ones a division more. Even blocks are found by arithmetic (no table, so
+# nothing is copied to the device, ever); uneven ones by a binary search of a small table.
 _SOURCE = r"""
 struct alignas(16) hpccoll_b16 { unsigned long long lo, hi; };
 typedef UNIT_T unit_t;
 typedef INDEX_T index_t;
 
-__device__ __forceinline__ int hpccoll_block_of(const index_t* start, int parts, index_t i) {
+struct hpccoll_place { index_t base, next, len, col; };  // a block: flat start and end, run, first column
+
+__device__ __forceinline__ void hpccoll_find(hpccoll_place& p, const index_t* table, int parts,
+                                             index_t even, index_t lead, index_t i) {
+    if (even) {  // every block `even` columns wide
+        const index_t size = lead * even, r = i / size;
+        p.base = r * size; p.next = p.base + size; p.len = even; p.col = r * even;
+        return;
+    }
     int lo = 0, hi = parts - 1;  // the last block starting at or before i: empty blocks are skipped
     while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (start[mid] <= i) lo = mid; else hi = mid - 1;
+        const int mid = (lo + hi + 1) >> 1;
+        if (table[mid] <= i) lo = mid; else hi = mid - 1;
     }
-    return lo;
+    p.base = table[lo]; p.next = table[lo + 1]; p.col = table[parts + 1 + lo]; p.len = table[2 * parts + 1 + lo];
 }
 
 extern "C" __global__ void hpccoll_copy_blocks(
-    unit_t* flat, unit_t* grid, const index_t* table, const int parts,
-    const index_t row, const index_t total, const int to_flat)
+    unit_t* flat, unit_t* grid, const index_t* table, const int parts, const index_t even,
+    const index_t lead, const index_t row, const index_t total, const int to_flat)
 {
-    const index_t* start = table;                // parts + 1 entries: block starts in flat, then total
-    const index_t* col = table + parts + 1;      // a block's first column within a row of grid
-    const index_t* run = table + 2 * parts + 1;  // a block's columns per row
+    // table (uneven blocks only): parts + 1 block starts in flat (the last is total), then each
+    // block's first column within a row of grid, then its columns per row.
     const index_t step = (index_t)blockDim.x;
     const index_t tile = step * PER_THREAD;
     const index_t first = (index_t)blockIdx.x * tile;
     index_t i = first + (index_t)threadIdx.x;
     if (i >= total) return;
     const index_t stop = (total - first < tile) ? total : first + tile;
-    int r = hpccoll_block_of(start, parts, i);
-    index_t len = run[r], next = start[r + 1], base = start[r];
-    index_t l = (i - base) / len, c = (i - base) - l * len;
+    hpccoll_place p;
+    hpccoll_find(p, table, parts, even, lead, i);
+    index_t l = (i - p.base) / p.len, c = (i - p.base) - l * p.len;
     for (;;) {
-        const index_t g = l * row + col[r] + c;
+        const index_t g = l * row + p.col + c;
         if (to_flat) flat[i] = grid[g]; else grid[g] = flat[i];
         i += step;
         if (i >= stop) break;
         c += step;
-        if (c >= len) {  // left the row: find the row, and the block, again
-            if (i >= next) {
-                r = hpccoll_block_of(start, parts, i);
-                len = run[r]; next = start[r + 1]; base = start[r];
-            }
-            l = (i - base) / len;
-            c = (i - base) - l * len;
+        if (c >= p.len) {  // left the row: find the row, and the block, again
+            if (i >= p.next) hpccoll_find(p, table, parts, even, lead, i);
+            l = (i - p.base) / p.len;
+            c = (i - p.base) - l * p.len;
         }
     }
 }
@@ -310,24 +317,50 @@ def _kernel(xp: Any, width: int, wide_index: bool) -> Any:
 
 
 def _table(xp: Any, device: int, itype: Any, lead: int, unit: int, width: int, sizes: Sequence[int]) -> Any:
-    """:func:`host_table` on ``device``, copied there once per layout and kept (up to 64 layouts)."""
+    """:func:`host_table` on ``device``, copied there once per layout and kept (up to 64 layouts).
+
+    Raises
+    ------
+    TransportUnavailable
+        The layout is new and the current stream is being captured into a CUDA
+        graph: the copy to the device cannot be captured.
+    """
     key = (device, itype, lead, unit, width, tuple(sizes))
     table = _TABLES.get(key)
     if table is None:
+        if _capturing(xp):
+            raise TransportUnavailable(
+                "the relayout of uneven blocks along an axis other than 0 cannot run its first call for a layout "
+                f"during CUDA stream capture (expected the same call, sizes={list(sizes)}, made once before "
+                "capturing, which keeps its small table on the GPU; got a capturing stream)"
+            )
         if len(_TABLES) >= _TABLES_KEPT:
             _TABLES.clear()
         table = _TABLES[key] = xp.asarray(host_table(lead, unit, width, sizes, itype))
     return table
 
 
+def _capturing(xp: Any) -> bool:
+    try:
+        return bool(xp.cuda.get_current_stream().is_capturing())
+    except Exception:  # capture invalidated, or the query refused during capture
+        return True
+
+
 def _cupy(buf: Any, arr: Any, xp: Any, lead: int, row: int, unit: int, sizes: Sequence[int], to_flat: bool) -> None:
     """Contiguous CuPy ``arr`` of ``buf``'s dtype: one kernel launch, even or uneven (``row``, ``unit`` in bytes)."""
+    first = sizes[0]
+    even = sizes.count(first) == len(sizes)
     data = buf.data
-    width = element_width(unit * math.gcd(*sizes), data.ptr, arr.data.ptr)
+    width = element_width(unit * (first if even else math.gcd(*sizes)), data.ptr, arr.data.ptr)
     total = lead * row // width
     wide = total >= INDEX32_LIMIT
     itype = np.int64 if wide else np.int32
-    table = _table(xp, data.device_id, itype, lead, unit, width, sizes)
+    if even:
+        table, run = np.uint64(0), first * unit // width  # a null table: blocks found by arithmetic
+    else:
+        table, run = _table(xp, data.device_id, itype, lead, unit, width, sizes), 0
     tiles = -(-total // (THREADS * PER_THREAD))
-    args = (buf, arr, table, np.int32(len(sizes)), itype(row // width), itype(total), np.int32(to_flat))
+    args = (buf, arr, table, np.int32(len(sizes)), itype(run), itype(lead), itype(row // width), itype(total),
+            np.int32(to_flat))
     _kernel(xp, width, wide)((tiles,), (THREADS,), args)

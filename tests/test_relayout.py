@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mpi4py import MPI
 
+import hpccoll
 import hpccoll._relayout as relayout
 from conftest import DTYPE_IDS, DTYPES, LAYOUTS, layout
 from hpccoll._relayout import copy_blocks, element_width
@@ -209,15 +210,16 @@ _HARNESS = r"""
 struct hpccoll_dim3 { unsigned int x, y, z; };
 static hpccoll_dim3 blockIdx, threadIdx, blockDim;
 KERNEL
-extern "C" void hpccoll_launch(void* flat, void* grid, const void* table, int parts, long long row,
-                               long long total, int to_flat, unsigned tiles, unsigned threads) {
+extern "C" void hpccoll_launch(void* flat, void* grid, const void* table, int parts, long long even,
+                               long long lead, long long row, long long total, int to_flat,
+                               unsigned tiles, unsigned threads) {
     blockDim.x = threads;  // every thread block, every thread, one after another
     for (unsigned b = 0; b < tiles; ++b) {
         blockIdx.x = b;
         for (unsigned t = 0; t < threads; ++t) {
             threadIdx.x = t;
-            hpccoll_copy_blocks((unit_t*)flat, (unit_t*)grid, (const index_t*)table, parts,
-                                (index_t)row, (index_t)total, to_flat);
+            hpccoll_copy_blocks((unit_t*)flat, (unit_t*)grid, (const index_t*)table, parts, (index_t)even,
+                                (index_t)lead, (index_t)row, (index_t)total, to_flat);
         }
     }
 }
@@ -250,17 +252,34 @@ class HarnessKernel:
                             str(src)], check=True, capture_output=True)
         self.fn = ctypes.CDLL(str(lib)).hpccoll_launch
         self.fn.restype = None
-        self.fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int,
-                                                   ctypes.c_uint, ctypes.c_uint]
+        self.fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] + [ctypes.c_longlong] * 4 + [
+            ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
 
     def __call__(self, grid, block, args):
-        flat, arr, table, parts, row, total, to_flat = args
-        assert isinstance(flat, DeviceArray) and isinstance(arr, DeviceArray) and isinstance(table, DeviceArray)
-        assert isinstance(parts, np.int32) and isinstance(to_flat, np.int32) and type(row) is type(total)
-        assert table.dtype == row.dtype
-        HarnessKernel.launches.append((self.code, int(grid[0]), row.dtype))
-        self.fn(flat.ctypes.data, arr.ctypes.data, table.ctypes.data, int(parts), int(row), int(total), int(to_flat),
-                grid[0], block[0])
+        flat, arr, table, parts, even, lead, row, total, to_flat = args
+        assert isinstance(flat, DeviceArray) and isinstance(arr, DeviceArray)
+        assert isinstance(parts, np.int32) and isinstance(to_flat, np.int32)
+        assert type(even) is type(lead) is type(row) is type(total)
+        if even:  # even blocks: a null table (found by arithmetic); uneven: the table, of the index type
+            assert type(table) is np.uint64 and table == 0
+            address = 0
+        else:
+            assert isinstance(table, DeviceArray) and table.dtype == row.dtype
+            address = table.ctypes.data
+        HarnessKernel.launches.append((self.code, int(grid[0]), row.dtype, bool(even)))
+        self.fn(flat.ctypes.data, arr.ctypes.data, address, int(parts), int(even), int(lead), int(row), int(total),
+                int(to_flat), grid[0], block[0])
+
+
+class Stream:
+    """The current stream, as far as the relayout asks: whether it is capturing."""
+
+    capturing = False
+
+    def is_capturing(self):
+        if isinstance(self.capturing, Exception):
+            raise self.capturing
+        return self.capturing
 
 
 def _fake_cupy(build_dir):
@@ -269,8 +288,10 @@ def _fake_cupy(build_dir):
     def dev(a):
         return a.view(DeviceArray)
 
+    stream = Stream()
     return types.SimpleNamespace(
         __name__="cupy (host stand-in)",
+        cuda=types.SimpleNamespace(get_current_stream=lambda: stream),
         RawKernel=lambda code, name: HarnessKernel(code, name, build_dir),
         asarray=lambda a: dev(np.asarray(a)),
         empty=lambda shape, dtype: dev(np.empty(shape, dtype)),
@@ -335,9 +356,14 @@ def device_roundtrip(xp, arr_host, ax, sizes, offsets=(0, 0)):
         (300, (3, 1, 2, 0, 2), 1, "complex128", 16),  # many short rows: a tile crosses rows and blocks
         (9, tuple(range(13)), 2, "complex64", 16),  # 13 blocks: the binary search
         (1, (3, 5), 4, "float32", 16),  # one row: a plain copy
+        (300, (4, 4, 4), 1, "float32", 16),  # even, many short rows: tiles cross rows and blocks
+        (2, (700, 700), 1, "float64", 16),  # even, rows longer than a thread block
+        (37, (5, 5, 5, 5), 3, "int16", 2),
     ],
 )
-def test_kernel_on_the_host(host_cupy, monkeypatch, lead, sizes, trail, dtype, width, wide_index):
+@pytest.mark.parametrize("threads", [256, 32])
+def test_kernel_on_the_host(host_cupy, monkeypatch, lead, sizes, trail, dtype, width, wide_index, threads):
+    monkeypatch.setattr(relayout, "THREADS", threads)  # 32: each thread steps more often
     if wide_index:
         monkeypatch.setattr(relayout, "INDEX32_LIMIT", 0)  # 64-bit indices, as past 2**31 elements
     arr = random_array((lead, sum(sizes), trail), dtype, seed=lead)
@@ -345,10 +371,11 @@ def test_kernel_on_the_host(host_cupy, monkeypatch, lead, sizes, trail, dtype, w
     if lead > 1:
         launched = HarnessKernel.launches
         assert len(launched) == 2  # one launch each way, even or uneven
-        code, tiles, itype = launched[0]
+        code, tiles, itype, even = launched[0]
         assert code == relayout.kernel_source(width, wide_index) and itype == (np.int64 if wide_index else np.int32)
         total = arr.nbytes // width
         assert tiles == -(-total // (relayout.THREADS * relayout.PER_THREAD))
+        assert even == (len(set(sizes)) == 1) and len(relayout._TABLES) == (0 if even else 1)
 
 
 @pytest.mark.parametrize("offset,width", [(0, 16), (8, 8), (4, 4), (2, 2), (1, 1), (12, 4)])
@@ -383,3 +410,18 @@ def test_kernel_tables_are_cached(host_cupy):
     for _ in range(3):
         device_roundtrip(host_cupy, arr, 1, (1, 2, 3))
     assert len(relayout._TABLES) == 1 and len(relayout._KERNELS) == 1
+
+
+@pytest.mark.parametrize("refusal", [True, RuntimeError("the stream was capturing, but an error has invalidated")])
+def test_kernel_during_stream_capture(host_cupy, refusal):
+    """Even blocks need no table and run under capture; a new uneven layout cannot copy its table then."""
+    arr = random_array((4, 6, 2), np.float32)
+    device_roundtrip(host_cupy, arr, 1, (2, 1, 3))  # this layout's table is made before the capture
+    host_cupy.cuda.get_current_stream().capturing = refusal
+    device_roundtrip(host_cupy, arr, 1, (3, 3))
+    device_roundtrip(host_cupy, arr, 1, (2, 1, 3))
+    buf = np.empty(arr.size, arr.dtype).view(DeviceArray)
+    with pytest.raises(hpccoll.TransportUnavailable, match=r"relayout of uneven blocks .* during CUDA stream capture "
+                       r"\(expected the same call, sizes=\[1, 2, 3\], made once before capturing"):
+        copy_blocks(buf, arr.view(DeviceArray), host_cupy, 1, (1, 2, 3), True)
+    assert len(relayout._TABLES) == 1
