@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 import timeit
 from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 from mpi4py import MPI
@@ -219,8 +219,8 @@ def gpu_section(number: int = 50_000, repeat: int = 9) -> List[Tuple[str, float,
 
 
 def print_gpu_section() -> None:
-    print(f"# GPU transports over a no-device CuPy runtime and a no-op NcclCommunicator (best of 9 alternating "
-          f"repeats; 1 KiB float32 per rank): hpccoll's Python per call, target <= 1000 ns for nccl")
+    print("# GPU transports over a no-device CuPy runtime and a no-op NcclCommunicator (best of 9 alternating "
+          "repeats; 1 KiB float32 per rank): hpccoll's Python per call, target <= 1000 ns for nccl")
     print(f"{'transport call':<28}{'raw (ns)':>10}{'hpccoll (ns)':>14}{'added (ns)':>12}")
     for name, t_raw, t in gpu_section():
         print(f"{name:<28}{t_raw:>10.0f}{t:>14.0f}{t - t_raw:>12.0f}")
