@@ -180,7 +180,8 @@ def gpu_section(number: int = 50_000, repeat: int = 9) -> List[Tuple[str, float,
 
     class NoDeviceRuntime(CupyRuntime):
         def __init__(self) -> None:  # CupyRuntime's methods over NULL_CUPY (no import of CuPy)
-            self.xp, self.nccl, self.nccl_missing = NULL_CUPY, _null_nccl(), None
+            self._bind(NULL_CUPY)
+            self.nccl, self.nccl_missing = _null_nccl(), None
 
     rt = NoDeviceRuntime()
     rows = []

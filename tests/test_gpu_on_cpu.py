@@ -243,7 +243,8 @@ def test_cupy_runtime_capture_query(monkeypatch):
             return answer
 
     rt = _cuda.CupyRuntime.__new__(_cuda.CupyRuntime)
-    rt.xp = SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: Stream()))
+    api = SimpleNamespace(memcpyAsync=None, memcpyDeviceToHost=2, memcpyHostToDevice=1)
+    rt._bind(SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: Stream(), runtime=api, Event=None)))
     answers[:] = [True, False, RuntimeError("the stream was capturing, but an error has invalidated the capture "
                   "sequence"), RuntimeError("cudaErrorStreamCaptureImplicit: operation not permitted"),
                   RuntimeError("streamIsCapturing is not supported in ROCm")]
@@ -269,3 +270,85 @@ def test_overhead_gpu_section_runs(comm, monkeypatch):
     names = [r[0] for r in rows]
     assert names[:3] == ["nccl allgatherv", "nccl reduce_scatter", "nccl allreduce"] and "staged allreduce" in names
     assert all(raw > 0 and ours > 0 for _, raw, ours in rows)
+
+
+class ReusingRuntime(StreamsRuntime):
+    """The stand-in with ``record_again``, as ``CupyRuntime`` has it: one event, recorded again."""
+
+    made = 0
+
+    def record(self):
+        ReusingRuntime.made += 1
+        return super().record()
+
+    def record_again(self, event):
+        if event is None:
+            return self.record()
+        event.stream = self.current_stream
+        return event
+
+
+def test_staged_records_one_event_again(comm, monkeypatch):
+    monkeypatch.setattr(nccl_mod, "_CHOSEN", None)
+    rt = ReusingRuntime()
+    ReusingRuntime.made = 0
+    with _cuda.use_runtime(rt):
+        c = hpccoll.Communicator(comm.mpi, transport="staged")
+        try:
+            t = c.transport_instance("staged")
+            x, y = np.ones(4), np.empty(4)
+            for _ in range(3):
+                t.allreduce(x, y, "sum")
+            first = t._event
+            rt.current_stream = 0x51DE
+            t.allreduce(x, y, "sum")
+            same = t._event is first
+        finally:
+            c.free()
+    assert ReusingRuntime.made == 1 and same
+    assert rt.waits == [StandInRuntime.STREAM, 0x51DE]  # the switch, then close()
+    np.testing.assert_array_equal(y, np.full(4, float(comm.size)))
+
+
+def test_cupy_runtime_calls():
+    """``CupyRuntime``'s stream, copy and event calls, as CuPy's API names them, over a recording fake."""
+    from types import SimpleNamespace
+
+    log = []
+
+    class Event:
+        def __init__(self, block=False, disable_timing=False, interprocess=False):
+            log.append(("Event", disable_timing))
+
+    class Stream:
+        ptr = 0xABC
+
+        def synchronize(self):
+            log.append(("synchronize",))
+
+        def record(self, event=None):
+            log.append(("record", event))
+            return event
+
+    api = SimpleNamespace(memcpyDeviceToHost=2, memcpyHostToDevice=1,
+                          memcpyAsync=lambda *args: log.append(("memcpyAsync",) + args))
+    rt = _cuda.CupyRuntime.__new__(_cuda.CupyRuntime)
+    rt._bind(SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: Stream(), runtime=api, Event=Event)))
+    device = SimpleNamespace(nbytes=16, data=SimpleNamespace(ptr=0xD000))
+    host = np.empty(4, np.float32)
+    rt.to_host(device, host)
+    rt.to_device(host, device)
+    rt.to_host(SimpleNamespace(nbytes=0, data=None), host[:0])  # nothing to copy: no call
+    rt.sync_stream()
+    ev = rt.record()
+    again = rt.record_again(ev)
+    fresh = rt.record_again(None)
+    assert rt.stream() == 0xABC and again is ev and fresh is not ev
+    address = host.ctypes.data
+    assert log[:3] == [("memcpyAsync", address, 0xD000, 16, 2, 0xABC), ("memcpyAsync", 0xD000, address, 16, 1, 0xABC),
+                       ("synchronize",)]
+    assert log[3][0] == "Event" and log[3][1] is True and log[4] == ("record", ev) and log[5] == ("record", ev)
+    assert log[6][0] == "Event" and log[7][0] == "record" and len(log) == 8
+    readonly = np.ones(4, np.float32)
+    readonly.flags.writeable = False
+    assert _cuda._host_address(readonly) == readonly.ctypes.data

@@ -2,10 +2,10 @@
 
 ``nccl``, ``cuda_mpi`` and ``staged`` get everything device-related (the
 array module, the NCCL binding, pointers, the current stream, devices, host
-<-> device copies, pinned memory) from :func:`get_runtime`. One method is
-optional for other runtimes (the test stand-in): ``is_capturing()``;
-transports treat a runtime without it as never capturing (see
-:func:`capture_query`). CuPy is imported
+<-> device copies, pinned memory) from :func:`get_runtime`. Two methods are
+optional for other runtimes (the test stand-in): ``is_capturing()`` (without
+it a runtime never captures, :func:`capture_query`) and ``record_again(event)``
+(without it every record makes a new event, :func:`event_recorder`). CuPy is imported
 there, on first use, never by ``import hpccoll``. The test suite swaps in a
 NumPy-backed stand-in with :func:`use_runtime` so the transports' own logic
 runs in CPU-only CI; that stand-in is a test fixture, not a transport.
@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from .._errors import TransportUnavailable
 
-__all__ = ["CupyRuntime", "get_runtime", "use_runtime", "capture_query"]
+__all__ = ["CupyRuntime", "get_runtime", "use_runtime", "capture_query", "event_recorder"]
 
 
 class CupyRuntime:
@@ -44,7 +44,7 @@ class CupyRuntime:
                 f'CuPy is not installed or does not import ({type(exc).__name__}: {exc}); '
                 'install it with pip install "hpccoll[cuda12]" (or cuda13)'
             ) from None
-        self.xp = cupy
+        self._bind(cupy)
         self.nccl: Optional[Any] = None
         self.nccl_missing: Optional[str] = None
         try:
@@ -60,6 +60,15 @@ class CupyRuntime:
                     "install it, e.g. pip install nvidia-nccl-cu12"
                 )
 
+    def _bind(self, cupy: Any) -> None:
+        """Use ``cupy`` (the module, or anything with the same ``cuda`` calls); the per-call ones kept at hand."""
+        self.xp = cupy
+        cuda = cupy.cuda
+        self._current = cuda.get_current_stream
+        self._memcpy = cuda.runtime.memcpyAsync
+        self._d2h, self._h2d = cuda.runtime.memcpyDeviceToHost, cuda.runtime.memcpyHostToDevice
+        self._event = cuda.Event
+
     # ------------------------------------------------------------------ arrays and streams
     @staticmethod
     def ptr(a: Any) -> int:
@@ -68,11 +77,11 @@ class CupyRuntime:
 
     def stream(self) -> int:
         """Handle of the caller's current CuPy stream (what NCCL runs on)."""
-        return self.xp.cuda.get_current_stream().ptr
+        return self._current().ptr
 
     def sync_stream(self) -> None:
         """Block the host until the current stream's work is done (not the whole device)."""
-        self.xp.cuda.get_current_stream().synchronize()
+        self._current().synchronize()
 
     def is_capturing(self) -> bool:
         """Whether the current stream is being captured into a CUDA graph (or was, until an error).
@@ -82,7 +91,7 @@ class CupyRuntime:
         mode (``cudaErrorStreamCaptureImplicit``): both count as capturing.
         """
         try:
-            return bool(self.xp.cuda.get_current_stream().is_capturing())
+            return bool(self._current().is_capturing())
         except Exception as exc:
             text = str(exc)
             return "StreamCapture" in text or "invalidated" in text
@@ -121,21 +130,13 @@ class CupyRuntime:
         """Enqueue a copy of device ``src`` into host ``dst`` (pinned, C-contiguous) on the current stream."""
         nbytes = src.nbytes
         if nbytes:
-            cuda = self.xp.cuda
-            cuda.runtime.memcpyAsync(
-                _host_address(dst), src.data.ptr, nbytes, cuda.runtime.memcpyDeviceToHost,
-                cuda.get_current_stream().ptr,
-            )
+            self._memcpy(_host_address(dst), src.data.ptr, nbytes, self._d2h, self._current().ptr)
 
     def to_device(self, src: Any, dst: Any) -> None:
         """Enqueue a copy of host ``src`` (pinned, C-contiguous) into device ``dst`` on the current stream."""
         nbytes = dst.nbytes
         if nbytes:
-            cuda = self.xp.cuda
-            cuda.runtime.memcpyAsync(
-                dst.data.ptr, _host_address(src), nbytes, cuda.runtime.memcpyHostToDevice,
-                cuda.get_current_stream().ptr,
-            )
+            self._memcpy(dst.data.ptr, _host_address(src), nbytes, self._h2d, self._current().ptr)
 
     def record(self) -> Any:
         """An event recorded on the current stream (``.synchronize()`` waits for it, ``.done`` polls).
@@ -143,8 +144,18 @@ class CupyRuntime:
         Timing is disabled: cheaper to create, record and query, and no caller
         measures time with it.
         """
-        cuda = self.xp.cuda
-        return cuda.get_current_stream().record(cuda.Event(disable_timing=True))
+        return self._current().record(self._event(disable_timing=True))
+
+    def record_again(self, event: Optional[Any]) -> Any:
+        """Record ``event`` (one :meth:`record` made, whose earlier work is done) on the current stream.
+
+        Saves creating and destroying an event per call for a transport that
+        keeps one (``staged``); ``None`` makes a new one.
+        """
+        if event is None:
+            return self.record()
+        self._current().record(event)
+        return event
 
 
 def _host_address(a: Any) -> int:
@@ -170,6 +181,14 @@ def get_runtime() -> Any:
     if _RUNTIME is None:
         _RUNTIME = CupyRuntime()
     return _RUNTIME
+
+
+def event_recorder(runtime: Any) -> Callable[[Optional[Any]], Any]:
+    """``runtime.record_again``, or for a runtime without it a function making a new event each time."""
+    again = getattr(runtime, "record_again", None)
+    if again is not None:
+        return again
+    return lambda event: runtime.record()
 
 
 def capture_query(runtime: Any) -> Callable[[], bool]:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .._errors import TransportUnavailable
 from ._base import Transport
-from ._cuda import capture_query, get_runtime
+from ._cuda import capture_query, event_recorder, get_runtime
 from .host_mpi import HostMPI
 
 __all__ = ["Staged", "refuse_capture", "raise_if_capturing"]
@@ -76,8 +76,9 @@ class Staged(Transport):
         self._host = HostMPI(comm)
         self._pinned: Dict[str, Any] = {}
         self._views: Dict[str, Tuple[int, Any, Any]] = {}  # slot -> (nbytes, dtype, typed view), reused
-        self._pending: Optional[Any] = None  # event after the last copy out of the "recv" buffer
-        self._pending_stream: Optional[int] = None  # the stream it was enqueued on
+        self._record = event_recorder(rt)
+        self._event: Optional[Any] = None  # recorded after the last copy out of the "recv" buffer
+        self._pending_stream: Optional[int] = None  # that copy's stream while it may be running, else None
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -93,14 +94,14 @@ class Staged(Transport):
 
     def _wait(self) -> None:
         """Wait until the last copy out of the pinned buffers is done (whatever its stream)."""
-        if self._pending is not None:
-            self._pending.synchronize()
-            self._pending = self._pending_stream = None
+        if self._pending_stream is not None:
+            self._event.synchronize()
+            self._pending_stream = None
 
     def _begin(self) -> int:
         """Wait for the last copy back only if it is on another stream; return the current stream's handle."""
         stream = self._rt.stream()
-        if self._pending is not None and self._pending_stream != stream:
+        if self._pending_stream is not None and self._pending_stream != stream:
             self._wait()
         return stream
 
@@ -132,10 +133,14 @@ class Staged(Transport):
             raise
 
     def _up(self, host: Any, device: Any, stream: int) -> None:
-        """Enqueue the copy back on ``stream`` (the current one); remember an event after it."""
-        rt = self._rt
-        rt.to_device(host, device)
-        self._pending, self._pending_stream = rt.record(), stream
+        """Enqueue the copy back on ``stream`` (the current one); record the transport's event after it.
+
+        The event is recorded again rather than made anew where the runtime can
+        (its earlier copy is done by now: this call's stream synchronisation, or
+        ``_begin``'s wait, saw to it).
+        """
+        self._rt.to_device(host, device)
+        self._event, self._pending_stream = self._record(self._event), stream
 
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
         stream = self._begin()
@@ -165,5 +170,6 @@ class Staged(Transport):
 
     def close(self) -> None:
         self._wait()
+        self._event = None
         self._views.clear()
         self._pinned.clear()
