@@ -117,10 +117,15 @@ def test_nccl_non_native_byte_order_moves_as_bytes(comm_of):
 
 def test_nccl_counts_any_sequence(comm_of):
     c, t = comm_of("nccl")
-    x = np.full(2, c.rank, np.int32)
-    recv = np.empty(2 * c.size, np.int32)
-    t.allgatherv(x, recv, np.array([2] * c.size))  # no .count(): taken as a list
-    np.testing.assert_array_equal(recv, np.repeat(np.arange(c.size, dtype=np.int32), 2))
+    x = np.full(8, c.rank, np.int32)
+    got = []
+    for counts in ([2] * c.size, (2,) * c.size, range(2, 2 + c.size), [2, 0, 1, 3][: c.size]):
+        mine = counts[c.rank]
+        recv = np.empty(sum(counts), np.int32)
+        t.allgatherv(x[:mine].copy(), recv, counts)  # any Sequence (it has count())
+        got.append((recv, np.repeat(np.arange(c.size, dtype=np.int32), counts)))
+    for recv, want in got:
+        np.testing.assert_array_equal(recv, want)
 
 
 def test_nccl_timeout_does_not_wait_during_capture(comm_of, rt, monkeypatch):

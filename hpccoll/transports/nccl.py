@@ -487,6 +487,13 @@ class NcclTransport(Transport):
         self._move[dtype] = wire
         return wire
 
+    def _refuse(self, dtype: np.dtype, wire: Optional[_Wire], op: str) -> None:
+        """Raise :class:`DTypeError` for a dtype NCCL cannot reduce, or complex max/min."""
+        if wire is None:
+            raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype}")
+        if wire.scale != 1 and op not in ("sum", "prod"):
+            raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype}; got {op!r}")
+
     def _view(self, a: Any, wire: _Wire) -> Any:
         return a if wire.scale == 1 else a.view(wire.view)
 
@@ -516,11 +523,7 @@ class NcclTransport(Transport):
         dtype = recv.dtype
         wire = self._move.get(dtype) or self._wire_for_move(dtype)
         first = counts[0]
-        try:
-            even = counts.count(first) == len(counts)
-        except AttributeError:  # a sequence without count()
-            counts = list(counts)
-            even = counts.count(first) == len(counts)
+        even = counts.count(first) == len(counts)
         n = first * wire.scale
         if even and 0 < n <= self.max_count:  # the common call: one allGather, nothing else
             rt = self._rt
@@ -568,11 +571,7 @@ class NcclTransport(Transport):
         if wire is _UNSEEN:
             wire = self._wire_for_reduce(dtype)
         first = counts[0]
-        try:
-            even = counts.count(first) == len(counts)
-        except AttributeError:  # a sequence without count()
-            counts = list(counts)
-            even = counts.count(first) == len(counts)
+        even = counts.count(first) == len(counts)
         if wire is not None and (wire.scale == 1 or op == "sum"):
             n = first * wire.scale
             if even and 0 < n <= self.max_count:  # the common call: one reduceScatter, nothing else
@@ -587,14 +586,10 @@ class NcclTransport(Transport):
             self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
-        if wire is None:
-            raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype}")
-        if wire.scale != 1:
-            if op == "prod":
-                self._complex_prod(send, recv, list(counts))
-                return
-            if op != "sum":
-                raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype}; got {op!r}")
+        self._refuse(dtype, wire, op)
+        if wire.scale != 1 and op == "prod":
+            self._complex_prod(send, recv, list(counts))
+            return
         send, recv = self._view(send, wire), self._view(recv, wire)
         counts = [c * wire.scale for c in counts]
         t, o, stream = wire.type, self._ops[op], self._rt.stream()
@@ -699,17 +694,13 @@ class NcclTransport(Transport):
             self._enqueue_allreduce(None, wide, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
-        if wire is None:
-            raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype}")
-        if wire.scale != 1:
-            if op == "prod":
-                counts = _split(recv.size, self.comm.size)
-                block = self._xp.empty(counts[self.comm.rank], dtype)
-                self._complex_prod(recv if send is None else send, block, counts)
-                self._enqueue_allgatherv(block, recv, counts)
-                return
-            if op != "sum":
-                raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype}; got {op!r}")
+        self._refuse(dtype, wire, op)
+        if wire.scale != 1 and op == "prod":
+            counts = _split(recv.size, self.comm.size)
+            block = self._xp.empty(counts[self.comm.rank], dtype)
+            self._complex_prod(recv if send is None else send, block, counts)
+            self._enqueue_allgatherv(block, recv, counts)
+            return
         # Past max_count: in pieces.
         t, o, stream, size = wire.type, self._ops[op], self._rt.stream(), wire.view.itemsize
         rp = self._rt.ptr(recv)
