@@ -6,9 +6,9 @@ Each case copies between an array split along axis 1 and the flat wire
 buffer (both directions, as all_gather's unpacking and reduce_scatter's
 packing do), timed in alternating rounds -- replaced, new, replaced, new,
 ... -- and reports the best round of each and their ratio (new / replaced:
-below 1 is faster). ``replaced`` is a frozen copy of ``hpccoll._api._blocks``
-as it was before issue 12 (one ``copyto`` of a 4-D transposed view for even
-blocks, one ``copyto`` per block otherwise), kept here as the baseline.
+below 1 is faster). ``replaced`` is ``hpccoll._api._blocks`` as it was before
+issue 12 (one ``copyto`` of a 4-D transposed view for even blocks, one
+``copyto`` per block otherwise), kept as the baseline.
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hpccoll._arrays import prod
-from hpccoll._relayout import copy_blocks
+from hpccoll._relayout import copy_blocks, per_block
 
 
 def replaced(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat: bool) -> None:
-    """The relayout before issue 12 (frozen copy of the old ``hpccoll._api._blocks``), as the baseline."""
-    shape = arr.shape
-    pre, post = shape[:ax], shape[ax + 1 :]
-    lead, trail, parts = prod(pre), prod(post), len(sizes)
-    first = sizes[0]
+    """The relayout before issue 12 (the old ``hpccoll._api._blocks``), as the baseline.
+
+    Even blocks of a C-contiguous array: one copy of a 4-D transposed view (frozen here); otherwise
+    one ``copyto`` per block, which ``hpccoll._relayout.per_block`` still does unchanged.
+    """
+    lead, trail, parts, first = prod(arr.shape[:ax]), prod(arr.shape[ax + 1 :]), len(sizes), sizes[0]
     if all(s == first for s in sizes) and arr.flags.c_contiguous:
         grid = arr.reshape(lead, parts, first, trail)
         blocks = buf.reshape(parts, lead, first, trail).transpose(1, 0, 2, 3)
@@ -38,21 +39,12 @@ def replaced(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat
         else:
             xp.copyto(grid, blocks, casting="unsafe")
         return
-    start = offset = 0
-    for s in sizes:
-        count = lead * s * trail
-        piece = buf[offset : offset + count].reshape(pre + (s,) + post)
-        where = (slice(None),) * ax + (slice(start, start + s),)
-        if to_flat:
-            xp.copyto(piece, arr[where], casting="unsafe")
-        else:
-            xp.copyto(arr[where], piece, casting="unsafe")
-        start += s
-        offset += count
+    per_block(buf, arr, xp, ax, sizes, to_flat)
 
 
-#: (lead, sizes along axis 1, trail, dtype): small to 16 MiB, even and uneven, narrow and wide runs.
-CASES: List[Tuple[int, Tuple[int, ...], int, str]] = [
+#: (lead, sizes along axis 1, trail, dtype[, memory order]): small to 16 MiB, even and uneven, narrow and
+#: wide runs, and Fortran-ordered arrays (the path for other layouts).
+CASES: List[Tuple] = [
     (2, (1, 1), 3, "float64"),
     (4, (2, 2, 2, 2), 2, "float32"),
     (64, (16, 16, 16, 16), 1, "float32"),
@@ -66,6 +58,8 @@ CASES: List[Tuple[int, Tuple[int, ...], int, str]] = [
     (64, (8, 24, 16, 16), 64, "float32"),
     (64, (8, 24, 16, 16), 1024, "float32"),
     (512, (3, 5, 0, 7, 1, 2, 6, 4), 8, "complex64"),
+    (64, (16, 16, 16, 16), 4, "float32", "F"),
+    (64, (8, 24, 16, 16), 4, "float32", "F"),
 ]
 
 
@@ -91,12 +85,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         xp, sync = np, (lambda: None)
     print(f"# relayout along axis 1, {xp.__name__} {xp.__version__}, Python {sys.version.split()[0]}: "
           f"best of {args.rounds} alternating rounds; ratio = new / replaced")
-    print(f"{'lead':>5} {'sizes':<26} {'trail':>5} {'dtype':<10} {'bytes':>9} {'dir':<8}"
+    print(f"{'lead':>5} {'sizes':<26} {'trail':>5} {'dtype':<12} {'bytes':>9} {'dir':<8}"
           f"{'replaced':>11} {'new':>11} {'ratio':>7}")
     worst = 0.0
-    for lead, sizes, trail, dtype in CASES:
+    for lead, sizes, trail, dtype, *order in CASES:
         shape = (lead, sum(sizes), trail)
-        arr = xp.asarray(np.random.default_rng(0).standard_normal(shape).astype(dtype))
+        arr = xp.asarray(np.random.default_rng(0).standard_normal(shape).astype(dtype), order=(order or ["C"])[0])
         buf = xp.empty(arr.size, arr.dtype)
         number = max(3, min(20000, int(2e7 // max(arr.nbytes, 1) // 10)))
         for to_flat in (True, False):
@@ -106,7 +100,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 new = min(new, best_of(lambda: copy_blocks(buf, arr, xp, 1, sizes, to_flat), number, sync))
             worst = max(worst, new / old)
             label = ",".join(map(str, sizes))
-            print(f"{lead:>5} {label:<26} {trail:>5} {dtype:<10} {arr.nbytes:>9} "
+            kind = dtype + (f" {order[0]}" if order else "")
+            print(f"{lead:>5} {label:<26} {trail:>5} {kind:<12} {arr.nbytes:>9} "
                   f"{'pack' if to_flat else 'unpack':<8}{old * 1e6:>9.2f}us {new * 1e6:>9.2f}us {new / old:>7.3f}")
     print(f"# worst ratio {worst:.3f}")
     return 0

@@ -35,7 +35,7 @@ import numpy as np
 from ._errors import TransportUnavailable
 
 
-__all__ = ["copy_blocks", "element_width"]
+__all__ = ["copy_blocks", "element_width", "per_block"]
 
 #: Element widths tried, widest first, and the NumPy dtype that moves each (bit for bit).
 _WIDTHS = (16, 8, 4, 2, 1)
@@ -177,9 +177,8 @@ def _general(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat
     shape = arr.shape
     pre, post = shape[:ax], shape[ax + 1 :]
     first, parts = sizes[0], len(sizes)
-    if sizes.count(first) == parts:
-        # Splitting one axis in two never copies, whatever the strides: one copy of a 2P-block view.
-        cells = arr.reshape(pre + (parts, first) + post)
+    cells = _split_axis(arr, ax, parts, first) if sizes.count(first) == parts else None
+    if cells is not None:  # even blocks: one copy between two views
         blocks = xp.moveaxis(buf.reshape((parts,) + pre + (first,) + post), 0, ax)
         if to_flat:
             xp.copyto(blocks, cells, casting="unsafe")
@@ -189,6 +188,27 @@ def _general(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat
     if xp is not np:  # one kernel on a contiguous temporary rather than one launch per block
         _cupy_via_contiguous(buf, arr, xp, ax, sizes, to_flat)
         return
+    per_block(buf, arr, xp, ax, sizes, to_flat)
+
+
+def _split_axis(arr: Any, ax: int, parts: int, first: int) -> Any:
+    """``arr`` with axis ``ax`` split into ``(parts, first)``, as a view (``None`` if reshape would copy).
+
+    Splitting one axis never needs a copy, whatever the strides; the strides
+    are checked anyway, so that a copy can never stand in for the view written to.
+    """
+    st = arr.strides
+    shape = arr.shape[:ax] + (parts, first) + arr.shape[ax + 1 :]
+    want = st[:ax] + (first * st[ax], st[ax]) + st[ax + 1 :]
+    cells = arr.reshape(shape)
+    if all(n == 1 or a == b for n, a, b in zip(shape, cells.strides, want)):
+        return cells
+    return None
+
+
+def per_block(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat: bool) -> None:
+    """:func:`copy_blocks` by one ``copyto`` per block (any layout, any dtypes; the way before issue 12)."""
+    pre, post = arr.shape[:ax], arr.shape[ax + 1 :]
     start = offset = 0
     for s in sizes:
         count = math.prod(pre) * s * math.prod(post)

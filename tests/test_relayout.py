@@ -425,3 +425,23 @@ def test_kernel_during_stream_capture(host_cupy, refusal):
                        r"\(expected the same call, sizes=\[1, 2, 3\], made once before capturing"):
         copy_blocks(buf, arr.view(DeviceArray), host_cupy, 1, (1, 2, 3), True)
     assert len(relayout._TABLES) == 1
+
+
+@pytest.mark.parametrize("device", [False, True], ids=["numpy", "cupy-path"])
+def test_even_blocks_without_a_split_view(request, monkeypatch, device):
+    """Were reshape ever to copy, the even path falls back (per block; or temporary + kernel) instead of
+    writing into a copy."""
+    monkeypatch.setattr(relayout, "_split_axis", lambda *args: None)
+    arr = layout(random_array((3, 6, 2), np.float32, seed=3), "F")
+    if not device:
+        roundtrip(arr, 1, (2, 2, 2))
+        return
+    xp = request.getfixturevalue("host_cupy")
+    arr = arr.view(DeviceArray)
+    buf = np.empty(arr.size, arr.dtype).view(DeviceArray)
+    copy_blocks(buf, arr, xp, 1, (2, 2, 2), True)
+    out = np.asfortranarray(np.zeros(arr.shape, arr.dtype)).view(DeviceArray)
+    copy_blocks(buf, out, xp, 1, (2, 2, 2), False)
+    same_bits(np.asarray(buf), reference_flat(np.asarray(arr), 1, (2, 2, 2)))
+    same_bits(np.asarray(out), np.asarray(arr))
+    assert len(HarnessKernel.launches) == 2
