@@ -120,17 +120,24 @@ class Staged(Transport):
         self._views[slot] = (need, dtype, view)
         return view
 
-    def _down(self, device: Any, host: Any) -> None:
-        """Copy ``device`` into its pinned stage on the current stream and wait for that stream.
+    def _stage_in(self, send: Optional[Any], recv: Any) -> Tuple[int, Optional[Any], Any]:
+        """Everything before MPI: ``send`` (``recv`` when in place) copied into its pinned stage on the
+        current stream, and that stream waited for. Returns the stream and the two stages.
 
-        During stream capture CUDA refuses the wait: that becomes :func:`refuse_capture`'s error.
+        During stream capture CUDA refuses the wait (or an earlier step): that becomes
+        :func:`refuse_capture`'s error, before any MPI call.
         """
+        rt = self._rt
         try:
-            self._rt.to_host(device, host)
-            self._rt.sync_stream()
+            stream = self._begin()
+            hr = self._stage("recv", recv)
+            hs = None if send is None else self._stage("send", send)
+            rt.to_host(recv if send is None else send, hr if send is None else hs)
+            rt.sync_stream()
         except Exception as exc:
             raise_if_capturing(self.name, self._capturing, exc)
             raise
+        return stream, hs, hr
 
     def _up(self, host: Any, device: Any, stream: int) -> None:
         """Enqueue the copy back on ``stream`` (the current one); record the transport's event after it.
@@ -143,29 +150,18 @@ class Staged(Transport):
         self._event, self._pending_stream = self._record(self._event), stream
 
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
-        stream = self._begin()
-        hs, hr = self._stage("send", send), self._stage("recv", recv)
-        self._down(send, hs)
+        stream, hs, hr = self._stage_in(send, recv)
         self._host.allgatherv(hs, hr, counts)
         self._up(hr, recv, stream)
 
     def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
-        stream = self._begin()
-        hs, hr = self._stage("send", send), self._stage("recv", recv)
-        self._down(send, hs)
+        stream, hs, hr = self._stage_in(send, recv)
         self._host.reduce_scatter(hs, hr, counts, op)
         self._up(hr, recv, stream)
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        stream = self._begin()
-        hr = self._stage("recv", recv)
-        if send is None:
-            self._down(recv, hr)
-            self._host.allreduce(None, hr, op)
-        else:
-            hs = self._stage("send", send)
-            self._down(send, hs)
-            self._host.allreduce(hs, hr, op)
+        stream, hs, hr = self._stage_in(send, recv)  # hs is None in place
+        self._host.allreduce(hs, hr, op)
         self._up(hr, recv, stream)
 
     def close(self) -> None:
