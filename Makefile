@@ -78,7 +78,7 @@ examples-adapters: venv-adapters
 	for ex in $(ADAPTER_EXAMPLES); do timeout 300 $(MPIEXEC) -n $(NP) $(PY) -m mpi4py examples/$$ex.py || exit 1; done
 
 # ----------------------------------------------------------------------------
-# GPU targets (need CuPy and an NVIDIA GPU; docs/gpu.md). Included by the Makefile.
+# GPU targets (need CuPy and an NVIDIA GPU; docs/gpu.md).
 #
 #   make test-gpu    the GPU tests on this machine, <= 6 minutes: 1 rank (NCCL, staged,
 #                    cuda_mpi if declared), then 2, 3 and 4 ranks sharing its GPU(s)
@@ -86,29 +86,52 @@ examples-adapters: venv-adapters
 #   make bench-gpu   hpccoll vs raw NcclCommunicator / mpi4py, relayout vs a device copy,
 #                    staged vs D2H+MPI+H2D by hand: ratios side by side, at 1 and 2 ranks
 #
+# Two ways to run them:
+#   - default: the venv (.venv), made on first use, gets CuPy from pip (extra $(GPU_EXTRAS))
+#     unless CuPy already imports there;
+#   - with a Python that already has CuPy, mpi4py and an MPI (GPU nodes without internet):
+#       make test-gpu PY=python3 MPIEXEC=mpiexec
+#     Nothing is created or installed then: the targets check what they need and stop with
+#     the missing module named; hpccoll is imported from this checkout (PYTHONPATH).
+#     MPIEXEC defaults to the mpiexec on PATH in that mode.
+#
 # cuda_mpi is tested only with HPCCOLL_CUDA_AWARE_MPI=1 in the environment: handing device
 # pointers to an MPI that is not CUDA-aware crashes (treat the mpich wheel as not CUDA-aware).
 
 GPU_EXTRAS   ?= cuda12
 GPU_PYTEST   := $(PYTEST) -q -m gpu tests/test_gpu.py
+# Non-empty when PY is not the venv's Python: then nothing is installed.
+GPU_OWN_PY   := $(filter-out $(VENV)/bin/python,$(PY))
+GPU_MPIEXEC  := $(if $(and $(GPU_OWN_PY),$(filter $(VENV)/bin/mpiexec,$(MPIEXEC))),mpiexec,$(MPIEXEC))
+GPU_RUN      := PYTHONPATH="$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))" timeout
+GPU_PREP     := $(if $(GPU_OWN_PY),gpu-python,venv-gpu)
 
-.PHONY: venv-gpu test-gpu bench-gpu
+.PHONY: venv-gpu gpu-python test-gpu bench-gpu
 
 ## venv-gpu: the venv plus CuPy (pip extra $(GPU_EXTRAS)) unless CuPy already imports there
 venv-gpu: venv
 	@$(PY) -c "import cupy" 2>/dev/null || $(PY) -m pip install -q -e ".[$(EXTRAS),$(GPU_EXTRAS)]"
 
+## gpu-python: check that PY has CuPy, mpi4py (and pytest, pytest-mpi for test-gpu); installs nothing
+gpu-python:
+	@$(PY) -c "import importlib.util as u, sys; \
+	need = ['cupy', 'mpi4py'] + (['pytest', 'pytest_mpi'] if 'test-gpu' in sys.argv[1:] else []); \
+	miss = [m for m in need if u.find_spec(m) is None]; \
+	sys.exit('make: $(PY) lacks ' + ', '.join(miss) + ' (PY=... must already have them; nothing is installed)' if miss else 0)" \
+	  $(MAKECMDGOALS)
+	@command -v $(GPU_MPIEXEC) >/dev/null || { echo "make: no $(GPU_MPIEXEC) on PATH (set MPIEXEC=...)"; exit 1; }
+
 ## test-gpu: the GPU suite at 1-4 ranks (the first run also fills CuPy's kernel cache)
-test-gpu: venv-gpu
-	timeout 150 $(MPIEXEC) -n 1 $(PY) $(GPU_PYTEST)
-	timeout 70 $(MPIEXEC) -n 2 $(PY) $(GPU_PYTEST)
-	timeout 70 $(MPIEXEC) -n 3 $(PY) $(GPU_PYTEST)
-	timeout 70 $(MPIEXEC) -n 4 $(PY) $(GPU_PYTEST)
+test-gpu: $(GPU_PREP)
+	$(GPU_RUN) 150 $(GPU_MPIEXEC) -n 1 $(PY) $(GPU_PYTEST)
+	$(GPU_RUN) 70 $(GPU_MPIEXEC) -n 2 $(PY) $(GPU_PYTEST)
+	$(GPU_RUN) 70 $(GPU_MPIEXEC) -n 3 $(PY) $(GPU_PYTEST)
+	$(GPU_RUN) 70 $(GPU_MPIEXEC) -n 4 $(PY) $(GPU_PYTEST)
 
 ## bench-gpu: the GPU benchmark at 1 rank and at 2 ranks
-bench-gpu: venv-gpu
-	timeout 240 $(MPIEXEC) -n 1 $(PY) -m mpi4py benchmarks/bench_gpu.py
-	timeout 240 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_gpu.py
+bench-gpu: $(GPU_PREP)
+	$(GPU_RUN) 240 $(GPU_MPIEXEC) -n 1 $(PY) -m mpi4py benchmarks/bench_gpu.py
+	$(GPU_RUN) 240 $(GPU_MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_gpu.py
 
 # ----------------------------------------------------------------------------
 # Batch job scripts in jobs/ (docs/cluster.md): lint them, then submit the Slurm ones to a

@@ -6,11 +6,12 @@ communication, no validation.
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Sequence
 
 import numpy as np
 
 from ._arrays import flat, prod
+from ._relayout import copy_blocks as blocks
 
 __all__ = ["as_wire", "wire_flat", "pack", "blocks", "store", "divide", "divided", "buckets", "concat", "join"]
 
@@ -40,39 +41,6 @@ def pack(x: Any, xp: Any, ax: int, sizes: Sequence[int], wire: np.dtype, widen: 
     buf = xp.empty(x.size, wire if widen else x.dtype)
     blocks(buf, x, xp, ax, sizes, to_flat=True)
     return as_wire(buf, wire)
-
-
-def blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat: bool) -> None:
-    """Copy between ``arr`` (blocks along ``ax``) and flat ``buf`` (blocks rank after rank).
-
-    ``to_flat`` copies ``arr -> buf``; otherwise ``buf -> arr``. Rank r's
-    block in ``buf`` is ``arr``'s block r, C-ordered, at the prefix sum of the
-    blocks before it.
-    """
-    shape = arr.shape
-    pre, post = shape[:ax], shape[ax + 1 :]
-    lead, trail, parts = prod(pre), prod(post), len(sizes)
-    first = sizes[0]
-    if all(s == first for s in sizes) and arr.flags.c_contiguous:
-        # One strided copy: (lead, parts, s, trail) <-> (parts, lead, s, trail).
-        grid = arr.reshape(lead, parts, first, trail)
-        spread = buf.reshape(parts, lead, first, trail).transpose(1, 0, 2, 3)
-        if to_flat:
-            xp.copyto(spread, grid, casting="unsafe")
-        else:
-            xp.copyto(grid, spread, casting="unsafe")
-        return
-    start = offset = 0
-    for s in sizes:
-        count = lead * s * trail
-        piece = buf[offset : offset + count].reshape(pre + (s,) + post)
-        where = (slice(None),) * ax + (slice(start, start + s),)
-        if to_flat:
-            xp.copyto(piece, arr[where], casting="unsafe")
-        else:
-            xp.copyto(arr[where], piece, casting="unsafe")
-        start += s
-        offset += count
 
 
 def store(out: Any, result: Any, xp: Any) -> None:

@@ -214,3 +214,187 @@ def test_nccl_refuses_shared_gpu(comm):
             hpccoll.all_reduce(cupy.ones(2), c)
     finally:
         c.free()
+
+
+# --------------------------------------------------------------------------- issue 12 (not yet run on a GPU)
+
+
+RELAYOUT_SIZES = {"even": (3, 3, 3), "uneven": (2, 0, 5, 1), "leading-zeros": (0, 0, 4), "many": (1, 3, 0, 2, 5, 1)}
+
+
+def _device_at(host, offset_items):
+    """``host`` copied to the GPU at ``offset_items`` elements into a larger allocation (a narrower alignment)."""
+    base = cupy.zeros(host.size + offset_items, host.dtype)
+    view = base[offset_items:]
+    view[...] = up(np.ascontiguousarray(host).reshape(-1))
+    return view.reshape(host.shape)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3])
+@pytest.mark.parametrize("pattern", sorted(RELAYOUT_SIZES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_relayout_kernel_matches_numpy(dtype, pattern, offset):
+    """``copy_blocks`` on CuPy (one kernel launch) is bit-identical to NumPy's, both ways, every axis."""
+    from hpccoll._relayout import copy_blocks
+
+    skip_unsupported_dtype(dtype)
+    sizes = RELAYOUT_SIZES[pattern]
+    for ax, shape in enumerate([(sum(sizes), 7, 3), (5, sum(sizes), 6), (4, 3, sum(sizes))]):
+        host = make(shape, dtype, seed=ax + offset)
+        want = np.empty(host.size, host.dtype)
+        copy_blocks(want, host, np, ax, sizes, True)
+        arr = _device_at(host, offset)
+        buf = cupy.empty(host.size + offset, host.dtype)[offset:]
+        copy_blocks(buf, arr, cupy, ax, sizes, True)
+        back = _device_at(np.zeros_like(host), offset)
+        copy_blocks(buf, back, cupy, ax, sizes, False)
+        cupy.cuda.get_current_stream().synchronize()
+        assert_same(down(buf), want)
+        assert_same(down(back), host)
+
+
+@pytest.mark.parametrize("how", ["F", "strided", "reversed"])
+@pytest.mark.parametrize("pattern", ["even", "uneven"])
+def test_relayout_kernel_other_layouts_and_widening(how, pattern):
+    from hpccoll._relayout import copy_blocks
+
+    sizes = RELAYOUT_SIZES[pattern]
+    host = make((4, sum(sizes), 3), np.float16, seed=1, kind="exact")
+    want = np.empty(host.size, np.float32)
+    copy_blocks(want, host, np, 1, sizes, True)
+    arr = on_device(host, how)
+    wide = cupy.empty(host.size, cupy.float32)
+    copy_blocks(wide, arr, cupy, 1, sizes, True)  # reduce-scatter's packing with the float16 -> float32 widening
+    same = cupy.empty(host.size, cupy.float16)
+    copy_blocks(same, arr, cupy, 1, sizes, True)
+    back = on_device(np.zeros_like(host), how)
+    copy_blocks(same, back, cupy, 1, sizes, False)
+    assert_same(down(wide), want)
+    assert_same(down(same), want.astype(np.float16))
+    assert_same(down(back), host)
+
+
+def test_relayout_large_even_and_uneven():
+    """64 MiB along axis 1, even and uneven (the bandwidth case of bench_gpu's relayout rows)."""
+    from hpccoll._relayout import copy_blocks
+
+    for sizes in [(16, 16, 16, 16), (8, 24, 16, 16)]:
+        arr = cupy.random.default_rng(0).random((64, 64, 1 << 12), dtype=cupy.float32)
+        buf = cupy.empty(arr.size, arr.dtype)
+        copy_blocks(buf, arr, cupy, 1, sizes, True)
+        want = cupy.concatenate([b.reshape(-1) for b in cupy.split(arr, np.cumsum(sizes)[:-1].tolist(), axis=1)])
+        back = cupy.empty_like(arr)
+        copy_blocks(buf, back, cupy, 1, sizes, False)
+        assert bool((buf == want).all()) and bool((back == arr).all())
+
+
+def _solo_nccl(comm):
+    """A one-rank Communicator per rank (NCCL always usable there) and its nccl transport."""
+    solo = hpccoll.Communicator(comm.mpi).split(comm.rank)
+    return solo, solo.transport_instance("nccl")
+
+
+def test_cuda_graph_capture_and_replay_nccl(comm):
+    """all_gather, reduce_scatter and all_reduce over nccl (one rank), captured once and replayed."""
+    solo, t = _solo_nccl(comm)
+    try:
+        n = 1 << 12
+        x = cupy.empty(n, cupy.float32)
+        g, r, y = cupy.empty(n, cupy.float32), cupy.empty(n, cupy.float32), cupy.empty(n, cupy.float32)
+        api_g, api_r, api_y = cupy.empty((2, n // 2), cupy.float32), cupy.empty(n, cupy.float32), cupy.empty_like(x)
+        api_g2 = cupy.empty((2, n // 2), cupy.float32)  # (one rank: the API copies, which captures too)
+        stream = cupy.cuda.Stream(non_blocking=True)
+
+        def collectives():
+            t.allgatherv(x, g, [n])  # the transport: NCCL calls at one rank
+            t.reduce_scatter(x, r, [n], "sum")
+            t.allreduce(x, y, "sum")
+            hpccoll.all_gather(x.reshape(2, -1), solo, axis=1, sizes=[n // 2], out=api_g)  # the public API
+            hpccoll.reduce_scatter(x, solo, out=api_r)
+            hpccoll.all_reduce(x, solo, out=api_y)
+            hpccoll.all_gather(x.reshape(2, -1), solo, sizes=[2], out=api_g2)
+
+        with stream:
+            x[...] = 1
+            collectives()  # warm-up outside the capture: NCCL connects, kernels compile
+            stream.synchronize()
+            stream.begin_capture()
+            collectives()
+            graph = stream.end_capture()
+            seen = []
+            for k in range(3):
+                x[...] = cupy.arange(n, dtype=cupy.float32) * (k + 2)
+                graph.launch(stream)
+                stream.synchronize()
+                seen.append([down(a) for a in (x, g, r, y, api_g, api_r, api_y, api_g2)])
+        for values in seen:
+            want = values[0]
+            for got in values[1:]:
+                np.testing.assert_array_equal(got.reshape(-1), want)
+    finally:
+        solo.free()
+
+
+def test_cuda_graph_capture_world_nccl(comm):
+    """The world's collectives (``out=`` and ``sizes`` given) captured and replayed, with one GPU per rank."""
+    if comm.size > GPUS:
+        pytest.skip("needs one GPU per rank")  # the same on every rank
+    c = hpccoll.Communicator(comm.mpi, transport="nccl")
+    try:
+        n, P = 1 << 10, comm.size
+        x, big = cupy.empty(n, cupy.float32), cupy.empty(n * P, cupy.float32)
+        g, r, y = cupy.empty(n * P, cupy.float32), cupy.empty(n, cupy.float32), cupy.empty(n, cupy.float32)
+        stream = cupy.cuda.Stream(non_blocking=True)
+
+        def collectives():
+            hpccoll.all_gather(x, c, sizes=[n] * P, out=g)
+            hpccoll.reduce_scatter(big, c, out=r)
+            hpccoll.all_reduce(x, c, out=y)
+
+        with stream:
+            x[...] = comm.rank + 1
+            big[...] = comm.rank + 1
+            collectives()  # warm-up outside the capture
+            stream.synchronize()
+            stream.begin_capture()
+            collectives()
+            graph = stream.end_capture()
+            x[...] = 10 * (comm.rank + 1)
+            big[...] = 10 * (comm.rank + 1)
+            graph.launch(stream)
+            stream.synchronize()
+        total = 10 * P * (P + 1) / 2
+        np.testing.assert_array_equal(down(g), np.repeat(10.0 * np.arange(1, P + 1), n).astype(np.float32))
+        np.testing.assert_array_equal(down(r), np.full(n, total, np.float32))
+        np.testing.assert_array_equal(down(y), np.full(n, total, np.float32))
+    finally:
+        c.free()
+
+
+@pytest.mark.parametrize("name", ["staged", "cuda_mpi"])
+def test_synchronising_transports_refuse_capture(comm, name):
+    """staged and cuda_mpi wait on the host for the stream: under capture they raise, before any MPI call."""
+    if name == "cuda_mpi" and not CUDA_AWARE:
+        pytest.skip("set HPCCOLL_CUDA_AWARE_MPI=1 where MPI is CUDA-aware to test cuda_mpi")
+    c = hpccoll.Communicator(comm.mpi, transport=name)
+    try:
+        t = c.transport_instance(name)
+        x, y = cupy.ones(16, cupy.float32), cupy.empty(16, cupy.float32)
+        t.allreduce(x, y, "sum")  # outside capture: fine (pinned buffers made)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                with pytest.raises(hpccoll.TransportUnavailable, match=f"transport '{name}' cannot run during CUDA "
+                                   "stream capture"):
+                    t.allreduce(x, y, "sum")
+            finally:
+                try:
+                    stream.end_capture()
+                except Exception:  # the capture was invalidated by CUDA's refusal
+                    pass
+        t.allreduce(x, y, "sum")  # usable again afterwards
+        cupy.cuda.get_current_stream().synchronize()
+        np.testing.assert_array_equal(down(y), np.full(16, comm.size, np.float32))
+    finally:
+        c.free()

@@ -9,6 +9,10 @@ declared: ``HPCCOLL_CUDA_AWARE_MPI=1`` (yes), ``0`` (no) or unset (not
 declared: ``auto`` does not pick this transport, and says so once through
 :mod:`warnings`). Asking for ``transport="cuda_mpi"`` explicitly is a
 declaration too, unless the variable says ``0``.
+
+Not capturable in a CUDA graph (it synchronises the host with the stream):
+called during stream capture it raises :class:`~hpccoll.TransportUnavailable`
+before any MPI call (asked only when CUDA refuses the synchronisation).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, Optional, Sequence
 from .._env import env_flag
 from .._errors import MismatchError, TransportUnavailable
 from .._request import Pending
-from ._cuda import get_runtime
+from ._cuda import capture_query, get_runtime, raise_if_capturing
 from ._state import remembered
 from .host_mpi import HostMPI
 
@@ -79,6 +83,7 @@ class CudaMPI(HostMPI):
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
         self._rt = get_runtime()
+        self._capturing = capture_query(self._rt)
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -99,25 +104,37 @@ class CudaMPI(HostMPI):
             warn_undeclared()
         return f"{CUDA_AWARE_VARIABLE} {'is unset' if declared is None else '=0'}"
 
+    def _sync(self) -> None:
+        """MPI knows no streams: wait for the current one (refused during stream capture)."""
+        try:
+            self._rt.sync_stream()
+        except Exception as exc:
+            raise_if_capturing(self.name, self._capturing, exc)
+            raise
+
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
-        self._rt.sync_stream()
+        self._sync()
         super().allgatherv(send, recv, counts)
 
     def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
-        self._rt.sync_stream()
+        self._sync()
         super().reduce_scatter(send, recv, counts, op)
+
+    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        self._sync()
+        super().allreduce(send, recv, op)
 
     # MPI reads the buffers as soon as a non-blocking call starts: synchronise first here too.
     def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
-        self._rt.sync_stream()
+        self._sync()
         return super().iallgatherv(send, recv, counts)
 
     def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
-        self._rt.sync_stream()
+        self._sync()
         return super().ireduce_scatter(send, recv, counts, op)
 
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
-        self._rt.sync_stream()
+        self._sync()
         return super().iallreduce(send, recv, op)
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
@@ -125,16 +142,12 @@ class CudaMPI(HostMPI):
         # MPIs: gather flat and let the GPU relayout.
         return False
 
-    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        self._rt.sync_stream()
-        super().allreduce(send, recv, op)
-
     def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
                   even: bool = False) -> None:
-        self._rt.sync_stream()
+        self._sync()
         super().alltoallv(send, recv, send_counts, recv_counts, even)
 
     def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
                    even: bool = False) -> Pending:
-        self._rt.sync_stream()
+        self._sync()
         return super().ialltoallv(send, recv, send_counts, recv_counts, even)

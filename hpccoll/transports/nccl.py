@@ -30,7 +30,12 @@ implemented, chosen by :attr:`NcclTransport.uneven` (default from
     shards), else ``"grouped"``. Neither design has been measured on GPUs
     yet; ``benchmarks/bench_gpu.py`` compares them.
 
-Dtypes are looked up by name. Complex numbers travel as twice as many reals
+Per call, the transport does only what the call needs: the NCCL datatype
+comes from a table keyed by the dtype object (never ``dtype.name``, which
+costs about a microsecond under NumPy 2), the checks (closed communicator,
+NCCL's asynchronous error, the arrays' GPU) cost nanoseconds each, the
+stream is asked for once, and messages are split only past
+:attr:`NcclTransport.max_count`. Complex numbers travel as twice as many reals
 (all-gather, and ``sum``); a complex ``prod`` (not elementwise on the real
 parts) is computed by an all-to-all of the blocks (grouped send/recv) and a
 local product, so it matches MPI; ``max``/``min`` on complex raise
@@ -47,15 +52,16 @@ import contextlib
 import os
 import time
 import weakref
-from typing import Any, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .._errors import ArgumentError, CollectiveError, DTypeError, HpccollError, MismatchError, TransportUnavailable
 from .._request import Pending
 from ._base import Transport
-from ._cuda import get_runtime
+from ._cuda import capture_query, get_runtime
 from ._state import remembered
+from .._arrays import split_sizes
 from ._mpitypes import displacements
 
 __all__ = ["NcclTransport", "NcclProbe", "probe", "UNEVEN_DESIGNS", "INT_MAX"]
@@ -75,7 +81,7 @@ PAD_SLACK = 0.125
 #: NCCL 2.10.0 (the first with ``ncclBfloat16``) as ``ncclGetVersion`` reports it.
 BF16_VERSION = 21000
 
-# Array dtype name -> the cupy.cuda.nccl constant naming it.
+# Array dtype name -> the cupy.cuda.nccl constant naming it (looked up by name once per dtype).
 _NCCL_TYPES = {
     "int8": "NCCL_INT8",
     "uint8": "NCCL_UINT8",
@@ -90,7 +96,8 @@ _NCCL_TYPES = {
 }
 _NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
 # Integer types NCCL lacks, reduced in a wider type (wrap-around is preserved by the cast back).
-_WIDER = {"int16": np.dtype(np.int32), "uint16": np.dtype(np.uint32)}
+_WIDER = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.uint32)}
+_UNSEEN = object()
 
 _PROBE_KEY = "nccl:probe"
 _CHOSEN: Optional[int] = None  # the GPU hpccoll selected for this process, once it has
@@ -277,12 +284,15 @@ def _chunks(count: int, limit: int) -> Iterator[Tuple[int, int]]:
         yield offset, min(limit, count - offset)
 
 
-def _split(n: int, parts: int) -> List[int]:
-    q, r = divmod(n, parts)
-    return [q + (i < r) for i in range(parts)]
-
-
 # --------------------------------------------------------------------------- transport
+
+
+class _Wire(NamedTuple):
+    """How arrays of one dtype go to NCCL: its datatype, NCCL elements per array element, the view."""
+
+    type: Any  # the cupy.cuda.nccl datatype constant
+    scale: int  # NCCL elements per array element (2 for complex as reals; itemsize for bytes)
+    view: np.dtype  # the dtype the array is seen as for NCCL (itself, its real part, or uint8)
 
 
 class NcclTransport(Transport):
@@ -325,6 +335,7 @@ class NcclTransport(Transport):
         self._uneven = found.uneven
         self._nccl = rt.nccl
         self._xp = rt.xp
+        self._capturing = capture_query(rt)
         self._types = {
             name: getattr(rt.nccl, const) for name, const in _NCCL_TYPES.items() if hasattr(rt.nccl, const)
         }
@@ -332,6 +343,18 @@ class NcclTransport(Transport):
             self._types.pop("bfloat16", None)
         self._ops = {op: getattr(rt.nccl, const) for op, const in _NCCL_OPS.items()}
         self.native_reduce: FrozenSet[str] = frozenset(n for n in ("float16", "bfloat16") if n in self._types)
+        # The per-call lookups, keyed by the dtype object (hashing one is a few ns; dtype.name
+        # costs about a microsecond): filled here for NumPy's own dtypes, and on first sight
+        # for any other (bfloat16), by name, once.
+        self._reduce: Dict[np.dtype, Optional[_Wire]] = {}
+        self._move: Dict[np.dtype, _Wire] = {}
+        for name in _NCCL_TYPES:
+            if name != "bfloat16":
+                self._wire_for_reduce(np.dtype(name))
+                self._wire_for_move(np.dtype(name))
+        for name in ("complex64", "complex128", "bool", "int16", "uint16"):
+            self._wire_for_reduce(np.dtype(name))
+            self._wire_for_move(np.dtype(name))
         self._nc: Any = _bootstrap(comm, rt)
         _LIVE.add(self)
 
@@ -346,6 +369,35 @@ class NcclTransport(Transport):
     @uneven.setter
     def uneven(self, value: str) -> None:
         self._uneven = _check_uneven(value)
+
+    @property
+    def communicator(self) -> Any:
+        """The ``NcclCommunicator`` this transport calls (``None`` once closed or aborted).
+
+        For benchmarks and tools that compare against NCCL itself; calls on it
+        bypass hpccoll's checks.
+        """
+        return self._nc
+
+    def nccl_datatype(self, dtype: Any) -> Any:
+        """NCCL's datatype constant for arrays of ``dtype`` reduced natively.
+
+        Raises
+        ------
+        DTypeError
+            ``dtype`` has no NCCL reduction type (complex, bool, int16 ... go through other types).
+        """
+        wire = self._wire_for_reduce(np.dtype(dtype))
+        if wire is None or wire.scale != 1:
+            raise DTypeError(f"dtype: expected a dtype NCCL reduces ({', '.join(self._types)}); got {np.dtype(dtype)}")
+        return wire.type
+
+    def nccl_op(self, op: str) -> Any:
+        """NCCL's reduction op constant for ``"sum"``, ``"prod"``, ``"max"`` or ``"min"``."""
+        try:
+            return self._ops[op]
+        except (KeyError, TypeError):
+            raise ArgumentError(f"op: expected one of {', '.join(map(repr, self._ops))}; got {op!r}") from None
 
     def close(self) -> None:
         nc, self._nc = getattr(self, "_nc", None), None
@@ -377,33 +429,71 @@ class NcclTransport(Transport):
         return EventPending(self._rt.record(), self)
 
     # ------------------------------------------------------------------ helpers
-    def _check(self, *arrays: Any) -> None:
-        if self._nc is None:
+    def _ready(self, send: Optional[Any], recv: Any) -> Any:
+        """The live NCCL communicator, after the checks every call makes (each costs nanoseconds).
+
+        Closed -> :class:`TransportUnavailable`; an asynchronous NCCL error ->
+        :class:`CollectiveError`; an array on another GPU -> :class:`ArgumentError`.
+        """
+        nc = self._nc
+        if nc is None:
             raise TransportUnavailable("transport 'nccl': expected a live NCCL communicator; got a closed one")
-        self._async_error()
-        for a in arrays:
-            if a is not None:
-                dev = self._rt.device_of(a)
-                if dev != self.device:
-                    raise ArgumentError(
-                        f"x: expected a CuPy array on GPU {self.device}, this rank's NCCL device "
-                        f"({self.device_choice}); got one on GPU {dev}. Select the GPU before allocating "
-                        "(cupy.cuda.Device(n).use()); hpccoll then keeps it"
-                    )
+        try:
+            nc.check_async_error()
+        except Exception as exc:  # the binding's NcclError
+            self._abort(f"NCCL reported an asynchronous error ({type(exc).__name__}: {exc})")
+        device_of, device = self._rt.device_of, self.device
+        if device_of(recv) != device:
+            self._wrong_device(device_of(recv))
+        if send is not None and device_of(send) != device:
+            self._wrong_device(device_of(send))
+        return nc
 
-    def _type(self, dtype: np.dtype) -> Any:
-        t = self._types.get(dtype.name)
-        if t is None:
-            raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype.name}")
-        return t
+    def _wrong_device(self, dev: int) -> NoReturn:
+        raise ArgumentError(
+            f"x: expected a CuPy array on GPU {self.device}, this rank's NCCL device "
+            f"({self.device_choice}); got one on GPU {dev}. Select the GPU before allocating "
+            "(cupy.cuda.Device(n).use()); hpccoll then keeps it"
+        )
 
-    def _movement(self, dtype: np.dtype) -> np.dtype:
-        """The dtype to view ``dtype`` as for pure data movement (NCCL's own, reals, or bytes)."""
-        if dtype.name in self._types:
-            return dtype
-        if dtype.kind == "c":
-            return np.dtype(f"f{dtype.itemsize // 2}")
-        return np.dtype(np.uint8)
+    def _wire_for_reduce(self, dtype: np.dtype) -> Optional[_Wire]:
+        """How NCCL reduces ``dtype`` elementwise, or ``None`` (widened, complex prod, or refused)."""
+        try:
+            return self._reduce[dtype]
+        except KeyError:
+            pass
+        wire = None
+        if dtype.isnative:
+            name = dtype.name  # once per dtype
+            if name in self._types:
+                wire = _Wire(self._types[name], 1, dtype)
+            elif dtype.kind == "c":
+                real = np.dtype(f"f{dtype.itemsize // 2}")
+                wire = _Wire(self._types[real.name], 2, real)
+        self._reduce[dtype] = wire
+        return wire
+
+    def _wire_for_move(self, dtype: np.dtype) -> _Wire:
+        """How NCCL moves ``dtype``: as itself, as twice as many reals (complex), or as bytes."""
+        try:
+            return self._move[dtype]
+        except KeyError:
+            pass
+        wire = self._wire_for_reduce(dtype)
+        if wire is None:
+            wire = _Wire(self._types["uint8"], dtype.itemsize, np.dtype(np.uint8))
+        self._move[dtype] = wire
+        return wire
+
+    def _refuse(self, dtype: np.dtype, wire: Optional[_Wire], op: str) -> None:
+        """Raise :class:`DTypeError` for a dtype NCCL cannot reduce, or complex max/min."""
+        if wire is None:
+            raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype}")
+        if wire.scale != 1 and op not in ("sum", "prod"):
+            raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype}; got {op!r}")
+
+    def _view(self, a: Any, wire: _Wire) -> Any:
+        return a if wire.scale == 1 else a.view(wire.view)
 
     @contextlib.contextmanager
     def _group(self) -> Iterator[None]:
@@ -427,20 +517,26 @@ class NcclTransport(Transport):
 
     # ------------------------------------------------------------------ all-gather
     def _enqueue_allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
-        self._check(send, recv)
+        nc = self._ready(send, recv)
+        dtype = recv.dtype
+        wire = self._move.get(dtype) or self._wire_for_move(dtype)
+        first = counts[0]
+        even = counts.count(first) == len(counts)
+        n = first * wire.scale
+        if even and 0 < n <= self.max_count:  # the common call: one allGather, nothing else
+            rt = self._rt
+            nc.allGather(rt.ptr(send), rt.ptr(recv), n, wire.type, rt.stream())
+            return
         if not any(counts):
             return
-        view = self._movement(recv.dtype)
-        if view != recv.dtype:
-            scale = recv.dtype.itemsize // view.itemsize
-            send, recv, counts = send.view(view), recv.view(view), [c * scale for c in counts]
-        t, stream, first = self._types[view.name], self._rt.stream(), counts[0]
-        if all(c == first for c in counts) and first <= self.max_count:
-            self._nc.allGather(self._rt.ptr(send), self._rt.ptr(recv), first, t, stream)
+        send, recv = self._view(send, wire), self._view(recv, wire)
+        counts, stream = [c * wire.scale for c in counts], self._rt.stream()
+        if even:
+            self._allgather_grouped(send, recv, counts, wire.type, stream)  # only past max_count
         elif self._design(counts) == "pad":
-            self._allgather_padded(send, recv, counts, t, stream)
+            self._allgather_padded(send, recv, counts, wire.type, stream)
         else:
-            self._allgather_grouped(send, recv, counts, t, stream)
+            self._allgather_grouped(send, recv, counts, wire.type, stream)
 
     def _allgather_grouped(self, send: Any, recv: Any, counts: List[int], t: Any, stream: int) -> None:
         size, me = recv.itemsize, self.comm.rank
@@ -467,30 +563,40 @@ class NcclTransport(Transport):
 
     # ------------------------------------------------------------------ reduce-scatter
     def _enqueue_reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
-        self._check(send, recv)
+        nc = self._ready(send, recv)
+        dtype = recv.dtype
+        wire = self._reduce.get(dtype, _UNSEEN)
+        if wire is _UNSEEN:
+            wire = self._wire_for_reduce(dtype)
+        first = counts[0]
+        even = counts.count(first) == len(counts)
+        if wire is not None and (wire.scale == 1 or op == "sum"):
+            n = first * wire.scale
+            if even and 0 < n <= self.max_count:  # the common call: one reduceScatter, nothing else
+                rt = self._rt
+                nc.reduceScatter(rt.ptr(send), rt.ptr(recv), n, wire.type, self._ops[op], rt.stream())
+                return
         if not any(counts):
             return
-        dtype = recv.dtype
-        if dtype.name in _WIDER:
-            wide = self._xp.empty(recv.size, _WIDER[dtype.name])
-            self._enqueue_reduce_scatter(send.astype(wide.dtype), wide, counts, op)
+        widened = _WIDER.get(dtype)
+        if widened is not None:
+            wide = self._xp.empty(recv.size, widened)
+            self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
-        if dtype.kind == "c":
-            if op == "prod":
-                self._complex_prod(send, recv, list(counts))
-                return
-            if op != "sum":
-                raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype.name}; got {op!r}")
-            view = np.dtype(f"f{dtype.itemsize // 2}")
-            send, recv, counts = send.view(view), recv.view(view), [2 * c for c in counts]
-        t, o, stream, first = self._type(recv.dtype), self._ops[op], self._rt.stream(), counts[0]
-        if all(c == first for c in counts) and first <= self.max_count:
-            self._nc.reduceScatter(self._rt.ptr(send), self._rt.ptr(recv), first, t, o, stream)
+        self._refuse(dtype, wire, op)
+        if wire.scale != 1 and op == "prod":
+            self._complex_prod(send, recv, list(counts))
+            return
+        send, recv = self._view(send, wire), self._view(recv, wire)
+        counts = [c * wire.scale for c in counts]
+        t, o, stream = wire.type, self._ops[op], self._rt.stream()
+        if even:
+            self._reduce_scatter_grouped(send, recv, counts, t, o, stream)  # only past max_count
         elif self._design(counts) == "pad":
-            self._reduce_scatter_padded(send, recv, list(counts), t, o, stream)
+            self._reduce_scatter_padded(send, recv, counts, t, o, stream)
         else:
-            self._reduce_scatter_grouped(send, recv, list(counts), t, o, stream)
+            self._reduce_scatter_grouped(send, recv, counts, t, o, stream)
 
     def _reduce_scatter_grouped(self, send: Any, recv: Any, counts: List[int], t: Any, o: Any, stream: int) -> None:
         size, me = recv.itemsize, self.comm.rank
@@ -515,8 +621,8 @@ class NcclTransport(Transport):
     def _complex_prod(self, send: Any, recv: Any, counts: List[int]) -> None:
         """Complex product over ranks of block ``rank``: all-to-all of the blocks, then a local product."""
         xp, me, ranks = self._xp, self.comm.rank, len(counts)
-        real = np.dtype(f"f{recv.dtype.itemsize // 2}")
-        t, stream, size = self._types[real.name], self._rt.stream(), recv.itemsize
+        wire = self._wire_for_reduce(recv.dtype)
+        t, stream, size, real = wire.type, self._rt.stream(), recv.itemsize, wire.view.itemsize
         disps = displacements(counts)
         blocks = xp.empty((ranks, counts[me]), recv.dtype)
         sp, bp = self._rt.ptr(send), self._rt.ptr(blocks)
@@ -525,9 +631,9 @@ class NcclTransport(Transport):
                 if peer == me:
                     continue
                 for off, n in _chunks(2 * counts[peer], self.max_count):
-                    self._nc.send(sp + disps[peer] * size + off * real.itemsize, n, t, peer, stream)
+                    self._nc.send(sp + disps[peer] * size + off * real, n, t, peer, stream)
                 for off, n in _chunks(2 * counts[me], self.max_count):
-                    self._nc.recv(bp + peer * counts[me] * size + off * real.itemsize, n, t, peer, stream)
+                    self._nc.recv(bp + peer * counts[me] * size + off * real, n, t, peer, stream)
         blocks[me] = send[disps[me] : disps[me] + counts[me]]
         xp.prod(blocks, axis=0, out=recv)
 
@@ -548,48 +654,57 @@ class NcclTransport(Transport):
 
     # The blocking forms only enqueue (stream order is the caller's synchronisation), except under
     # HPCCOLL_TIMEOUT, where each one is waited for, watched, so that a stuck collective is reported.
+    # During CUDA stream capture nothing runs, so there is nothing to wait for (replays are not watched).
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
         self._enqueue_allgatherv(send, recv, counts)
-        if self.comm.timeout is not None:
+        if self.comm.timeout is not None and not self._capturing():
             self._pending().wait()
 
     def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
         self._enqueue_reduce_scatter(send, recv, counts, op)
-        if self.comm.timeout is not None:
+        if self.comm.timeout is not None and not self._capturing():
             self._pending().wait()
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         self._enqueue_allreduce(send, recv, op)
-        if self.comm.timeout is not None:
+        if self.comm.timeout is not None and not self._capturing():
             self._pending().wait()
 
     # ------------------------------------------------------------------ all-reduce
     def _enqueue_allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        self._check(send, recv)
+        nc = self._ready(send, recv)
+        dtype = recv.dtype
+        wire = self._reduce.get(dtype, _UNSEEN)
+        if wire is _UNSEEN:
+            wire = self._wire_for_reduce(dtype)
+        if wire is not None and (wire.scale == 1 or op == "sum"):
+            n = recv.size * wire.scale
+            if 0 < n <= self.max_count:  # the common call: one allReduce, nothing else
+                rt = self._rt
+                rp = rt.ptr(recv)
+                nc.allReduce(rp if send is None else rt.ptr(send), rp, n, wire.type, self._ops[op], rt.stream())
+                return
         if recv.size == 0:
             return
-        dtype = recv.dtype
-        if dtype.name in _WIDER:
-            wide = (recv if send is None else send).astype(_WIDER[dtype.name])
+        widened = _WIDER.get(dtype)
+        if widened is not None:
+            wide = (recv if send is None else send).astype(widened)
             self._enqueue_allreduce(None, wide, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
-        if dtype.kind == "c":
-            if op == "prod":
-                counts = _split(recv.size, self.comm.size)
-                block = self._xp.empty(counts[self.comm.rank], dtype)
-                self._complex_prod(recv if send is None else send, block, counts)
-                self._enqueue_allgatherv(block, recv, counts)
-                return
-            if op != "sum":
-                raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype.name}; got {op!r}")
-            view = np.dtype(f"f{dtype.itemsize // 2}")
-            send, recv = (None if send is None else send.view(view)), recv.view(view)
-        t, o, stream, size = self._type(recv.dtype), self._ops[op], self._rt.stream(), recv.itemsize
+        self._refuse(dtype, wire, op)
+        if wire.scale != 1 and op == "prod":
+            counts = list(split_sizes(recv.size, self.comm.size))
+            block = self._xp.empty(counts[self.comm.rank], dtype)
+            self._complex_prod(recv if send is None else send, block, counts)
+            self._enqueue_allgatherv(block, recv, counts)
+            return
+        # Past max_count: in pieces.
+        t, o, stream, size = wire.type, self._ops[op], self._rt.stream(), wire.view.itemsize
         rp = self._rt.ptr(recv)
         sp = rp if send is None else self._rt.ptr(send)
-        for off, n in _chunks(recv.size, self.max_count):
-            self._nc.allReduce(sp + off * size, rp + off * size, n, t, o, stream)
+        for off, n in _chunks(recv.size * wire.scale, self.max_count):
+            nc.allReduce(sp + off * size, rp + off * size, n, t, o, stream)
 
     # ------------------------------------------------------------------ all-to-all
     # ``even`` changes nothing here: grouped send/recv is NCCL's only all-to-all.
