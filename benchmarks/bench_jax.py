@@ -10,7 +10,10 @@ interleaved round by round on the same data:
 - ``numpy``        hpccoll on a NumPy array directly (the floor: no JAX at all)
 - ``hcj eager``    ``hpccoll.adapters.jax`` on a concrete ``jax.Array``
 - ``mpi4jax eager`` the same mpi4jax call outside ``jit``
-- ``hcj jit``      a ``jax.jit`` function holding the adapter's call
+- ``hcj jit``      a ``jax.jit`` function holding the adapter's call (its default lowering: the
+                   host callback emitted directly, as io_callback's own lowering does)
+- ``hcj io_callback`` the same, lowered through ``jax.experimental.io_callback`` itself
+                   (``hcj.DIRECT_LOWERING = False``), which first copies the argument into a JAX array
 - ``mpi4jax jit``  a ``jax.jit`` function holding mpi4jax's call
 
 Collectives: ``all_reduce`` (sum; mpi4jax ``allreduce``) and ``all_gather``
@@ -64,20 +67,25 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
+#: Callables timed with only a few calls per round: mpi4jax outside jit compiles on every call (tens of ms).
+SLOW = {"mpi4jax eager": 3}
+
+
 def interleaved(comm: MPI.Intracomm, fns: dict, iters: int, rounds: int) -> dict:
     """Per-call seconds of each callable, per round (max over ranks); each round starts one further along."""
-    for fn in fns.values():
-        for _ in range(min(iters, 20)):
+    for name, fn in fns.items():
+        for _ in range(min(iters, 20, SLOW.get(name, iters))):
             fn()
     samples = {name: [] for name in fns}
     order = list(fns.items())
     for r in range(rounds):
         for name, fn in order[r % len(order):] + order[: r % len(order)]:
+            n = SLOW.get(name, iters)
             comm.Barrier()
             t0 = time.perf_counter()
-            for _ in range(iters):
+            for _ in range(n):
                 fn()
-            samples[name].append(comm.allreduce((time.perf_counter() - t0) / iters, op=MPI.MAX))
+            samples[name].append(comm.allreduce((time.perf_counter() - t0) / n, op=MPI.MAX))
     return samples
 
 
@@ -88,18 +96,25 @@ def cases(x: jax.Array, xn: np.ndarray, comm: hpccoll.Communicator, raw: MPI.Int
     ready = jax.block_until_ready
     hcj_ar = jax.jit(lambda v: hcj.all_reduce(v, comm))
     hcj_ag = jax.jit(lambda v: hcj.all_gather(v, comm, sizes=sizes))
+    hcj.DIRECT_LOWERING = False  # the same, lowered through the public io_callback (compiled now, kept)
+    io_ar = jax.jit(lambda v: hcj.all_reduce(v, comm))
+    io_ag = jax.jit(lambda v: hcj.all_gather(v, comm, sizes=sizes))
+    ready(io_ar(x)), ready(io_ag(x))
+    hcj.DIRECT_LOWERING = True
     out = {
         "all_reduce": {
             "numpy": lambda: hpccoll.all_reduce(xn, comm),
             "hcj eager": lambda: ready(hcj.all_reduce(x, comm)),
             "hcj jit": lambda: ready(hcj_ar(x)),
             "hcj jit again": lambda: ready(hcj_ar(x)),
+            "hcj io_callback": lambda: ready(io_ar(x)),
         },
         "all_gather": {
             "numpy": lambda: hpccoll.all_gather(xn, comm, sizes=sizes),
             "hcj eager": lambda: ready(hcj.all_gather(x, comm, sizes=sizes)),
             "hcj jit": lambda: ready(hcj_ag(x)),
             "hcj jit again": lambda: ready(hcj_ag(x)),
+            "hcj io_callback": lambda: ready(io_ag(x)),
         },
     }
     if mpi4jax is not None:
@@ -144,9 +159,9 @@ def main(argv=None) -> int:
         f"{MPI.Get_library_version().splitlines()[0].strip()}, {P} ranks, float64")
     say(f"# command: mpiexec -n {P} python -m mpi4py benchmarks/bench_jax.py {' '.join(argv or sys.argv[1:])}".rstrip())
     say("# per-call time in microseconds: median over rounds of the max over ranks; ratios: median of same-round ratios")
-    cols = ["numpy", "hcj eager", "mpi4jax eager", "hcj jit", "mpi4jax jit"]
-    header = (f"{'collective':<12}{'size/rank':>10}" + "".join(f"{c:>15}" for c in cols)
-              + f"{'eager/m4j':>11}{'jit/m4j':>9}{'jit/numpy':>11}{'hcj/hcj':>9}")
+    cols = ["numpy", "hcj eager", "mpi4jax eager", "hcj jit", "hcj io_callback", "mpi4jax jit"]
+    header = (f"{'collective':<12}{'size/rank':>10}" + "".join(f"{c:>16}" for c in cols)
+              + f"{'eager/m4j':>11}{'jit/m4j':>9}{'io_cb/m4j':>11}{'jit/numpy':>11}{'hcj/hcj':>9}")
     say(header)
     say("-" * len(header))
     for nbytes in (parse_bytes(s) for s in args.sizes.split(",")):
@@ -164,8 +179,9 @@ def main(argv=None) -> int:
                     return "-"
                 return f"{statistics.median(p / q for p, q in zip(s[a], s[b])):.3f}"
 
-            say(f"{name:<12}{human(nbytes):>10}" + "".join(f"{med[c]:>15.1f}" if c in med else f"{'-':>15}" for c in cols)
+            say(f"{name:<12}{human(nbytes):>10}" + "".join(f"{med[c]:>16.1f}" if c in med else f"{'-':>16}" for c in cols)
                 + f"{ratio('hcj eager', 'mpi4jax eager'):>11}{ratio('hcj jit', 'mpi4jax jit'):>9}"
+                + f"{ratio('hcj io_callback', 'mpi4jax jit'):>11}"
                 + f"{ratio('hcj jit', 'numpy'):>11}{ratio('hcj jit again', 'hcj jit'):>9}", flush=True)
     raw.Free()
     comm.free()

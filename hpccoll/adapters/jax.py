@@ -159,15 +159,44 @@ def _on_gpu(fn: Fn, x: Any, device: Any) -> Any:
         return jax.dlpack.from_dlpack(out)
 
 
+try:  # what io_callback's own lowering calls; private, so only used when it fits (see _lowering)
+    from jax._src.callback import emit_python_callback as _emit_python_callback
+except ImportError:  # pragma: no cover - a JAX without it takes the public route
+    _emit_python_callback = None
+
+#: Lower to the host callback directly (skipping io_callback's copy of the arguments into a JAX array)
+#: where that is safe: one device, the private function importable and of the known signature.
+DIRECT_LOWERING = True
+
+
 def _lowering(ctx: Any, x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
-    """Under jit: an ordered io_callback running ``fwd`` on the host (none for the identity)."""
+    """Under jit: an ordered host callback running ``fwd`` (none for the identity)."""
     _refuse_mapped_axes(ctx, fwd.name)
     if fwd.fn is None:
         return [x]
+    call = _host_callback(fwd.fn)
+    if DIRECT_LOWERING and _emit_python_callback is not None and _one_device(ctx):
+        try:
+            return _direct_lowering(ctx, x, call)
+        except TypeError:  # pragma: no cover - another JAX's private signature: the public route
+            pass
     (out_aval,) = ctx.avals_out
     result = jax.ShapeDtypeStruct(shape, out_aval.dtype)
-    call = _host_callback(fwd.fn)
     return mlir.lower_fun(lambda v: io_callback(call, result, v, ordered=True), multiple_results=False)(ctx, x)
+
+
+def _one_device(ctx: Any) -> bool:
+    return getattr(ctx.module_context.axis_context, "num_devices", None) == 1
+
+
+def _direct_lowering(ctx: Any, x: Any, call: Fn) -> Any:
+    """The ordered callback as io_callback lowers it, on XLA's NumPy views of the buffers (no extra copy)."""
+    token = ctx.tokens_in.get(_ORDERED)
+    results, token, _ = _emit_python_callback(
+        ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, has_side_effect=True, returns_token=True
+    )
+    ctx.set_tokens_out(mlir.TokenSet({_ORDERED: token}))
+    return results
 
 
 def _refuse_mapped_axes(ctx: Any, name: str) -> None:
@@ -212,10 +241,24 @@ _failed: dict = {}  # "last": the exception a callback raised (XLA may run callb
 _failed_lock = threading.Lock()
 
 
+#: A jitted call site keeps its result buffer up to this size and has hpccoll write into it
+#: (``out=``) on later calls: XLA copies a callback's result before the callback returns, and
+#: MPI is faster into reused memory than into fresh pages. Larger results are allocated per call.
+REUSE_BYTES = 4 << 20
+
+
 def _host_callback(fn: Fn) -> Fn:
+    """The callback for one call site: ``fn`` on NumPy arrays, its hpccoll errors kept for :func:`reraise`."""
+    kept: list = []
+
     def call(a: Any) -> np.ndarray:
         try:
-            return np.asarray(fn(np.asarray(a)))
+            if kept:
+                return fn(np.asarray(a), out=kept[0])
+            out = np.asarray(fn(np.asarray(a)))
+            if 0 < out.nbytes <= REUSE_BYTES and out.flags.writeable and out.flags.c_contiguous:
+                kept.append(out)
+            return out
         except HpccollError as e:
             with _failed_lock:
                 _failed["last"] = e
