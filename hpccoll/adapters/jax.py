@@ -16,12 +16,15 @@ How a collective runs:
   array goes to CuPy through DLPack and takes hpccoll's GPU transports (NCCL,
   CUDA-aware MPI, staged), with no host round trip. The GPU path has not been
   run on a GPU.
-* **Under** ``jax.jit`` the primitive lowers to
+* **Under** ``jax.jit`` the primitive lowers to the ordered host callback of
   ``jax.experimental.io_callback(..., ordered=True)``: XLA runs it exactly once,
   in program order with every other ordered effect (so many collectives in one
   jitted function, and their adjoints in its backward pass, run in the same
-  order on every rank). The callback runs on the host: a GPU array is copied to
-  the host, moved with MPI and copied back.
+  order on every rank). On one device it emits that callback itself, on XLA's
+  NumPy views of the buffers (``io_callback`` would first copy the argument
+  into a JAX array; set ``DIRECT_LOWERING = False`` to go through it). The
+  callback runs on the host: a GPU array is copied to the host, moved with MPI
+  and copied back.
 
 Every rank must run the same sequence of collectives, forward and backward, as
 for any collective. Gradients are those of the **sum over ranks** of what each
