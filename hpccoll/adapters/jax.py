@@ -60,6 +60,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
@@ -164,7 +165,12 @@ def _on_gpu(fn: Fn, x: Any, device: Any) -> Any:
 
 try:  # what io_callback's own lowering calls; private, so only used when it fits (see _lowering)
     from jax._src.callback import emit_python_callback as _emit_python_callback
-except ImportError:  # pragma: no cover - a JAX without it takes the public route
+
+    # JAX 0.7 added returns_token (before, a token was always returned)
+    _EMIT_KW = {"has_side_effect": True}
+    if "returns_token" in inspect.signature(_emit_python_callback).parameters:
+        _EMIT_KW["returns_token"] = True
+except (ImportError, TypeError, ValueError):  # pragma: no cover - a JAX without it takes the public route
     _emit_python_callback = None
 
 #: Lower to the host callback directly (skipping io_callback's copy of the arguments into a JAX array)
@@ -195,9 +201,7 @@ def _one_device(ctx: Any) -> bool:
 def _direct_lowering(ctx: Any, x: Any, call: Fn) -> Any:
     """The ordered callback as io_callback lowers it, on XLA's NumPy views of the buffers (no extra copy)."""
     token = ctx.tokens_in.get(_ORDERED)
-    results, token, _ = _emit_python_callback(
-        ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, has_side_effect=True, returns_token=True
-    )
+    results, token, _ = _emit_python_callback(ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, **_EMIT_KW)
     ctx.set_tokens_out(mlir.TokenSet({_ORDERED: token}))
     return results
 
@@ -232,7 +236,10 @@ def _transpose(ct: Any, x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> list:
 
 _linear_p.def_impl(_impl)
 _linear_p.def_effectful_abstract_eval(_abstract_eval)
-mlir.register_lowering(_linear_p, _lowering, cacheable=False)  # the callback is captured per lowering
+try:
+    mlir.register_lowering(_linear_p, _lowering, cacheable=False)  # the callback is captured per lowering
+except TypeError:  # JAX before lowering caches (0.6): every lowering is fresh anyway
+    mlir.register_lowering(_linear_p, _lowering)
 ad.deflinear2(_linear_p, _transpose)  # JVP: the map on the tangent; transpose: the adjoint
 batching.primitive_batchers[_linear_p] = _batching
 
