@@ -77,7 +77,7 @@ examples-adapters: venv-adapters
 ## mpi4jax has no wheel: it is built here with MPICH's mpicc, and with no nvcc on PATH (a CUDA
 ## toolkit without headers makes it try its CUDA extension); if it does not build, its columns say -.
 bench-jax: venv-adapters
-	@$(PY) -c "import mpi4jax" 2>/dev/null || PATH="$$(echo "$$PATH" | tr : '\n' | while read -r d; do [ -x "$$d/nvcc" ] || printf '%s:' "$$d"; done)" \
+	@$(PY) -c "import mpi4jax" 2>/dev/null || PATH="$$(echo "$$PATH" | tr : '\n' | while read -r d; do [ -x "$$d/nvcc" ] || printf '%s:' "$$d"; done | sed 's/:$$//')" \
 	  MPI4JAX_BUILD_MPICC=$(abspath $(VENV))/bin/mpicc $(PY) -m pip install -q mpi4jax || echo "bench-jax: mpi4jax did not build; timing without it"
 	timeout 900 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_jax.py
 
