@@ -250,7 +250,6 @@ def test_inside_scan_and_cond(comm, mode):
         x = jax.lax.scan(body, x, None, length=3)[0]
         return jax.lax.cond(jnp.sum(x) > -1e300, lambda v: hcj.all_reduce(v, comm), lambda v: v * P, x)
 
-    X = make((P, 3), np.float64, seed=0)
     X = np.stack([make(3, np.float64, seed=25 + q) for q in range(P)])
     for _ in range(3):  # c_r <- c_r + mean over ranks / 2
         X = X + 0.5 * X.mean(0)
