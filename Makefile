@@ -52,15 +52,15 @@ clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
 
 # ----------------------------------------------------------------------------
-# Framework adapters (hpccoll.adapters): install autograd, scipy and torch into the
+# Framework adapters (hpccoll.adapters): install autograd, scipy, torch and jax into the
 # venv, then run the adapter and example tests. Without these frameworks the same
 # tests skip cleanly in `make test`.
 
 ADAPTER_EXTRAS ?= $(EXTRAS),adapters
-ADAPTER_TESTS  := tests/test_adapters.py tests/test_examples_adapters.py
-ADAPTER_EXAMPLES := tp_mlp data_parallel_sgd distributed_lstsq adjoint_state
+ADAPTER_TESTS  := tests/test_adapters.py tests/test_jax_adapter.py tests/test_examples_adapters.py
+ADAPTER_EXAMPLES := tp_mlp data_parallel_sgd distributed_lstsq adjoint_state jax_tp_mlp
 
-.PHONY: venv-adapters test-adapters examples-adapters
+.PHONY: venv-adapters test-adapters examples-adapters bench-jax
 
 venv-adapters: $(VENV)/.installed-adapters
 
@@ -76,6 +76,14 @@ test-adapters: venv-adapters
 ## examples-adapters: run the adapter examples at NP ranks (each checks itself against a serial run)
 examples-adapters: venv-adapters
 	for ex in $(ADAPTER_EXAMPLES); do timeout 300 $(MPIEXEC) -n $(NP) $(PY) -m mpi4py examples/$$ex.py || exit 1; done
+
+## bench-jax: the JAX adapter vs mpi4jax vs hpccoll on NumPy at 2 ranks (docs/bench/jax.md).
+## mpi4jax has no wheel: it is built here with MPICH's mpicc, and with no nvcc on PATH (a CUDA
+## toolkit without headers makes it try its CUDA extension); if it does not build, its columns say -.
+bench-jax: venv-adapters
+	@$(PY) -c "import mpi4jax" 2>/dev/null || PATH="$$(echo "$$PATH" | tr : '\n' | while read -r d; do [ -x "$$d/nvcc" ] || printf '%s:' "$$d"; done | sed 's/:$$//')" \
+	  MPI4JAX_BUILD_MPICC=$(abspath $(VENV))/bin/mpicc $(PY) -m pip install -q mpi4jax || echo "bench-jax: mpi4jax did not build; timing without it"
+	timeout 900 $(MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_jax.py
 
 # ----------------------------------------------------------------------------
 # GPU targets (need CuPy and an NVIDIA GPU; docs/gpu.md).

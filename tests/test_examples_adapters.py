@@ -24,6 +24,7 @@ EXAMPLES = {
     "data_parallel_sgd.py": ((), ["--steps", "6"], "max parameter difference vs serial"),
     "distributed_lstsq.py": (("scipy",), [], "relative error vs numpy.linalg.lstsq"),
     "adjoint_state.py": ((), [], "max relative error vs serial gradient"),
+    "jax_tp_mlp.py": (("jax",), ["--steps", "2"], "max relative gradient error vs serial"),
 }
 
 

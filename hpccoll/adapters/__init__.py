@@ -8,12 +8,12 @@ before: ``import hpccoll`` imports none of them.
 ``hpccoll.adapters.torch``
     ``torch.autograd.Function``\\ s for CPU tensors (zero-copy NumPy views) and
     CUDA tensors (DLPack to CuPy).
+``hpccoll.adapters.jax``
+    JAX primitives, eager and under ``jax.jit`` (an ordered host callback),
+    differentiable with ``grad``, ``vjp``, ``jvp`` and ``linear_transpose``.
 ``hpccoll.adapters.scipy``
     ``scipy.sparse.linalg.LinearOperator`` views of hpccoll operators, for LSQR
     and CG.
-
-For JAX, use mpi4jax (or ``jax.shard_map`` with ``jax.lax`` collectives); see
-``docs/autodiff.md`` for why hpccoll ships no JAX adapter.
 """
 
 __all__: list = []

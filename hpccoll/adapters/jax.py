@@ -1,0 +1,481 @@
+"""JAX primitives for hpccoll's collectives: eager, under ``jax.jit``, and differentiable.
+
+:func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce` and
+:func:`replicate` are JAX primitives with the same signatures and conventions as
+``hpccoll.adapters.autograd`` and ``hpccoll.adapters.torch``. Every map is linear:
+its JVP is the map applied to the tangent, its transpose is the adjoint (whose
+transpose is the map again), so ``jax.grad``, ``jax.vjp``, ``jax.jvp``,
+``jax.linear_transpose``, higher orders and their compositions with ``jax.jit``,
+``lax.scan`` and ``lax.cond`` work.
+
+How a collective runs:
+
+* **Eagerly** (concrete arrays, including inside an un-jitted ``jax.grad``) the
+  primitive calls hpccoll directly: a CPU array is handed over as a zero-copy
+  NumPy view and the result comes back with one copy (``jnp.asarray``); a GPU
+  array goes to CuPy through DLPack and takes hpccoll's GPU transports (NCCL,
+  CUDA-aware MPI, staged), with no host round trip. The GPU path has not been
+  run on a GPU.
+* **Under** ``jax.jit`` the primitive lowers to the ordered host callback of
+  ``jax.experimental.io_callback(..., ordered=True)``: XLA runs it exactly once,
+  in program order with every other ordered effect (so many collectives in one
+  jitted function, and their adjoints in its backward pass, run in the same
+  order on every rank). On one device it emits that callback itself, on XLA's
+  NumPy views of the buffers (``io_callback`` would first copy the argument
+  into a JAX array; set ``DIRECT_LOWERING = False`` to go through it). The
+  callback runs on the host: a GPU array is copied to the host, moved with MPI
+  and copied back.
+
+Every rank must run the same sequence of collectives, forward and backward, as
+for any collective. Gradients are those of the **sum over ranks** of what each
+rank differentiates; for a value replicated on every rank and counted once use
+``all_reduce(..., cotangent="replicated")`` and :func:`replicate` (see
+``docs/autodiff.md``).
+
+What cannot work raises :class:`hpccoll.UnsupportedOpError` naming the
+transform, when JAX traces, before anything communicates: ``jax.vmap`` (and so
+``jax.jacfwd``, ``jax.jacrev``, ``jax.hessian``, which batch with it), and
+``jax.shard_map`` / ``jax.pmap`` bodies (a collective over MPI ranks runs once
+per process, not once per device).
+
+Errors: argument and dtype errors are raised as hpccoll's exceptions when the
+function is called or traced, before any communication. An exception raised
+inside a jitted callback (a cross-rank mismatch found in check mode, say)
+reaches JAX, which reports it as ``jax.errors.JaxRuntimeError`` carrying the
+message; run the call under :func:`reraise` to get hpccoll's exception back
+(same type, same message), on every rank alike.
+
+Requires ``pip install jax`` (``hpccoll[jax]``).
+
+Examples
+--------
+>>> import jax, jax.numpy as jnp                               # doctest: +SKIP
+>>> from hpccoll.adapters import jax as hcj                     # doctest: +SKIP
+>>> def loss(w_shard):                                          # doctest: +SKIP
+...     w = hcj.all_gather(w_shard, sizes=[4] * P)   # backward: reduce-scatter
+...     return jnp.sum(jnp.tanh(w) ** 2)
+>>> g = jax.jit(jax.grad(loss))(w_shard)   # this rank's shard of the gradient
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from .._api import _axis, _linear_op
+from .._comm import Communicator, as_communicator
+from .._dtypes import check_dtype, normalize_op, reduce_plan
+from .._errors import ArgumentError, HpccollError, UnsupportedOpError
+from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
+
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate", "reraise"]
+
+Fn = Callable[[Any], Any]
+Shape = Tuple[int, ...]
+
+
+# --------------------------------------------------------------------------- one direction of a collective
+
+
+class _Map:
+    """One direction of a collective: its array function and what it accepts.
+
+    ``fn`` is hpccoll's function of one NumPy or CuPy array (``None`` for the
+    identity, which needs no callback). ``op`` is the reduction it performs, if
+    any: a dtype it cannot reduce, or a non-linear op in an adjoint, raises
+    hpccoll's own exception when JAX traces the map, not later in a callback.
+    Compared by identity, as JAX compares primitive parameters.
+    """
+
+    __slots__ = ("name", "fn", "op", "adjoint")
+
+    def __init__(self, name: str, fn: Optional[Fn], op: Any = None, adjoint: bool = False) -> None:
+        self.name, self.fn, self.op, self.adjoint = name, fn, op, adjoint
+
+    def check(self, dtype: np.dtype) -> None:
+        check_dtype(np.dtype(dtype))
+        if self.op is not None:
+            op = _linear_op(self.op, self.name) if self.adjoint else normalize_op(self.op)
+            reduce_plan(np.dtype(dtype), op)
+
+    def __repr__(self) -> str:  # what jax.make_jaxpr shows
+        return self.name
+
+
+# --------------------------------------------------------------------------- the primitive
+
+
+def _ordered_io_effect() -> Any:
+    """The effect JAX gives an ordered io_callback (read off a traced one: no private import)."""
+    probe = jax.ShapeDtypeStruct((), np.float32)
+    jaxpr = jax.make_jaxpr(lambda v: io_callback(lambda a: a, probe, v, ordered=True))(np.float32(0))
+    (effect,) = jaxpr.effects
+    return effect
+
+
+_ORDERED = _ordered_io_effect()
+
+_linear_p = Primitive("hpccoll")
+"""``y = fwd(x)`` with result shape ``shape``; its transpose is the same primitive with ``fwd`` and ``adj`` swapped."""
+
+
+def _abstract_eval(x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
+    fwd.check(x.dtype)
+    effects = {_ORDERED} if fwd.fn is not None else set()
+    return jax.core.ShapedArray(shape, x.dtype), effects
+
+
+def _impl(x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
+    """Eager: hpccoll on a NumPy view (CPU) or a CuPy view (GPU) of ``x``."""
+    if fwd.fn is None:
+        return x
+    jax.effects_barrier()  # earlier jitted collectives finish first: one order on every rank
+    device = _device_of(x)
+    if device.platform == "cpu":
+        return jnp.asarray(fwd.fn(np.asarray(x)))
+    return _on_gpu(fwd.fn, x, device)
+
+
+def _device_of(x: Any) -> Any:
+    devices = x.devices()
+    if len(devices) != 1:
+        raise ArgumentError(
+            f"x: expected an array on one device (one process, one rank); got one sharded over {len(devices)} devices"
+        )
+    return next(iter(devices))
+
+
+def _on_gpu(fn: Fn, x: Any, device: Any) -> Any:
+    """``fn`` on a CuPy view of a GPU array (DLPack both ways, no host copy). Unverified on a GPU."""
+    import cupy  # only reached for GPU arrays
+
+    with cupy.cuda.Device(getattr(device, "local_hardware_id", device.id)):
+        out = fn(cupy.from_dlpack(x))
+        return jax.dlpack.from_dlpack(out)
+
+
+try:  # what io_callback's own lowering calls; private, so only used when it fits (see _lowering)
+    from jax._src.callback import emit_python_callback as _emit_python_callback
+
+    # JAX 0.7 added returns_token (before, a token was always returned)
+    _EMIT_KW = {"has_side_effect": True}
+    if "returns_token" in inspect.signature(_emit_python_callback).parameters:
+        _EMIT_KW["returns_token"] = True
+except (ImportError, TypeError, ValueError):  # pragma: no cover - a JAX without it takes the public route
+    _emit_python_callback = None
+
+#: Lower to the host callback directly (skipping io_callback's copy of the arguments into a JAX array)
+#: where that is safe: one device, the private function importable and of the known signature.
+DIRECT_LOWERING = True
+
+
+def _lowering(ctx: Any, x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
+    """Under jit: an ordered host callback running ``fwd`` (none for the identity)."""
+    _refuse_mapped_axes(ctx, fwd.name)
+    if fwd.fn is None:
+        return [x]
+    call = _host_callback(fwd.fn)
+    if DIRECT_LOWERING and _emit_python_callback is not None and _one_device(ctx):
+        try:
+            return _direct_lowering(ctx, x, call)
+        except TypeError:  # pragma: no cover - another JAX's private signature: the public route
+            pass
+    (out_aval,) = ctx.avals_out
+    result = jax.ShapeDtypeStruct(shape, out_aval.dtype)
+    return mlir.lower_fun(lambda v: io_callback(call, result, v, ordered=True), multiple_results=False)(ctx, x)
+
+
+def _one_device(ctx: Any) -> bool:
+    return getattr(ctx.module_context.axis_context, "num_devices", None) == 1
+
+
+def _direct_lowering(ctx: Any, x: Any, call: Fn) -> Any:
+    """The ordered callback as io_callback lowers it, on XLA's NumPy views of the buffers (no extra copy)."""
+    token = ctx.tokens_in.get(_ORDERED)
+    results, token, _ = _emit_python_callback(ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, **_EMIT_KW)
+    ctx.set_tokens_out(mlir.TokenSet({_ORDERED: token}))
+    return results
+
+
+def _refuse_mapped_axes(ctx: Any, name: str) -> None:
+    context = ctx.module_context.axis_context
+    manual = getattr(context, "manual_axes", None)
+    if manual or type(context).__name__ == "ReplicaAxisContext":
+        axes = f" (mesh axes {sorted(map(str, manual))})" if manual else ""
+        raise UnsupportedOpError(
+            f"{name}: expected to run once per process, outside jax.shard_map and jax.pmap; got a call inside "
+            f"a mapped body{axes}, which would run it once per device. Call it outside the mapped function, or "
+            "use jax.lax collectives over mesh axes"
+        )
+
+
+def _batching(args: Any, dims: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
+    _refuse_vmap(fwd.name)
+
+
+def _refuse_vmap(name: str) -> None:
+    raise UnsupportedOpError(
+        f"{name}: expected an unbatched array; got one under jax.vmap (which jax.jacfwd, jax.jacrev and "
+        "jax.hessian use too). A collective over MPI ranks cannot be batched: loop over the batch, or move the "
+        "batch into an array axis"
+    )
+
+
+def _transpose(ct: Any, x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> list:
+    return [_linear_p.bind(ct, fwd=adj, adj=fwd, shape=x.aval.shape)]
+
+
+_linear_p.def_impl(_impl)
+_linear_p.def_effectful_abstract_eval(_abstract_eval)
+try:
+    mlir.register_lowering(_linear_p, _lowering, cacheable=False)  # the callback is captured per lowering
+except TypeError:  # JAX before lowering caches (0.6): every lowering is fresh anyway
+    mlir.register_lowering(_linear_p, _lowering)
+ad.deflinear2(_linear_p, _transpose)  # JVP: the map on the tangent; transpose: the adjoint
+batching.primitive_batchers[_linear_p] = _batching
+
+
+# --------------------------------------------------------------------------- callbacks and their errors
+
+
+_failed: dict = {}  # "last": the exception a callback raised (XLA may run callbacks on a thread of its own)
+_failed_lock = threading.Lock()
+
+
+#: A jitted call site keeps its result buffer up to this size and has hpccoll write into it
+#: (``out=``) on later calls: XLA copies a callback's result before the callback returns, and
+#: MPI is faster into reused memory than into fresh pages. Larger results are allocated per call.
+REUSE_BYTES = 4 << 20
+
+
+def _host_callback(fn: Fn) -> Fn:
+    """The callback for one call site: ``fn`` on NumPy arrays, its hpccoll errors kept for :func:`reraise`."""
+    kept: list = []
+
+    def call(a: Any) -> np.ndarray:
+        try:
+            if kept:
+                return fn(np.asarray(a), out=kept[0])
+            out = np.asarray(fn(np.asarray(a)))
+            if 0 < out.nbytes <= REUSE_BYTES and out.flags.writeable and out.flags.c_contiguous:
+                kept.append(out)
+            return out
+        except HpccollError as e:
+            with _failed_lock:
+                _failed["last"] = e
+            raise
+
+    return call
+
+
+_RUNTIME_ERRORS = tuple(
+    t for t in (getattr(jax.errors, "JaxRuntimeError", None), getattr(jax.errors, "XlaRuntimeError", None)) if t
+)
+
+
+@contextlib.contextmanager
+def reraise() -> Iterator[None]:
+    """Give back the hpccoll exception that failed a jitted collective, instead of JAX's runtime error.
+
+    JAX reports an exception raised inside a callback as
+    ``jax.errors.JaxRuntimeError`` with the original message in its text.
+    Inside this context (or in a function decorated with it), such an error
+    that came from one of this module's callbacks is replaced by the hpccoll
+    exception itself (same type and message; the runtime error is its
+    ``__cause__``). Other exceptions pass through unchanged. Eager calls need
+    none of this: they raise hpccoll's exceptions directly.
+
+    Examples
+    --------
+    >>> with hcj.reraise():                      # doctest: +SKIP
+    ...     y = jax.jit(step)(x)                 # a MismatchError, not a JaxRuntimeError
+    """
+    with _failed_lock:
+        _failed.pop("last", None)
+    try:
+        yield
+    except _RUNTIME_ERRORS as e:
+        with _failed_lock:
+            original = _failed.pop("last", None)
+        if original is not None and str(original) in str(e):
+            raise original.with_traceback(None) from e
+        raise
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _prepare(x: Any, comm: Any) -> Tuple[Any, Communicator]:
+    """``x`` as a JAX array (or tracer) and the communicator; argument errors raised here."""
+    if not isinstance(x, (jax.Array, jax.core.Tracer)):
+        if not isinstance(x, (np.ndarray, np.generic, int, float, complex, bool)):
+            raise ArgumentError(f"x: expected a JAX array (or a NumPy array or scalar); got {type(x).__name__}")
+        x = jnp.asarray(x)
+    return x, as_communicator(comm)
+
+
+def _staged(x: Any) -> bool:
+    """True when JAX traces ``x`` without a value (jit, checkpoint, control flow): no collective may run now."""
+    return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is None
+
+
+def _gathered_sizes(x: Any, c: Communicator, ax: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
+    if sizes is None and _staged(x):
+        if type(x).__name__ == "BatchTracer":  # jax.vmap: name that, not the missing sizes
+            _refuse_vmap("all_gather")
+        raise ArgumentError(
+            f"sizes: expected {c.size} ints (every rank's extent along axis {ax}) when JAX traces without values "
+            "(jax.jit, jax.checkpoint, lax control flow): the result's shape must be known then, and discovering it "
+            "would be a collective inside tracing, which ranks need not do at the same time; got None"
+        )
+    return gather_sizes(x, c, ax, sizes)
+
+
+def _linear(x: Any, c: Communicator, maps: Tuple[Fn, Fn], shape: Shape, name: str, op: Any, adjoint_op: Any) -> Any:
+    """Bind the primitive for a pair of maps from ``_common`` (the identity needs no callback)."""
+    identity = replicate_maps(c)[0]
+    forward, adjoint = (None if f is identity else f for f in maps)
+    fwd = _Map(name, forward, op)
+    adj = _Map(f"{name}_adjoint", adjoint, adjoint_op, adjoint=True)
+    fwd.check(x.dtype)  # eagerly too: the same exception as hpccoll's, before anything runs
+    return _linear_p.bind(x, fwd=fwd, adj=adj, shape=tuple(shape))
+
+
+def _with_extent(shape: Shape, ax: int, n: int) -> Shape:
+    return shape[:ax] + (n,) + shape[ax + 1 :]
+
+
+# --------------------------------------------------------------------------- public functions
+
+
+def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> Any:
+    """Differentiable :func:`hpccoll.all_gather` of a JAX array; its transpose is the reduce-scatter (sum).
+
+    Parameters
+    ----------
+    x : jax.Array
+        This rank's shard (a NumPy array or scalar is converted).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    axis : int
+        The axis to concatenate along.
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``. ``None`` discovers them eagerly (one
+        small exchange, as :func:`hpccoll.all_gather` does) and the backward
+        pass reuses them. Under ``jax.jit`` the result's shape must be known
+        when tracing, so ``sizes`` is required there.
+
+    Returns
+    -------
+    jax.Array
+        The concatenation of every rank's ``x``.
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``axis`` or ``sizes``; ``sizes=None`` under ``jax.jit``.
+    DTypeError
+        A dtype hpccoll does not move (float8, int4, ...).
+    UnsupportedOpError
+        Under ``jax.vmap``, ``jax.shard_map`` or ``jax.pmap``.
+    """
+    x, c = _prepare(x, comm)
+    ax = _axis(axis, x.ndim)
+    s = _gathered_sizes(x, c, ax, sizes)
+    return _linear(x, c, all_gather_maps(c, ax, s), _with_extent(x.shape, ax, sum(s)), "all_gather", None, "sum")
+
+
+def reduce_scatter(
+    x: Any, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> Any:
+    """Differentiable :func:`hpccoll.reduce_scatter` of a JAX array; transpose: all-gather (/P for ``avg``).
+
+    Parameters
+    ----------
+    x : jax.Array
+        The full array, the same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction. Only ``"sum"`` and ``"avg"`` can be differentiated; the
+        others raise :class:`hpccoll.UnsupportedOpError` when the transpose is
+        traced.
+    axis : int
+        The axis the result is split along.
+    sizes : sequence of int, optional
+        Every rank's block extent; ``None`` splits like ``numpy.array_split``.
+
+    Returns
+    -------
+    jax.Array
+        This rank's block of the reduction.
+    """
+    x, c = _prepare(x, comm)
+    ax = _axis(axis, x.ndim)
+    s = scatter_sizes(x.shape, c, ax, sizes)
+    shape = _with_extent(x.shape, ax, s[c.rank])
+    return _linear(x, c, reduce_scatter_maps(c, op, ax, s), shape, "reduce_scatter", op, op)
+
+
+def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> Any:
+    """Differentiable :func:`hpccoll.all_reduce` of a JAX array, with the transpose convention selectable.
+
+    Parameters
+    ----------
+    x : jax.Array
+        The same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated.
+    cotangent : {"varying", "replicated"}
+        ``"varying"`` (default): the transpose is an all-reduce, the true
+        adjoint when each rank differentiates its own value (the objective is
+        the sum over ranks). ``"replicated"``: the transpose is the identity
+        (``/P`` for ``avg``), right when the result is used identically on
+        every rank and the objective counts it once, as in tensor-parallel
+        layers (TransformerEngine / Megatron, and mpi4jax's ``allreduce``).
+        The wrong choice is off by exactly a factor of P.
+
+    Returns
+    -------
+    jax.Array
+        The reduction.
+    """
+    x, c = _prepare(x, comm)
+    return _linear(x, c, all_reduce_maps(c, op, cotangent), x.shape, "all_reduce", op, op)
+
+
+def replicate(x: Any, comm: Any = None) -> Any:
+    """Identity forward; all-reduce (sum) of the cotangent in the transpose.
+
+    Marks a value that is replicated (identical on every rank, counted once)
+    as it enters rank-local computation, such as the input of a
+    column-parallel layer: each rank's backward pass holds only its part of
+    the gradient and the all-reduce adds them. The partner of
+    ``all_reduce(..., cotangent="replicated")`` (Megatron's "copy to
+    tensor-parallel region"). The forward needs no callback, under ``jit`` too.
+
+    Parameters
+    ----------
+    x : jax.Array
+        The replicated value.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+
+    Returns
+    -------
+    jax.Array
+        ``x`` itself.
+    """
+    x, c = _prepare(x, comm)
+    return _linear(x, c, replicate_maps(c), x.shape, "replicate", None, "sum")

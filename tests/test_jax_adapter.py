@@ -1,0 +1,475 @@
+"""hpccoll.adapters.jax: values, gradients, transforms and errors against serial references.
+
+Written for any number of ranks. The data is global (a leading rank axis, made identically on
+every rank); each rank takes its part, and references are computed from the global data, with
+NumPy for values and with JAX on one process (no collectives) for gradients. Every rank's loss
+has its own weights, so a gradient is that of the sum over ranks of the rank losses. Each test
+runs eagerly and under ``jax.jit``. Skipped when JAX is not installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)  # float64, int64, uint64 and complex128 as themselves
+
+import jax.numpy as jnp  # noqa: E402
+
+import hpccoll  # noqa: E402
+from conftest import DTYPE_IDS, DTYPES, all_ranks, assert_close, assert_same, make, raises_everywhere, reference  # noqa: E402
+from hpccoll.adapters import jax as hcj  # noqa: E402
+
+pytestmark = pytest.mark.mpi
+
+MODES = ["eager", "jit"]
+
+
+@pytest.fixture(params=["direct", "io_callback"])
+def lowering(request, monkeypatch):
+    """Both lowerings under jit: the host callback emitted directly (default) and through io_callback."""
+    monkeypatch.setattr(hcj, "DIRECT_LOWERING", request.param == "direct")
+    return request.param
+
+
+def run(mode, f, *args):
+    return f(*args) if mode == "eager" else jax.jit(f)(*args)
+
+
+def uneven(p):
+    return [(3 * r + 2) % 4 for r in range(p)]  # 2, 1, 0, 3: uneven, with an empty shard from P = 3
+
+
+def bounds(sizes, rank):
+    lo = sum(sizes[:rank])
+    return lo, lo + sizes[rank]
+
+
+def host(a):
+    return np.asarray(a)
+
+
+# --------------------------------------------------------------------------- values, every dtype
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_all_gather_every_dtype_uneven_axis1(comm, mode, dtype, lowering):
+    sizes = uneven(comm.size)
+    full = make((2, sum(sizes), 3), dtype, seed=1)
+    lo, hi = bounds(sizes, comm.rank)
+    x = jnp.asarray(full[:, lo:hi])
+    y = run(mode, lambda v: hcj.all_gather(v, comm, axis=1, sizes=sizes), x)
+    assert isinstance(y, jax.Array)
+    assert_same(host(y), full)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_reductions_every_dtype(comm, mode, dtype):
+    P, r = comm.size, comm.rank
+    stack = make((P, 3, 2 * P + 1), dtype, seed=2, kind="exact")
+    sizes = hpccoll.split_sizes(2 * P + 1, P)
+    lo, hi = bounds(sizes, r)
+    want = reference(stack, "sum")
+    got = run(mode, lambda v: hcj.all_reduce(v, comm), jnp.asarray(stack[r]))
+    assert_close(host(got), want)
+    got = run(mode, lambda v: hcj.reduce_scatter(v, comm, axis=-1), jnp.asarray(stack[r]))
+    assert_close(host(got), want[:, lo:hi])
+    got = run(mode, lambda v: hcj.replicate(v, comm), jnp.asarray(stack[r]))
+    assert_same(host(got), stack[r])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "avg"])
+def test_reduction_ops(comm, mode, op):
+    stack = make((comm.size, 5), np.float64, seed=3)
+    got = run(mode, lambda v: hcj.all_reduce(v, comm, op=op), jnp.asarray(stack[comm.rank]))
+    assert_close(host(got), reference(stack, op))
+
+
+def test_all_gather_discovers_uneven_sizes_eagerly(comm):
+    sizes = uneven(comm.size)
+    full = make((sum(sizes), 2), np.float32, seed=4)
+    lo, hi = bounds(sizes, comm.rank)
+    y = hcj.all_gather(jnp.asarray(full[lo:hi]), comm)
+    assert_same(host(y), full)
+    W = make((comm.size, sum(sizes), 2), np.float32, seed=5)
+    g = jax.grad(lambda v: jnp.sum(jnp.asarray(W[comm.rank]) * hcj.all_gather(v, comm)))(jnp.asarray(full[lo:hi]))
+    np.testing.assert_allclose(host(g), W.sum(0)[lo:hi], rtol=1e-6)
+
+
+def test_jitted_results_survive_the_reused_buffer(comm, lowering):
+    """A call site writes into the buffer it returned last time: XLA must have copied that result."""
+    f = jax.jit(lambda v: hcj.all_reduce(v, comm))
+    first = f(jnp.full(3, 1.0))
+    second = f(jnp.full(3, 2.0))
+    big = f(jnp.ones(hcj.REUSE_BYTES // 8 + 1))  # past the cap: allocated per call
+    np.testing.assert_array_equal(host(first), np.full(3, 1.0 * comm.size))
+    np.testing.assert_array_equal(host(second), np.full(3, 2.0 * comm.size))
+    assert float(big[-1]) == comm.size
+
+
+def test_numpy_input_and_replicate_needs_no_callback(comm):
+    x = np.arange(4.0)
+    y = hcj.all_reduce(x, comm)
+    assert isinstance(y, jax.Array) and np.array_equal(host(y), comm.size * x)
+    assert np.array_equal(x, np.arange(4.0))  # inputs are never modified
+    assert not jax.make_jaxpr(lambda v: hcj.replicate(v, comm))(x).effects  # identity forward: no callback
+    assert jax.make_jaxpr(lambda v: hcj.all_reduce(v, comm))(x).effects  # a collective: an ordered effect
+
+
+# --------------------------------------------------------------------------- gradients against serial references
+
+
+def _case(comm, name):
+    """(f, x, w, reference gradient of sum over ranks of <w_r, f(x_r)>); w differs on every rank."""
+    P, r = comm.size, comm.rank
+    if name == "all_gather":
+        sizes = uneven(P)
+        full = make((3, sum(sizes)), np.float64, seed=10)
+        lo, hi = bounds(sizes, r)
+        W = make((P, 3, sum(sizes)), np.float64, seed=11)
+        return (lambda v: hcj.all_gather(v, comm, axis=1, sizes=sizes)), full[:, lo:hi], W[r], W.sum(0)[:, lo:hi]
+    if name == "replicate":
+        W = make((P, 3), np.float64, seed=13)
+        return (lambda v: hcj.replicate(v, comm)), make(3, np.float64, seed=14), W[r], W.sum(0)
+    op = name.split(":")[1]
+    scale = 1.0 / P if op == "avg" else 1.0
+    if name.startswith("reduce_scatter"):
+        sizes = hpccoll.split_sizes(2 * P + 1, P)
+        X = make((P, 2 * P + 1, 2), np.float64, seed=12)
+        blocks = [make((sizes[s], 2), np.float64, seed=40 + s) for s in range(P)]
+        return (lambda v: hcj.reduce_scatter(v, comm, op=op)), X[r], blocks[r], scale * np.concatenate(blocks)
+    cot = name.split(":")[2]
+    X = make((P, 4), np.float64, seed=15)
+    W = make((P, 4), np.float64, seed=16)
+    f = lambda v: hcj.all_reduce(v, comm, op=op, cotangent=cot)  # noqa: E731
+    if cot == "replicated":  # the loss (and so its cotangent) is the same on every rank
+        return f, X[r], W[0], scale * W[0]
+    return f, X[r], W[r], scale * W.sum(0)
+
+
+CASES = ["all_gather", "reduce_scatter:sum", "reduce_scatter:avg", "all_reduce:sum:varying",
+         "all_reduce:avg:varying", "all_reduce:sum:replicated", "all_reduce:avg:replicated", "replicate"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", CASES)
+def test_grad_vjp_jvp_transpose_match_serial(comm, mode, name):
+    f, x, w, want = _case(comm, name)
+    x, w = jnp.asarray(x), jnp.asarray(w)
+    grad = run(mode, jax.grad(lambda v: jnp.sum(w * f(v))), x)
+    np.testing.assert_allclose(host(grad), want, rtol=1e-13, atol=1e-13)
+    vjp = run(mode, lambda v, ct: jax.vjp(f, v)[1](ct)[0], x, w)
+    np.testing.assert_allclose(host(vjp), want, rtol=1e-13, atol=1e-13)
+    transposed = run(mode, lambda ct: jax.linear_transpose(f, x)(ct)[0], w)
+    np.testing.assert_allclose(host(transposed), want, rtol=1e-13, atol=1e-13)
+    t = jnp.asarray(make(x.shape, np.float64, seed=17 + comm.rank))
+    primal, tangent = run(mode, lambda v, dv: jax.jvp(f, (v,), (dv,)), x, t)
+    np.testing.assert_array_equal(host(primal), host(f(x)))
+    np.testing.assert_array_equal(host(tangent), host(f(t)))  # linear: the JVP is the map on the tangent
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "complex64", "complex128"])
+def test_vjp_in_every_float_dtype_is_hpccolls_adjoint(comm, mode, dtype):
+    if dtype == "bfloat16":
+        dtype = jnp.bfloat16
+    sizes = uneven(comm.size)
+    x = jnp.asarray(make((sizes[comm.rank], 2), dtype, seed=18 + comm.rank, kind="exact"))
+    ct = make((sum(sizes), 2), dtype, seed=19 + comm.rank, kind="exact")
+    got = run(mode, lambda v, c: jax.vjp(lambda u: hcj.all_gather(u, comm, sizes=sizes), v)[1](c)[0], x, jnp.asarray(ct))
+    assert got.dtype == x.dtype
+    assert_close(host(got), hpccoll.all_gather_adjoint(ct, comm, sizes=sizes))
+    w = make(3, dtype, seed=20, kind="exact")
+    got = run(mode, lambda v, c: jax.vjp(lambda u: hcj.all_reduce(u, comm, op="avg"), v)[1](c)[0],
+              jnp.asarray(w), jnp.asarray(w))
+    assert_close(host(got), hpccoll.all_reduce_adjoint(w, comm, op="avg"))
+
+
+# --------------------------------------------------------------------------- compositions
+
+
+def _chain(mod, xp, comm, x, A, W, sizes, blocks):
+    """all_gather -> local -> reduce_scatter -> local -> all_reduce: three collectives, three adjoints."""
+    G = mod.all_gather(x, comm, axis=0, sizes=sizes)
+    S = mod.reduce_scatter(xp.tanh(G * A), comm, axis=0, sizes=blocks)
+    T = mod.all_reduce(xp.sum(S * S, axis=0), comm)
+    return xp.sum(W * T)
+
+
+def _chain_setup(comm):
+    P, r = comm.size, comm.rank
+    sizes, blocks = uneven(P), hpccoll.split_sizes(sum(uneven(P)), P)
+    X = make((sum(sizes), 3), np.float64, seed=21)
+    A = make((P, sum(sizes), 3), np.float64, seed=22)
+    W = make((P, 3), np.float64, seed=23)
+
+    def serial(X):  # the same objective, summed over ranks, on one process
+        S = sum(jnp.tanh(X * A[q]) for q in range(P))
+        return jnp.sum(W.sum(0) * jnp.sum(S * S, axis=0))
+
+    lo, hi = bounds(sizes, r)
+    return X[lo:hi], A[r], W[r], sizes, blocks, host(jax.grad(serial)(jnp.asarray(X)))[lo:hi], float(serial(X))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_many_collectives_in_one_function_and_its_gradient(comm, mode, lowering):
+    x, A, W, sizes, blocks, want_grad, want_sum = _chain_setup(comm)
+    loss = lambda v: _chain(hcj, jnp, comm, v, A, W, sizes, blocks)  # noqa: E731
+    value, grad = run(mode, jax.value_and_grad(loss), jnp.asarray(x))
+    total = hpccoll.all_reduce(np.asarray(float(value)), comm)  # the objective is the sum over ranks
+    np.testing.assert_allclose(total, want_sum, rtol=1e-12)
+    np.testing.assert_allclose(host(grad), want_grad, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_second_order_and_jvp_of_grad(comm, mode):
+    sizes = uneven(comm.size)
+    full = make(sum(sizes), np.float64, seed=24)
+    lo, hi = bounds(sizes, comm.rank)
+    x = jnp.asarray(full[lo:hi])
+    first = jax.grad(lambda v: jnp.sum(hcj.all_gather(v, comm, sizes=sizes) ** 3) / 3)  # P x^2
+    second = run(mode, jax.grad(lambda v: jnp.sum(first(v))), x)  # 2 P x
+    np.testing.assert_allclose(host(second), 2 * comm.size * full[lo:hi], rtol=1e-13)
+    t = jnp.ones_like(x)
+    _, hvp = run(mode, lambda v: jax.jvp(first, (v,), (t,)), x)  # forward over reverse
+    np.testing.assert_allclose(host(hvp), 2 * comm.size * full[lo:hi], rtol=1e-13)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_inside_scan_and_cond(comm, mode):
+    P = comm.size
+    x0 = jnp.asarray(make(3, np.float64, seed=25 + comm.rank))
+
+    def steps(x):
+        def body(c, _):
+            return 0.5 * hcj.all_reduce(c, comm, op="avg") + c, None
+        x = jax.lax.scan(body, x, None, length=3)[0]
+        return jax.lax.cond(jnp.sum(x) > -1e300, lambda v: hcj.all_reduce(v, comm), lambda v: v * P, x)
+
+    X = np.stack([make(3, np.float64, seed=25 + q) for q in range(P)])
+    for _ in range(3):  # c_r <- c_r + mean over ranks / 2
+        X = X + 0.5 * X.mean(0)
+    np.testing.assert_allclose(host(run(mode, steps, x0)), X.sum(0), rtol=1e-13)
+    # d/dx_r of sum over ranks of sum(steps(x)): the scan matrix (I + J/(2P))^3 then all-reduce
+    g = run(mode, jax.grad(lambda v: jnp.sum(steps(v))), x0)
+    np.testing.assert_allclose(host(g), np.full(3, P * 1.5 ** 3), rtol=1e-13)
+
+
+def test_independent_collectives_keep_program_order_under_jit(comm):
+    """No data dependency between them: only the ordered effect keeps every rank's order the same."""
+    a = jnp.asarray(make(4, np.float64, seed=26 + comm.rank))
+    b = jnp.asarray(make((2, 3), np.int32, seed=27 + comm.rank))
+
+    @jax.jit
+    def f(a, b):
+        return [hcj.all_reduce(a, comm), hcj.all_gather(b, comm, sizes=[2] * comm.size),
+                hcj.all_reduce(a, comm, op="max"), hcj.reduce_scatter(jnp.tile(b, (comm.size, 1)), comm)]
+
+    got = [host(v) for v in f(a, b)]
+    want = [hpccoll.all_reduce(host(a), comm), hpccoll.all_gather(host(b), comm),
+            hpccoll.all_reduce(host(a), comm, op="max"), hpccoll.reduce_scatter(np.tile(host(b), (comm.size, 1)), comm)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+# --------------------------------------------------------------------------- the same gradients as autograd and torch
+
+
+def _tp_problem(comm):
+    P = comm.size
+    rng = np.random.default_rng(7)
+    din, hidden, dout, batch = 4, 2 * P + 1, 3, 2 * P + 1
+    cols = hpccoll.split_sizes(hidden, P)
+    rows = hpccoll.split_sizes(batch, P)
+    c0 = sum(cols[: comm.rank])
+    full = [rng.standard_normal((batch, din)), rng.standard_normal((din, hidden)), rng.standard_normal(hidden),
+            rng.standard_normal((hidden, dout)), rng.standard_normal(dout)]
+    x, W1, b1, W2, b2 = full
+    mine = [x, W1[:, c0 : c0 + cols[comm.rank]], b1[c0 : c0 + cols[comm.rank]], W2[c0 : c0 + cols[comm.rank]], b2]
+    return mine, rng.standard_normal((batch, dout)), cols, rows
+
+
+def _tp_loss(mod, xp, params, t, comm, cols, rows):
+    """Column-parallel, all-gather, row-parallel, replicated all-reduce, reduce-scatter of the batch."""
+    x, W1, b1, W2, b2 = params
+    h = xp.tanh(mod.replicate(x, comm) @ W1 + b1)
+    H = mod.all_gather(h, comm, axis=1, sizes=cols)
+    lo = sum(cols[: comm.rank])
+    z = (H[:, lo : lo + cols[comm.rank]] * H[:, :1]) @ W2
+    y = mod.all_reduce(z, comm, cotangent="replicated") + b2
+    mine = mod.reduce_scatter((y - t) ** 2, comm, op="avg", axis=0, sizes=rows)
+    return xp.sum(mine) + 0.1 * xp.sum(mod.all_reduce(xp.sum(h * h, axis=1), comm, op="sum"))
+
+
+def test_same_gradients_as_autograd_and_torch(comm):
+    mine, t, cols, rows = _tp_problem(comm)
+    grads = {}
+    jloss = lambda p: _tp_loss(hcj, jnp, p, jnp.asarray(t), comm, cols, rows)  # noqa: E731
+    jparams = [jnp.asarray(p) for p in mine]
+    grads["jax"] = [host(g) for g in jax.grad(jloss)(jparams)]
+    grads["jax jit"] = [host(g) for g in jax.jit(jax.grad(jloss))(jparams)]
+    try:
+        import autograd
+        import autograd.numpy as anp
+
+        from hpccoll.adapters import autograd as hca
+
+        grads["autograd"] = autograd.grad(lambda p: _tp_loss(hca, anp, p, t, comm, cols, rows))(mine)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        from hpccoll.adapters import torch as hct
+
+        params = [torch.tensor(p, requires_grad=True) for p in mine]
+        _tp_loss(hct, torch, params, torch.tensor(t), comm, cols, rows).backward()
+        grads["torch"] = [p.grad.numpy() for p in params]
+    except ImportError:
+        pass
+    if len(grads) == 2:
+        pytest.skip("neither autograd nor torch is installed (make test-adapters installs both)")
+    for name, got in grads.items():
+        for g, w in zip(got, grads["jax"]):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-15 * np.abs(w).max(), err_msg=name)
+
+
+# --------------------------------------------------------------------------- transforms that cannot work
+
+
+def test_vmap_and_jacobians_raise_naming_vmap(comm):
+    x = jnp.ones((2, 3))
+    for call in (
+        lambda: jax.vmap(lambda v: hcj.all_reduce(v, comm))(x),
+        lambda: jax.vmap(lambda v: hcj.all_gather(v, comm))(x),  # sizes=None: still the vmap error
+        lambda: jax.jit(jax.vmap(lambda v: hcj.reduce_scatter(v, comm, sizes=[3] + [0] * (comm.size - 1))))(x),
+        lambda: jax.jacfwd(lambda v: hcj.all_reduce(v, comm))(x[0]),
+        lambda: jax.jacrev(lambda v: hcj.all_gather(v, comm, sizes=[3] * comm.size))(x[0]),
+    ):
+        raises_everywhere(comm, hpccoll.UnsupportedOpError, "got one under jax.vmap", call)
+
+
+def test_shard_map_and_pmap_raise_naming_them(comm):
+    mesh = jax.make_mesh((1,), ("i",))
+    spec = jax.sharding.PartitionSpec
+    x = jnp.ones(3)
+    if hasattr(jax, "shard_map"):
+        smap, exc = jax.shard_map, hpccoll.UnsupportedOpError
+    else:  # JAX before 0.6 refuses first: "No replication rule for hpccoll ... shard_map"
+        from jax.experimental.shard_map import shard_map as smap
+
+        exc = NotImplementedError
+    shard_map = lambda: smap(lambda v: hcj.all_reduce(v, comm), mesh=mesh, in_specs=spec(), out_specs=spec())(x)  # noqa: E731
+    raises_everywhere(comm, exc, "shard_map", shard_map)
+    # JAX before 0.7 refuses ordered effects in pmap itself ("Ordered effects not supported in `pmap`")
+    pmap = lambda: jax.pmap(lambda v: hcj.all_gather(v, comm, sizes=[3] * comm.size))(x[None])  # noqa: E731
+    raises_everywhere(comm, ValueError, "pmap", pmap)
+
+
+def test_checkpoint_is_refused_by_jax_naming_it(comm):
+    f = jax.checkpoint(lambda v: jnp.sum(hcj.all_reduce(v, comm) ** 2))
+    with pytest.raises(NotImplementedError, match="checkpoint"):  # when tracing, before anything runs
+        jax.grad(f)(jnp.ones(3))
+    assert all_ranks(comm, True)
+
+
+# --------------------------------------------------------------------------- errors, on every rank alike
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda c, v: hcj.all_gather(v, c, axis=2, sizes=[2] * c.size), hpccoll.ArgumentError,
+         r"axis: expected an int in \[-1, 0\] for a 1-D array; got 2"),
+        (lambda c, v: hcj.all_gather(v, c, sizes=[2] * (c.size + 1)), hpccoll.ArgumentError, "sizes: expected"),
+        (lambda c, v: hcj.all_reduce(v, c, cotangent="both"), hpccoll.ArgumentError,
+         "cotangent: expected 'varying' or 'replicated'; got 'both'"),
+        (lambda c, v: hcj.all_reduce(v.astype(jnp.int32), c, op="avg"), hpccoll.DTypeError, "avg"),
+        (lambda c, v: hcj.all_reduce(v, c, op="xor"), hpccoll.ArgumentError, "op: expected one of"),
+        (lambda c, v: hcj.all_gather(v.astype(jnp.float8_e4m3fn), c, sizes=[2] * c.size), hpccoll.DTypeError,
+         "float8_e4m3fn"),
+        (lambda c, v: hcj.reduce_scatter(v.astype(jnp.complex64), c, op="max"), hpccoll.DTypeError, "complex"),
+        (lambda c, v: jax.grad(lambda u: jnp.sum(hcj.reduce_scatter(u, c, op="max")))(v), hpccoll.UnsupportedOpError,
+         "reduce_scatter_adjoint: expected op 'sum' or 'avg'"),
+        (lambda c, v: jax.grad(lambda u: jnp.sum(hcj.all_reduce(u, c, op="min")))(v), hpccoll.UnsupportedOpError,
+         "all_reduce_adjoint: expected op 'sum' or 'avg'"),
+    ],
+)
+def test_errors_are_hpccolls_before_any_communication(comm, mode, call, exc, match):
+    v = jnp.ones(2)
+    f = (lambda: call(comm, v)) if mode == "eager" else (lambda: jax.jit(lambda u: call(comm, u))(v))
+    raises_everywhere(comm, exc, match, f)
+
+
+def test_sizes_required_under_jit_and_bad_input(comm):
+    raises_everywhere(comm, hpccoll.ArgumentError, "sizes: expected .* when JAX traces without values",
+                      lambda: jax.jit(lambda v: hcj.all_gather(v, comm))(jnp.ones(2)))
+    raises_everywhere(comm, hpccoll.ArgumentError, "x: expected a JAX array .*; got list",
+                      lambda: hcj.all_reduce([1.0, 2.0], comm))
+
+
+def test_callback_errors_come_back_as_hpccolls_with_reraise(comm):
+    """An error only hpccoll's callback sees (sizes that do not match this rank's extent)."""
+    bad = [3] * comm.size
+    x = jnp.ones(2)
+    with pytest.raises(hpccoll.ArgumentError) as eager:
+        hcj.all_gather(x, comm, sizes=bad)
+    jitted = jax.jit(lambda v: hcj.all_gather(v, comm, sizes=bad))
+    with pytest.raises(jax.errors.JaxRuntimeError) as raw:
+        jitted(x)
+    assert str(eager.value) in str(raw.value)
+    with pytest.raises(hpccoll.ArgumentError) as translated:
+        with hcj.reraise():
+            jitted(x)
+    assert str(translated.value) == str(eager.value)
+    assert isinstance(translated.value.__cause__, jax.errors.JaxRuntimeError)
+    with pytest.raises(ZeroDivisionError):  # anything else passes through
+        with hcj.reraise():
+            1 / 0
+    assert all_ranks(comm, True)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_check_mode_mismatch_inside_jit_raises_on_every_rank():
+    c = hpccoll.Communicator(check=True)
+    try:
+        x = jnp.ones(2 + c.rank)  # a different shape on every rank
+        msg = raises_everywhere(c, hpccoll.MismatchError, "disagree|differ", lambda: hcj.all_reduce(x, c))
+        with hcj.reraise():
+            again = raises_everywhere(c, hpccoll.MismatchError, "disagree|differ",
+                                      lambda: _reraised(lambda: jax.jit(lambda v: hcj.all_reduce(v, c))(x)))
+        assert again == msg
+    finally:
+        c.free()
+
+
+def _reraised(call):
+    with hcj.reraise():
+        return call()
+
+
+# --------------------------------------------------------------------------- GPU (DLPack to CuPy); unverified here
+
+
+@pytest.mark.gpu
+def test_gpu_arrays_eagerly_through_dlpack(comm):
+    pytest.importorskip("cupy")
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("JAX sees no GPU")
+    x = jax.device_put(jnp.full(2, float(comm.rank)), gpus[comm.rank % len(gpus)])
+    try:
+        y = hcj.all_gather(x, comm, sizes=[2] * comm.size)
+    except hpccoll.TransportUnavailable as e:
+        pytest.skip(f"no GPU transport: {e}")
+    assert y.devices() == x.devices()
+    np.testing.assert_array_equal(host(y), np.repeat(np.arange(comm.size, dtype=np.float64), 2))
+    g = jax.grad(lambda v: jnp.sum(hcj.all_gather(v, comm, sizes=[2] * comm.size)))(x)
+    np.testing.assert_array_equal(host(g), np.full(2, comm.size, dtype=np.float64))
+    yj = jax.jit(lambda v: hcj.all_gather(v, comm, sizes=[2] * comm.size))(x)  # host round trip inside
+    np.testing.assert_array_equal(host(yj), host(y))
