@@ -71,7 +71,7 @@ from jax.experimental import io_callback
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from .._api import _axis, _linear_op
+from .._core.validate import axis_of as _axis, linear_op as _linear_op
 from .._comm import Communicator, as_communicator
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, UnsupportedOpError
