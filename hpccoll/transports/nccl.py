@@ -721,22 +721,22 @@ class NcclTransport(Transport):
 
     def _enqueue_alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
         """NCCL has no all-to-all: one grouped send and recv per peer; this rank's own block is a device copy."""
-        self._check(send, recv)
-        view = self._movement(recv.dtype)
-        scale = recv.dtype.itemsize // view.itemsize
+        nc = self._ready(send, recv)
+        wire = self._move.get(recv.dtype) or self._wire_for_move(recv.dtype)
+        view, scale, t = wire.view, wire.scale, wire.type
         send, recv = send.view(view), recv.view(view)
         sc, rc = [n * scale for n in send_counts], [n * scale for n in recv_counts]
         sd, rd, me = displacements(sc), displacements(rc), self.comm.rank
-        t, stream, size = self._types[view.name], self._rt.stream(), view.itemsize
+        stream, size = self._rt.stream(), view.itemsize
         sp, rp = self._rt.ptr(send), self._rt.ptr(recv)
         with self._group():
             for peer in range(len(sc)):
                 if peer == me:
                     continue
                 for off, n in _chunks(sc[peer], self.max_count):
-                    self._nc.send(sp + (sd[peer] + off) * size, n, t, peer, stream)
+                    nc.send(sp + (sd[peer] + off) * size, n, t, peer, stream)
                 for off, n in _chunks(rc[peer], self.max_count):
-                    self._nc.recv(rp + (rd[peer] + off) * size, n, t, peer, stream)
+                    nc.recv(rp + (rd[peer] + off) * size, n, t, peer, stream)
         if rc[me]:
             recv[rd[me] : rd[me] + rc[me]] = send[sd[me] : sd[me] + sc[me]]
 

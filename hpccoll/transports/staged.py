@@ -149,11 +149,9 @@ class Staged(Transport):
 
     def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
                   even: bool = False) -> None:
-        self._wait()
-        hs, hr = self._stage("send", send), self._stage("recv", recv)
-        self._down(send, hs)
+        stream, hs, hr = self._stage_in(send, recv)
         self._host.alltoallv(hs, hr, send_counts, recv_counts, even)
-        self._up(hr, recv)
+        self._up(hr, recv, stream)
 
     def close(self) -> None:
         self._wait()
