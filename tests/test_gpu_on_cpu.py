@@ -4,48 +4,54 @@ What runs here: the NCCL transport's dtype tables and public accessors, the
 staged transport's stream rule (no wait on the same stream, a wait on an
 event when the stream changes), refusal of stream capture by ``staged`` and
 ``cuda_mpi``, NCCL under ``HPCCOLL_TIMEOUT`` during capture, and the CPU
-proxy of ``make bench-overhead``. The stand-in runtime (``tests/standin_nccl.py``)
-is extended here by subclassing, for streams and capture.
+proxy of ``make bench-overhead``. The transports run on arrays of the CuPy
+stand-in (``tests/standin_cupy.py``, installed as ``cupy`` for each test) and
+its real streams, through ``tests/standin_nccl.py``'s ``StandInRuntime``,
+extended here by subclassing: events that log which stream each wait was
+for, and stream capture (which the stand-in does not model) with CUDA's
+refusal to synchronise a capturing stream.
 """
+
+import sys
 
 import numpy as np
 import pytest
 
 import hpccoll
-from hpccoll.transports import _cuda
+import standin_cupy as cp
+from hpccoll.transports import _cuda, cuda_mpi
 from hpccoll.transports import nccl as nccl_mod
 from standin_nccl import StandInRuntime
+from test_nccl_standin import dev, host
 
 pytestmark = pytest.mark.mpi
 
 CAPTURE_ERROR = "cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing"
 
 
-class Event:
-    """An event that says which stream it was recorded on and counts its waits."""
+class LoggedEvent(cp.Event):
+    """A stand-in event that logs, in its runtime's ``waits``, the handle of the stream each wait is for."""
 
-    def __init__(self, runtime, stream):
-        self.runtime, self.stream, self.done = runtime, stream, True
+    def __init__(self, runtime):
+        super().__init__(disable_timing=True)
+        self.runtime = runtime
 
     def synchronize(self):
-        self.runtime.waits.append(self.stream)
+        self.runtime.waits.append(self.stream.ptr)
+        super().synchronize()
 
 
 class StreamsRuntime(StandInRuntime):
-    """The stand-in with a current stream that tests switch, and CUDA's refusals during capture."""
+    """The stand-in with logged event waits, and CUDA's refusals during (simulated) stream capture."""
 
     def __init__(self):
         super().__init__()
-        self.current_stream = StandInRuntime.STREAM
         self.waits = []
         self.capturing = False
         self.queries = 0
 
-    def stream(self):
-        return self.current_stream
-
     def record(self):
-        return Event(self, self.current_stream)
+        return cp.get_current_stream().record(LoggedEvent(self))
 
     def is_capturing(self):
         self.queries += 1
@@ -57,19 +63,41 @@ class StreamsRuntime(StandInRuntime):
         super().sync_stream()
 
 
+class ReusingRuntime(StreamsRuntime):
+    """The stand-in with ``record_again``, as ``CupyRuntime`` has it: one event, recorded again."""
+
+    made = 0
+
+    def record(self):
+        ReusingRuntime.made += 1
+        return super().record()
+
+    def record_again(self, event):
+        if event is None:
+            return self.record()
+        cp.get_current_stream().record(event)
+        return event
+
+
 @pytest.fixture
-def rt(monkeypatch):
+def rt(request, monkeypatch):
+    """A fresh stand-in GPU (``StreamsRuntime``, or the class a test passes indirectly), the caller on a
+    non-blocking stream of its own; afterwards everything queued runs, and any race fails the test."""
     for name in ("HPCCOLL_CUDA_AWARE_MPI", "HPCCOLL_NCCL_UNEVEN", "HPCCOLL_TRANSPORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(nccl_mod, "_CHOSEN", None)
-    runtime = StreamsRuntime()
-    with _cuda.use_runtime(runtime):
+    monkeypatch.setattr(cuda_mpi, "_warned", False)
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    runtime = getattr(request, "param", StreamsRuntime)()
+    with _cuda.use_runtime(runtime), cp.cuda.Stream(non_blocking=True):
         yield runtime
+        cp.GPU.synchronize()
 
 
 @pytest.fixture
 def comm_of(comm, rt):
     made = []
+    cp.cuda.Device(comm.rank % rt.devices).use()  # one GPU per rank, chosen before the transport is made
 
     def new(name):
         made.append(hpccoll.Communicator(comm.mpi, transport=name))
@@ -106,13 +134,14 @@ def test_nccl_non_native_byte_order_moves_as_bytes(comm_of):
     """A dtype NCCL cannot reduce is refused, but its bytes can still be gathered (never mapped by name)."""
     c, t = comm_of("nccl")
     big = np.dtype(">f4")
-    x = (np.arange(3) + c.rank).astype(big)
-    recv = np.empty(3 * c.size, big)
+    x = dev((np.arange(3) + c.rank).astype(big))
+    recv = cp.empty(3 * c.size, big)
     t.allgatherv(x, recv, [3] * c.size)
     with pytest.raises(hpccoll.DTypeError, match="expected a dtype NCCL reduces"):
-        t.allreduce(None, np.ones(2, big), "sum")
+        t.allreduce(None, dev(np.ones(2, big)), "sum")
+    got = host(recv)
     want = np.concatenate([np.arange(3) + r for r in range(c.size)]).astype(big)
-    assert recv.tobytes() == want.tobytes() and t._move[big].scale == 4
+    assert got.dtype == big and got.tobytes() == want.tobytes() and t._move[big].scale == 4
 
 
 def test_nccl_counts_any_sequence(comm_of):
@@ -121,11 +150,11 @@ def test_nccl_counts_any_sequence(comm_of):
     got = []
     for counts in ([2] * c.size, (2,) * c.size, range(2, 2 + c.size), [2, 0, 1, 3][: c.size]):
         mine = counts[c.rank]
-        recv = np.empty(sum(counts), np.int32)
-        t.allgatherv(x[:mine].copy(), recv, counts)  # any Sequence (it has count())
+        recv = cp.empty(sum(counts), np.int32)
+        t.allgatherv(dev(x[:mine]), recv, counts)  # any Sequence (it has count())
         got.append((recv, np.repeat(np.arange(c.size, dtype=np.int32), counts)))
     for recv, want in got:
-        np.testing.assert_array_equal(recv, want)
+        np.testing.assert_array_equal(host(recv), want)
 
 
 def test_nccl_timeout_does_not_wait_during_capture(comm_of, rt, monkeypatch):
@@ -140,12 +169,20 @@ def test_nccl_timeout_does_not_wait_during_capture(comm_of, rt, monkeypatch):
     c, t = comm_of("nccl")
     monkeypatch.setattr(c, "timeout", 0.1)
     monkeypatch.setattr(rt, "record", lambda: Never())
+    x, scattered, gathered = dev(np.ones(4)), cp.empty(2), cp.empty(2 * c.size)
+    stream = cp.get_current_stream()
     rt.capturing = True
-    x = np.ones(4)
-    t.allreduce(None, x, "sum")  # enqueued (the stand-in runs it at once), not waited for
-    t.reduce_scatter(np.ones(2 * c.size), np.empty(2), [2] * c.size, "sum")
-    t.allgatherv(np.ones(2), np.empty(2 * c.size), [2] * c.size)
-    np.testing.assert_array_equal(x, np.full(4, float(c.size)))
+    t.allreduce(None, x, "sum")  # enqueued on the stream, not waited for
+    t.reduce_scatter(dev(np.ones(2 * c.size)), scattered, [2] * c.size, "sum")
+    t.allgatherv(dev(np.ones(2)), gathered, [2] * c.size)
+    queued = len(stream.ops) - stream.done_ops  # nothing synchronised: the NCCL calls are still queued
+    rt.capturing = False
+    got = host([x, scattered, gathered])
+    assert rt.queries == 3  # each call asked, and none waited
+    assert cp.GPU.mode != "deferred" or queued >= 3
+    np.testing.assert_array_equal(got[0], np.full(4, float(c.size)))
+    np.testing.assert_array_equal(got[1], np.full(2, float(c.size)))
+    np.testing.assert_array_equal(got[2], np.ones(2 * c.size))
 
 
 # --------------------------------------------------------------------------- staged
@@ -153,43 +190,48 @@ def test_nccl_timeout_does_not_wait_during_capture(comm_of, rt, monkeypatch):
 
 def test_staged_waits_only_when_the_stream_changes(comm_of, rt):
     c, t = comm_of("staged")
+    first, other = cp.get_current_stream(), cp.cuda.Stream(non_blocking=True)
     x = np.arange(4.0) + c.rank
     want = sum(np.arange(4.0) + r for r in range(c.size))
     results = []
     for _ in range(3):  # the same stream: stream order covers the last copy back, no waits
-        y = np.empty(4)
-        t.allreduce(x, y, "sum")
+        y = cp.empty(4)
+        t.allreduce(dev(x), y, "sum")
         results.append(y)
     same_stream_waits = list(rt.waits)
-    rt.current_stream = 0x51DE  # another stream: the copy back recorded on the first must be waited for
-    y = np.empty(4)
-    t.allreduce(x, y, "sum")
-    results.append(y)
-    switch_waits = list(rt.waits)
-    t.close()  # releasing the buffers waits for the last copy back
-    for y in results:
-        np.testing.assert_array_equal(y, want)
+    with other:  # another stream: the copy back recorded on the first must be waited for
+        y = cp.empty(4)
+        t.allreduce(dev(x), y, "sum")
+        switch_waits = list(rt.waits)
+        t.close()  # releasing the buffers waits for the last copy back
+    got = [host(y) for y in results[:3]] + [y.get(stream=other)]
+    for g in got:
+        np.testing.assert_array_equal(g, want)
     assert same_stream_waits == []
-    assert switch_waits == [StandInRuntime.STREAM]
-    assert rt.waits == [StandInRuntime.STREAM, 0x51DE]
+    assert switch_waits == [first.ptr]
+    assert rt.waits == [first.ptr, other.ptr]
     assert rt.syncs == 4  # one stream synchronisation per call, as before
 
 
 def test_staged_views_reused_and_regrown(comm_of, rt):
     c, t = comm_of("staged")
+    first = cp.get_current_stream()
     small, large = np.ones(8, np.float32), np.ones(1 << 19)  # 32 B, then 4 MiB: the buffers grow
     for _ in range(2):
-        t.allreduce(small, np.empty_like(small), "sum")
+        t.allreduce(dev(small), cp.empty(small.shape, small.dtype), "sum")
     view = t._views["recv"][2]
-    y = np.empty_like(small)
-    t.allreduce(small, y, "sum")
+    y = cp.empty(small.shape, small.dtype)
+    t.allreduce(dev(small), y, "sum")
     reused = t._views["recv"][2] is view
-    big = np.empty_like(large)
-    t.allreduce(large, big, "sum")
+    big = cp.empty(large.shape, large.dtype)
+    t.allreduce(dev(large), big, "sum")
+    got_y, got_big = host(y), host(big)
     assert reused and len(rt.pinned_allocations) == 4  # send and recv, then both again, larger
-    np.testing.assert_array_equal(y, np.full(8, c.size, np.float32))
-    np.testing.assert_array_equal(big, np.full(1 << 19, float(c.size)))
-    assert rt.waits == [StandInRuntime.STREAM]  # growing released the old recv buffer after its copy back
+    np.testing.assert_array_equal(got_y, np.full(8, c.size, np.float32))
+    np.testing.assert_array_equal(got_big, np.full(1 << 19, float(c.size)))
+    # growing released the old recv buffer after its copy back (the stand-in poisons a pinned
+    # buffer freed under a queued copy and fails the test at the next synchronisation)
+    assert rt.waits == [first.ptr]
 
 
 # --------------------------------------------------------------------------- stream capture
@@ -198,27 +240,31 @@ def test_staged_views_reused_and_regrown(comm_of, rt):
 @pytest.mark.parametrize("name", ["staged", "cuda_mpi"])
 def test_synchronising_transports_refuse_capture(comm_of, rt, name):
     c, t = comm_of(name)
-    x = np.ones(3)
-    ok = np.empty(3)
+    x = dev(np.ones(3))
+    ok = cp.empty(3)
     t.allreduce(x, ok, "sum")  # outside capture: works, and never asks about capture
     asked_before = rt.queries
     rt.capturing = True
     calls = [
-        lambda: t.allreduce(x, np.empty(3), "sum"),
-        lambda: t.allgatherv(x, np.empty(3 * c.size), [3] * c.size),
-        lambda: t.reduce_scatter(np.ones(3 * c.size), np.empty(3), [3] * c.size, "sum"),
+        lambda: t.allreduce(x, cp.empty(3), "sum"),
+        lambda: t.allgatherv(x, cp.empty(3 * c.size), [3] * c.size),
+        lambda: t.reduce_scatter(dev(np.ones(3 * c.size)), cp.empty(3), [3] * c.size, "sum"),
     ]
     if name == "cuda_mpi":
-        calls.append(lambda: t.iallreduce(x, np.empty(3), "sum"))
+        calls.append(lambda: t.iallreduce(x, cp.empty(3), "sum"))
     for call in calls:  # every rank captures and raises before any MPI call: nobody waits
         with pytest.raises(hpccoll.TransportUnavailable, match=f"transport '{name}' cannot run during CUDA stream "
                            "capture: it waits on the host") as info:
             call()
         assert CAPTURE_ERROR in str(info.value.__cause__)
+    asked_during = rt.queries
     rt.capturing = False
-    t.allreduce(x, ok, "sum")  # and works again after the capture
-    assert asked_before == 0
-    np.testing.assert_array_equal(ok, np.full(3, float(c.size)))
+    again = cp.empty(3)
+    t.allreduce(x, again, "sum")  # and works again after the capture
+    got = host([ok, again])
+    assert asked_before == 0 and asked_during == asked_before + len(calls) and rt.queries == asked_during
+    np.testing.assert_array_equal(got[0], np.full(3, float(c.size)))
+    np.testing.assert_array_equal(got[1], np.full(3, float(c.size)))
 
 
 def test_other_failures_are_not_called_capture(comm_of, rt, monkeypatch):
@@ -229,7 +275,10 @@ def test_other_failures_are_not_called_capture(comm_of, rt, monkeypatch):
 
     monkeypatch.setattr(rt, "sync_stream", broken)
     with pytest.raises(RuntimeError, match="cudaErrorLaunchFailure"):
-        t.allreduce(np.ones(2), np.empty(2), "sum")
+        t.allreduce(dev(np.ones(2)), cp.empty(2), "sum")
+    assert rt.queries == 1  # asked, and told it was not capturing
+    # the failed call left its copy into the pinned buffer queued: let it finish before close() frees it
+    cp.get_current_stream().synchronize()
 
 
 def test_cupy_runtime_capture_query(monkeypatch):
@@ -277,42 +326,25 @@ def test_overhead_gpu_section_runs(comm, monkeypatch):
     assert all(raw > 0 and ours > 0 for _, raw, ours in rows)
 
 
-class ReusingRuntime(StreamsRuntime):
-    """The stand-in with ``record_again``, as ``CupyRuntime`` has it: one event, recorded again."""
-
-    made = 0
-
-    def record(self):
-        ReusingRuntime.made += 1
-        return super().record()
-
-    def record_again(self, event):
-        if event is None:
-            return self.record()
-        event.stream = self.current_stream
-        return event
-
-
-def test_staged_records_one_event_again(comm, monkeypatch):
-    monkeypatch.setattr(nccl_mod, "_CHOSEN", None)
-    rt = ReusingRuntime()
+@pytest.mark.parametrize("rt", [ReusingRuntime], indirect=True)
+def test_staged_records_one_event_again(comm_of, rt):
+    c, t = comm_of("staged")
+    first, other = cp.get_current_stream(), cp.cuda.Stream(non_blocking=True)
     ReusingRuntime.made = 0
-    with _cuda.use_runtime(rt):
-        c = hpccoll.Communicator(comm.mpi, transport="staged")
-        try:
-            t = c.transport_instance("staged")
-            x, y = np.ones(4), np.empty(4)
-            for _ in range(3):
-                t.allreduce(x, y, "sum")
-            first = t._event
-            rt.current_stream = 0x51DE
-            t.allreduce(x, y, "sum")
-            same = t._event is first
-        finally:
-            c.free()
+    x, y = dev(np.ones(4)), cp.empty(4)
+    for _ in range(3):
+        t.allreduce(x, y, "sum")
+    first_event = t._event
+    with other:
+        x2, y2 = dev(np.ones(4)), cp.empty(4)
+        t.allreduce(x2, y2, "sum")
+        same = t._event is first_event
+        t.close()
+    got = [host(y), y2.get(stream=other)]
     assert ReusingRuntime.made == 1 and same
-    assert rt.waits == [StandInRuntime.STREAM, 0x51DE]  # the switch, then close()
-    np.testing.assert_array_equal(y, np.full(4, float(comm.size)))
+    assert rt.waits == [first.ptr, other.ptr]  # the switch, then close()
+    for g in got:
+        np.testing.assert_array_equal(g, np.full(4, float(c.size)))
 
 
 def test_cupy_runtime_calls():
