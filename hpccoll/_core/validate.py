@@ -28,6 +28,7 @@ __all__ = [
     "block_sizes",
     "check_out",
     "outs_of",
+    "plain_out",
     "same_block",
     "address",
     "own_block",
@@ -157,6 +158,20 @@ def check_out(
             "got an array that overlaps it"
         )
     return out
+
+
+def plain_out(out: Any, shape: Tuple[int, ...], dtype: np.dtype) -> bool:
+    """Whether ``out`` is a NumPy array of exactly ``shape`` and ``dtype``, C-contiguous and writeable.
+
+    The common-case branches' test (overlap with the input is theirs to check).
+    """
+    if type(out) is not _ndarray or out.shape != shape:
+        return False
+    own = out.dtype
+    if own is not dtype and own != dtype:
+        return False
+    flags = out.flags
+    return flags.c_contiguous and flags.writeable
 
 
 def outs_of(out: Any, n: int) -> list:

@@ -37,6 +37,7 @@ from .._core.validate import (
     is_array_list,
     one_array,
     outs_of,
+    plain_out,
     plain_sizes,
     prepare_list,
     settle,
@@ -90,8 +91,7 @@ def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: 
     else:
         even = False  # this rank's counts do not tell whether every rank's are even
     oshape = (sum(recv_sizes),) + shape[1:]
-    fast = out is None or (type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype
-                           and out.flags.c_contiguous and out.flags.writeable and not np.may_share_memory(out, x))
+    fast = out is None or (plain_out(out, oshape, x.dtype) and not np.may_share_memory(out, x))
     if not (fast and x.size and sum(recv_sizes)):  # another out, or empty: the general branch
         return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op, even)
     if out is None:

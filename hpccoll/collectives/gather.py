@@ -26,6 +26,7 @@ from .._core.validate import (
     is_array_list,
     one_array,
     outs_of,
+    plain_out,
     own_block,
     plain_sizes,
     prepare_list,
@@ -89,8 +90,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
         send = None  # an empty result: the general branch
     elif out is None:
         out, send = np.empty(oshape, x.dtype), x
-    elif type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype and out.flags.c_contiguous \
-            and out.flags.writeable:
+    elif plain_out(out, oshape, x.dtype):
         if not np.may_share_memory(out, x):
             send = x
         elif t.in_place and shape[0] and same_block(x, out, _own_rows(sizes, c.rank)):

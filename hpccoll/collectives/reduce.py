@@ -24,6 +24,7 @@ from .._core.validate import (
     is_array_list,
     one_array,
     outs_of,
+    plain_out,
     prepare_list,
     same_block,
     settle,
@@ -63,8 +64,7 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
         send = wire_flat(x, wire)
     elif out is x and x.flags.writeable:
         send = None
-    elif type(out) is _ndarray and out.shape == x.shape and out.dtype == x.dtype and out.flags.c_contiguous \
-            and out.flags.writeable and not np.may_share_memory(out, x):
+    elif plain_out(out, x.shape, x.dtype) and not np.may_share_memory(out, x):
         send = wire_flat(x, wire)
     else:
         return None

@@ -27,6 +27,7 @@ from .._core.validate import (
     is_array_list,
     one_array,
     outs_of,
+    plain_out,
     own_block,
     plain_sizes,
     prepare_list,
@@ -82,12 +83,11 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     wire = plan.wire
     if out is None:
         out, send = np.empty(oshape, x.dtype), wire_flat(x, wire)
-    elif type(out) is _ndarray and out.shape == oshape and out.dtype == x.dtype and out.flags.c_contiguous \
-            and out.flags.writeable:
-        start = sum(sizes[: c.rank])
+    elif plain_out(out, oshape, x.dtype):
         if not np.may_share_memory(out, x):
             send = wire_flat(x, wire)
-        elif t.in_place and x.flags.writeable and same_block(out, x, block(0, start, start + mine)):
+        elif t.in_place and x.flags.writeable and same_block(out, x, block(0, start := sum(sizes[: c.rank]),
+                                                                          start + mine)):
             send = None  # out is this rank's block of x: in place
         else:
             return None

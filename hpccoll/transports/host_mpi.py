@@ -114,19 +114,19 @@ class HostMPI(Transport):
         return "Allgatherv", (source, [recv, (list(counts), displacements(counts)), t]), None
 
     def _reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> tuple:
-        t = mpi_datatype(recv.dtype)
-        rank, first = self.comm.rank, counts[0]
-        mine = counts[rank]
+        t, o = mpi_datatype(recv.dtype), mpi_op(op)
+        first = counts[0]
         even = counts.count(first) == len(counts)
-        if send is None:  # in place: recv holds the whole input
-            source, target = _in_place(), [recv, t]
-        else:
-            source, target = [send, t], [recv, first if even else mine, t]
-        # MPI's in-place reduce-scatter leaves the result at the start of recv: move it to this rank's block.
-        then = _mover(recv, sum(counts[:rank]), mine) if send is None and rank else None
+        if send is not None:
+            if even:
+                return "Reduce_scatter_block", ([send, t], [recv, first, t], o), None
+            return "Reduce_scatter", ([send, t], [recv, counts[self.comm.rank], t], list(counts), o), None
+        # In place: recv holds the whole input; MPI leaves the result at its start: move it to this rank's block.
+        rank = self.comm.rank
+        then = _mover(recv, sum(counts[:rank]), counts[rank]) if rank else None
         if even:
-            return "Reduce_scatter_block", (source, target, mpi_op(op)), then
-        return "Reduce_scatter", (source, target, list(counts), mpi_op(op)), then
+            return "Reduce_scatter_block", (_in_place(), [recv, t], o), then
+        return "Reduce_scatter", (_in_place(), [recv, t], list(counts), o), then
 
     def _allreduce(self, send: Optional[Any], recv: Any, op: str) -> tuple:
         t = mpi_datatype(recv.dtype)
