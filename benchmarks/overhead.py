@@ -194,13 +194,13 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
     rows = []
     with use_runtime(rt):
         comm = Communicator(MPI.COMM_SELF)
-        t = comm.transport_instance("nccl")
+        t = comm.transport_instance("nccl")  # its bootstrap talks over the real MPI duplicate
+        null, real = NullMPI(), comm._mpi
+        comm._mpi = null  # staged's host MPI calls do nothing either (its host transport binds it when made)
         staged = comm.transport_instance("staged")
         n = 256  # 1 KiB of float32 per rank, as rank 0 of 2
         x, r, g, big = DeviceArray(n, np.float32), DeviceArray(n, np.float32), DeviceArray(2 * n, np.float32), \
             DeviceArray(2 * n, np.float32)
-        null, real = NullMPI(), comm._mpi
-        comm._mpi = null  # staged's host MPI calls do nothing either
         hx = np.frombuffer(rt.alloc_pinned(x.nbytes), np.float32)
         hr = np.frombuffer(rt.alloc_pinned(x.nbytes), np.float32)
         env = dict(t=t, s=staged, nc=t.communicator, rt=rt, x=x, r=r, g=g, big=big, n=n, counts=[n, n],

@@ -46,6 +46,7 @@ __all__ = ["all_gather"]
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
 _dtype_of = attrgetter("dtype")
+_ndim_of = attrgetter("ndim")
 _shape_of = attrgetter("shape")
 #: dtype -> the dtype its bytes move as, or None when unsupported (the general branch raises).
 _WIRE: Dict[np.dtype, Optional[np.dtype]] = {}
@@ -201,34 +202,27 @@ def _move(x: Any, transport: Any, xp: Any, ax: int, sizes: Sequence[int], out: A
 
 def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     err = desc = None
+    arrays: List[Any] = []
     axes: List[int] = []
     try:
         arrays, kind = prepare_list(xs)
-        axes = [axis_of(axis, a.ndim) for a in arrays]
+        axes = _axes(arrays, axis)
         outs = outs_of(out, len(arrays))
         if sizes is not None:
             sizes = sizes_of(sizes, c.size)
-            for i, (a, ax) in enumerate(zip(arrays, axes)):
-                _own_sizes(sizes, c, a.shape[ax], f"x[{i}].shape[{ax}]")
+            _check_extents(arrays, axes, sizes, c)
         if c.check:
             desc = {"collective": "all_gather", "sizes": sizes,
                     "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(arrays, axes)]}
     except HpccollError as e:
         err = e
-    extents = settle(c, what, desc, None if err else [a.shape[ax] for a, ax in zip(arrays, axes)], err)
-    if extents is not None:  # check mode: every rank's extents, array by array
-        table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
-    elif sizes is None:
-        table = exchange_extents(c, arrays, axes, what) if c.size > 1 else [(a.shape[ax],) for a, ax in zip(arrays, axes)]
-    else:
-        table = [sizes] * len(arrays)
-    if sizes is not None and any(list(t) != list(sizes) for t in table):
-        raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along the axis are {table}")
+    table = _table(arrays, axes, sizes, c, desc, what, err)
     xp = module_of(kind)
     unit = [prod(shape_without(a.shape, ax)) * a.dtype.itemsize for a, ax in zip(arrays, axes)]  # bytes per index
-    groups = buckets([u * sum(t) for u, t in zip(unit, table)], c.bucket_bytes)
+    each = [u * sum(t) for u, t in zip(unit, table)]
+    groups = buckets(each, c.bucket_bytes)
     # One bucket of same-shape arrays along axis 0: the results are the rows of one new array.
-    uniform = c.size > 1 and len(groups) == 1 and unit[0] * sum(table[0]) > 0 and _uniform(arrays, axes, out) \
+    uniform = c.size > 1 and len(groups) == 1 and each[0] > 0 and _uniform(arrays, axes, out) \
         and table.count(table[0]) == len(table)  # every rank's arrays of one extent too
     if not uniform:
         outs = [check_out(o, with_extent(a.shape, ax, sum(t)), a.dtype, a, xp)
@@ -237,16 +231,49 @@ def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
         return done(outs, async_op)
-    transport = c.transport_of(kind, sum(unit[i] * sum(table[i]) for i in range(len(arrays))))
+    transport = c.transport_of(kind, sum(each))
     pending, finishers = [], []
     for idx in groups:
-        counts = [sum(unit[i] * table[i][r] for i in idx) for r in range(c.size)]
+        if uniform:
+            counts = [unit[0] * len(idx) * n for n in table[0]]
+        else:
+            counts = [sum(unit[i] * table[i][r] for i in idx) for r in range(c.size)]
         pair = scratch(c, sum(counts)) if uniform and kind == "numpy" and not async_op else None
         send = _send_bytes([arrays[i] for i in idx], xp, pair[0][: counts[c.rank]] if pair else None)
         recv = pair[1][: sum(counts)] if pair else xp.empty(sum(counts), _BYTES)
         pending.append(start(transport, "allgatherv", (send, recv, counts), async_op))
         finishers.append(_unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
     return finish_all(pending, finishers, outs, async_op)
+
+
+def _axes(arrays: List[Any], axis: Any) -> List[int]:
+    """Each array's axis, normalised once per number of dimensions."""
+    ndims = list(map(_ndim_of, arrays))
+    per = {d: axis_of(axis, d) for d in set(ndims)}
+    return [per[d] for d in ndims]
+
+
+def _check_extents(arrays: List[Any], axes: List[int], sizes: Tuple[int, ...], c: Any) -> None:
+    """Every array's extent along its axis is this rank's ``sizes`` entry (the first that is not raises)."""
+    extents = [a.shape[ax] for a, ax in zip(arrays, axes)]
+    if extents.count(sizes[c.rank]) != len(extents):
+        i = next(i for i, n in enumerate(extents) if n != sizes[c.rank])
+        _own_sizes(sizes, c, extents[i], f"x[{i}].shape[{axes[i]}]")
+
+
+def _table(arrays: List[Any], axes: List[int], sizes: Any, c: Any, desc: Any, what: str,
+           err: Optional[HpccollError]) -> List[Tuple[int, ...]]:
+    """Every rank's extent of each array (``table[i][rank]``): agreed in check mode, exchanged, or ``sizes``."""
+    extents = settle(c, what, desc, None if err else [a.shape[ax] for a, ax in zip(arrays, axes)], err)
+    if extents is not None:  # check mode: every rank's extents, array by array
+        table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
+    elif sizes is None:
+        return exchange_extents(c, arrays, axes, what) if c.size > 1 else [(a.shape[ax],) for a, ax in zip(arrays, axes)]
+    else:
+        return [sizes] * len(arrays)  # each array checked against this rank's entry; the ranks' own MPI call agrees
+    if sizes is not None and any(list(t) != list(sizes) for t in table):
+        raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along the axis are {table}")
+    return table
 
 
 def _uniform(arrays: List[Any], axes: List[int], out: Any) -> bool:

@@ -8,7 +8,7 @@ from .._faults import watched
 from .._request import Pending
 from ._base import Transport
 from ._control import run
-from ._mpitypes import committed, displacements, mpi_datatype, mpi_op
+from ._mpitypes import _DATATYPES, _OPS, committed, displacements, mpi_datatype, mpi_op
 
 __all__ = ["HostMPI", "MPIPending"]
 
@@ -27,6 +27,10 @@ class HostMPI(Transport):
     #: With uneven shards the derived datatype moves ``trail`` elements at a
     #: time; below this many bytes per piece packing is faster.
     strided_min_piece = 512
+
+    def __init__(self, comm: Any) -> None:
+        super().__init__(comm)
+        self._mpi = comm.mpi  # the private duplicate: fixed for the Communicator's life
 
     def _run(self, name: str, *args: Any) -> None:
         """The MPI collective ``name``, watched when ``HPCCOLL_TIMEOUT`` is set."""
@@ -90,7 +94,7 @@ class HostMPI(Transport):
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
         comm = self.comm
-        call = getattr(comm.mpi, name)
+        call = getattr(self._mpi, name)
         if comm.timeout is None:
             call(*args)
         else:
@@ -106,7 +110,7 @@ class HostMPI(Transport):
     # Each of these returns (MPI function name, its arguments, a step to run after completion).
 
     def _allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> tuple:
-        t = mpi_datatype(recv.dtype)
+        t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         first = counts[0]
         if counts.count(first) == len(counts):
             return "Allgather", (_in_place() if send is None else [send, first, t], [recv, first, t]), None
@@ -114,7 +118,7 @@ class HostMPI(Transport):
         return "Allgatherv", (source, [recv, (list(counts), displacements(counts)), t]), None
 
     def _reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> tuple:
-        t, o = mpi_datatype(recv.dtype), mpi_op(op)
+        t, o = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype), _OPS.get(op) or mpi_op(op)
         first = counts[0]
         even = counts.count(first) == len(counts)
         if send is not None:
@@ -129,8 +133,8 @@ class HostMPI(Transport):
         return "Reduce_scatter", (_in_place(), [recv, t], list(counts), o), then
 
     def _allreduce(self, send: Optional[Any], recv: Any, op: str) -> tuple:
-        t = mpi_datatype(recv.dtype)
-        return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], mpi_op(op)), None
+        t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
+        return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
     def _alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
                    even: bool) -> tuple:
