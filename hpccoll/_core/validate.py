@@ -23,6 +23,7 @@ __all__ = [
     "SEQUENCES",
     "COTANGENTS",
     "axis_of",
+    "axes_of",
     "sizes_of",
     "plain_sizes",
     "block_sizes",
@@ -59,6 +60,13 @@ def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
     if not -ndim <= axis < ndim:
         raise ArgumentError(f"{name}: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
     return int(axis) % ndim
+
+
+def axes_of(arrays: Sequence[Any], axis: Any) -> List[int]:
+    """Each array's ``axis`` normalised (a list form's), once per number of dimensions."""
+    ndims = [a.ndim for a in arrays]
+    per = {d: axis_of(axis, d) for d in set(ndims)}
+    return [per[d] for d in ndims]
 
 
 def plain_sizes(sizes: Any, parts: int) -> bool:

@@ -20,6 +20,7 @@ from .._arrays import flat, module_of, prod
 from .._core.launch import done, finish_all, launch, scratch, start
 from .._core.validate import (
     SEQUENCES,
+    axes_of,
     axis_of,
     block,
     check_out,
@@ -46,7 +47,6 @@ __all__ = ["all_gather"]
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
 _dtype_of = attrgetter("dtype")
-_ndim_of = attrgetter("ndim")
 _shape_of = attrgetter("shape")
 #: dtype -> the dtype its bytes move as, or None when unsupported (the general branch raises).
 _WIRE: Dict[np.dtype, Optional[np.dtype]] = {}
@@ -206,7 +206,7 @@ def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op:
     axes: List[int] = []
     try:
         arrays, kind = prepare_list(xs)
-        axes = _axes(arrays, axis)
+        axes = axes_of(arrays, axis)
         outs = outs_of(out, len(arrays))
         if sizes is not None:
             sizes = sizes_of(sizes, c.size)
@@ -244,13 +244,6 @@ def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op:
         pending.append(start(transport, "allgatherv", (send, recv, counts), async_op))
         finishers.append(_unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
     return finish_all(pending, finishers, outs, async_op)
-
-
-def _axes(arrays: List[Any], axis: Any) -> List[int]:
-    """Each array's axis, normalised once per number of dimensions."""
-    ndims = list(map(_ndim_of, arrays))
-    per = {d: axis_of(axis, d) for d in set(ndims)}
-    return [per[d] for d in ndims]
 
 
 def _check_extents(arrays: List[Any], axes: List[int], sizes: Tuple[int, ...], c: Any) -> None:

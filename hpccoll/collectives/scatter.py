@@ -12,7 +12,7 @@ general branch, which validates everything and raises the errors.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from .._arrays import module_of, prod, split_sizes
 from .._core.launch import done, finish_all, launch, scratch, start
 from .._core.validate import (
     SEQUENCES,
+    axes_of,
     axis_of,
     block,
     block_sizes,
@@ -151,11 +152,8 @@ def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, 
         arrays, kind = prepare_list(xs)
         xp = module_of(kind)
         op = normalize_op(op)
-        axes = [axis_of(axis, a.ndim) for a in arrays]
-        if sizes is not None:
-            sizes = sizes_of(sizes, c.size)
-        table = [block_sizes(sizes, a.shape[ax], c.size, f"x[{i}].shape[{ax}]")
-                 for i, (a, ax) in enumerate(zip(arrays, axes))]
+        axes = axes_of(arrays, axis)
+        table = _tables(arrays, axes, sizes, c.size)
         for dtype in set(map(_dtype_of, arrays)):
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
         outs = outs_of(out, len(arrays))
@@ -193,6 +191,19 @@ def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, 
             finishers.append(_unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp,
                                        uniform, pair is not None))
     return finish_all(pending, finishers, results, async_op)
+
+
+def _tables(arrays: List[Any], axes: List[int], sizes: Any, parts: int) -> List[Tuple[int, ...]]:
+    """Each array's block extents (``numpy.array_split``'s, or ``sizes`` checked once against every extent)."""
+    extents = [a.shape[ax] for a, ax in zip(arrays, axes)]
+    if sizes is None:
+        return [split_sizes(n, parts) for n in extents]
+    sizes = sizes_of(sizes, parts)
+    total = sum(sizes)
+    if extents.count(total) != len(extents):
+        i = next(i for i, n in enumerate(extents) if n != total)
+        block_sizes(sizes, extents[i], parts, f"x[{i}].shape[{axes[i]}]")  # raises, naming the array
+    return [sizes] * len(arrays)
 
 
 def _copied(out: Any, a: Any, xp: Any) -> Any:
