@@ -62,7 +62,7 @@ def divided(arr: Any, parts: int) -> Any:
 
 def buckets(nbytes: Sequence[int], limit: int) -> List[List[int]]:
     """Consecutive index groups whose byte totals stay within ``limit`` (a larger item goes alone)."""
-    if sum(nbytes) <= limit:  # the common case: one bucket
+    if nbytes and sum(nbytes) <= limit:  # the common case: one bucket
         return [list(range(len(nbytes)))]
     groups: List[List[int]] = []
     total = limit + 1
