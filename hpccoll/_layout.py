@@ -6,7 +6,7 @@ communication, no validation.
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -60,18 +60,22 @@ def divided(arr: Any, parts: int) -> Any:
     return arr
 
 
-def buckets(nbytes: Sequence[int], limit: int) -> List[List[int]]:
-    """Consecutive index groups whose byte totals stay within ``limit`` (a larger item goes alone)."""
-    if nbytes and sum(nbytes) <= limit:  # the common case: one bucket
-        return [list(range(len(nbytes)))]
-    groups: List[List[int]] = []
-    total = limit + 1
+def buckets(nbytes: Sequence[int], limit: int, total: Optional[int] = None) -> List[range]:
+    """Consecutive index ranges whose byte totals stay within ``limit`` (a larger item goes alone).
+
+    ``total``: ``sum(nbytes)``, when the caller knows it already.
+    """
+    if nbytes and (sum(nbytes) if total is None else total) <= limit:  # the common case: one bucket
+        return [range(len(nbytes))]
+    groups: List[range] = []
+    first = total = 0
     for i, n in enumerate(nbytes):
-        if total + n > limit or not groups:
-            groups.append([])
-            total = 0
-        groups[-1].append(i)
+        if i and total + n > limit:
+            groups.append(range(first, i))
+            first, total = i, 0
         total += n
+    if nbytes:
+        groups.append(range(first, len(nbytes)))
     return groups
 
 

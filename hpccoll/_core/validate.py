@@ -10,7 +10,7 @@ exception.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, NoReturn, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -40,13 +40,20 @@ __all__ = [
     "shape_without",
     "with_extent",
     "is_array_list",
+    "list_types",
     "prepare_list",
+    "one_of",
+    "ListOf",
+    "survey_list",
     "one_array",
 ]
 
 SEQUENCES = (list, tuple)
 COTANGENTS = ("varying", "replicated")
 _ndarray = np.ndarray
+_NDARRAY_ONLY = frozenset((_ndarray,))
+_dtype_of = operator.attrgetter("dtype")
+_shape_of = operator.attrgetter("shape")
 
 
 def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
@@ -62,11 +69,19 @@ def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
     return int(axis) % ndim
 
 
-def axes_of(arrays: Sequence[Any], axis: Any) -> List[int]:
+def axes_of(lst: "ListOf", axis: Any) -> List[int]:
     """Each array's ``axis`` normalised (a list form's), once per number of dimensions."""
-    ndims = [a.ndim for a in arrays]
+    if lst.shape is not None:  # one shape: no per-array pass
+        return [axis_of(axis, len(lst.shape))] * len(lst.arrays)
+    ndims = list(map(len, lst.shapes))
     per = {d: axis_of(axis, d) for d in set(ndims)}
     return [per[d] for d in ndims]
+
+
+def one_of(values: List[Any]) -> Any:
+    """The value every item of the non-empty ``values`` equals, else ``None`` (a C-speed test)."""
+    first = values[0] if values else None
+    return first if values.count(first) == len(values) else None
 
 
 def plain_sizes(sizes: Any, parts: int) -> bool:
@@ -234,14 +249,52 @@ def with_extent(shape: Tuple[int, ...], ax: int, n: int) -> Tuple[int, ...]:
 
 def is_array_list(x: Any) -> bool:
     """Whether ``x`` is a list or tuple of arrays (not an array-like of numbers)."""
+    return list_types(x) is not None
+
+
+def list_types(x: Any) -> Optional[Set[type]]:
+    """The types of ``x``'s items when ``x`` is a list or tuple of arrays (not an array-like of numbers), else ``None``.
+
+    Decided once per type, not once per array; :func:`survey_list` takes the result.
+    """
     if type(x) not in SEQUENCES:
-        return False
-    return all(isinstance(e, np.ndarray) or type(e).__module__.startswith("cupy") for e in x)
+        return None
+    types = set(map(type, x))
+    if types <= _NDARRAY_ONLY or all(issubclass(t, _ndarray) or t.__module__.startswith("cupy") for t in types):
+        return types
+    return None
+
+
+class ListOf(NamedTuple):
+    """A list form's arrays, surveyed once at C speed (no per-array Python loop in the common case)."""
+
+    arrays: List[Any]
+    kind: str
+    dtypes: Set[np.dtype]
+    shapes: List[Tuple[int, ...]]
+    #: The shape every array has, or ``None`` (arrays of several shapes, or none).
+    shape: Optional[Tuple[int, ...]]
+
+    @property
+    def alike(self) -> bool:
+        """Whether every array has one shape and one dtype (per-array quantities are then one value, repeated)."""
+        return self.shape is not None and len(self.dtypes) == 1
+
+
+def survey_list(xs: Sequence[Any], types: Set[type]) -> ListOf:
+    """A list form's arrays, their library, dtypes (each checked once) and shapes; ``types``: :func:`list_types`'s."""
+    arrays, kind, dtypes = _checked(xs, types)
+    shapes = list(map(_shape_of, arrays))
+    return ListOf(arrays, kind, dtypes, shapes, one_of(shapes))
 
 
 def prepare_list(xs: Sequence[Any]) -> Tuple[List[Any], str]:
     """A list form's arrays and their library, each dtype checked once (not once per array)."""
-    if all(type(x) is _ndarray for x in xs):  # the common case, without per-array calls
+    return _checked(xs, set(map(type, xs)))[:2]
+
+
+def _checked(xs: Sequence[Any], types: Set[type]) -> Tuple[List[Any], str, Set[np.dtype]]:
+    if types <= _NDARRAY_ONLY:  # the common case, without per-array calls
         arrays, kind = list(xs), "numpy"
     else:
         pairs = [as_array(x, f"x[{i}]") for i, x in enumerate(xs)]
@@ -249,13 +302,14 @@ def prepare_list(xs: Sequence[Any]) -> Tuple[List[Any], str]:
         if len(kinds) > 1:
             raise ArgumentError(f"x: expected arrays of one library (all NumPy or all CuPy); got {sorted(kinds)}")
         arrays, kind = [a for a, _ in pairs], (kinds.pop() if kinds else "numpy")
-    for dtype in {a.dtype for a in arrays}:
+    dtypes = set(map(_dtype_of, arrays))
+    for dtype in dtypes:
         try:
             check_dtype(dtype)
         except HpccollError:
             first = next(i for i, a in enumerate(arrays) if a.dtype == dtype)
             check_dtype(dtype, f"x[{first}]")
-    return arrays, kind
+    return arrays, kind, dtypes
 
 
 def one_array(x: Any, name: str = "x") -> Tuple[Any, str, Any]:

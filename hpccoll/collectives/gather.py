@@ -11,8 +11,7 @@ validates everything and raises the errors.
 
 from __future__ import annotations
 
-from operator import attrgetter
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -24,17 +23,18 @@ from .._core.validate import (
     axis_of,
     block,
     check_out,
-    is_array_list,
+    list_types,
     one_array,
     outs_of,
     plain_out,
     own_block,
     plain_sizes,
-    prepare_list,
+    ListOf,
     same_block,
     settle,
     shape_without,
     sizes_of,
+    survey_list,
     with_extent,
 )
 from .._dtypes import check_dtype, movement_dtype
@@ -46,8 +46,6 @@ __all__ = ["all_gather"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
-_dtype_of = attrgetter("dtype")
-_shape_of = attrgetter("shape")
 #: dtype -> the dtype its bytes move as, or None when unsupported (the general branch raises).
 _WIRE: Dict[np.dtype, Optional[np.dtype]] = {}
 
@@ -70,8 +68,8 @@ def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async
         if not c.check and c.size > 1 and type(axis) is int and x.ndim and (axis == 0 or axis == -x.ndim) \
                 and x.flags.c_contiguous:
             return _common(x, c, axis, sizes, out, what, async_op)
-    elif type(x) in SEQUENCES and is_array_list(x):
-        return _many(x, c, axis, sizes, out, what, async_op)
+    elif (types := list_types(x)) is not None:
+        return _many(x, types, c, axis, sizes, out, what, async_op)
     return _one(x, c, axis, sizes, out, what, async_op)
 
 
@@ -200,30 +198,40 @@ def _move(x: Any, transport: Any, xp: Any, ax: int, sizes: Sequence[int], out: A
 # --------------------------------------------------------------------------- lists
 
 
-def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
-    err = desc = None
-    arrays: List[Any] = []
+def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = lst = None
     axes: List[int] = []
     try:
-        arrays, kind = prepare_list(xs)
-        axes = axes_of(arrays, axis)
-        outs = outs_of(out, len(arrays))
+        lst = survey_list(xs, types)
+        axes = axes_of(lst, axis)
+        outs = outs_of(out, len(lst.arrays))
         if sizes is not None:
             sizes = sizes_of(sizes, c.size)
-            _check_extents(arrays, axes, sizes, c)
+            _check_extents(lst, axes, sizes, c)
         if c.check:
             desc = {"collective": "all_gather", "sizes": sizes,
-                    "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(arrays, axes)]}
+                    "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(lst.arrays, axes)]}
     except HpccollError as e:
         err = e
-    table = _table(arrays, axes, sizes, c, desc, what, err)
+    table = _table(lst, axes, sizes, c, desc, what, err)
+    arrays, kind = lst.arrays, lst.kind
     xp = module_of(kind)
-    unit = [prod(shape_without(a.shape, ax)) * a.dtype.itemsize for a, ax in zip(arrays, axes)]  # bytes per index
-    each = [u * sum(t) for u, t in zip(unit, table)]
-    groups = buckets(each, c.bucket_bytes)
+    # Bytes per index along the axis, and each array's share of the message: one value for arrays alike.
+    if lst.alike:
+        unit = [prod(shape_without(lst.shape, axes[0])) * arrays[0].dtype.itemsize] * len(arrays)
+    else:
+        unit = [prod(shape_without(a.shape, ax)) * a.dtype.itemsize for a, ax in zip(arrays, axes)]
+    one_table = table.count(table[0]) == len(table) if table else False  # every rank's arrays of one extent
+    if lst.alike and one_table:
+        each = [unit[0] * sum(table[0])] * len(arrays)
+        total = each[0] * len(arrays)
+    else:
+        each = [u * sum(t) for u, t in zip(unit, table)]
+        total = sum(each)
+    groups = buckets(each, c.bucket_bytes, total)
     # One bucket of same-shape arrays along axis 0: the results are the rows of one new array.
-    uniform = c.size > 1 and len(groups) == 1 and each[0] > 0 and _uniform(arrays, axes, out) \
-        and table.count(table[0]) == len(table)  # every rank's arrays of one extent too
+    uniform = c.size > 1 and len(groups) == 1 and each[0] > 0 and out is None and lst.alike and axes[0] == 0 \
+        and one_table
     if not uniform:
         outs = [check_out(o, with_extent(a.shape, ax, sum(t)), a.dtype, a, xp)
                 for a, ax, t, o in zip(arrays, axes, table, outs)]
@@ -231,7 +239,7 @@ def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
         return done(outs, async_op)
-    transport = c.transport_of(kind, sum(each))
+    transport = c.transport_of(kind, total)
     pending, finishers = [], []
     for idx in groups:
         if uniform:
@@ -239,25 +247,30 @@ def _many(xs: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op:
         else:
             counts = [sum(unit[i] * table[i][r] for i in idx) for r in range(c.size)]
         pair = scratch(c, sum(counts)) if uniform and kind == "numpy" and not async_op else None
-        send = _send_bytes([arrays[i] for i in idx], xp, pair[0][: counts[c.rank]] if pair else None)
+        group = arrays if len(idx) == len(arrays) else [arrays[i] for i in idx]
+        send = _send_bytes(group, xp, pair[0][: counts[c.rank]] if pair else None)
         recv = pair[1][: sum(counts)] if pair else xp.empty(sum(counts), _BYTES)
         pending.append(start(transport, "allgatherv", (send, recv, counts), async_op))
         finishers.append(_unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
     return finish_all(pending, finishers, outs, async_op)
 
 
-def _check_extents(arrays: List[Any], axes: List[int], sizes: Tuple[int, ...], c: Any) -> None:
+def _check_extents(lst: ListOf, axes: List[int], sizes: Tuple[int, ...], c: Any) -> None:
     """Every array's extent along its axis is this rank's ``sizes`` entry (the first that is not raises)."""
-    extents = [a.shape[ax] for a, ax in zip(arrays, axes)]
+    if lst.shape is not None and lst.shape[axes[0]] == sizes[c.rank]:  # one shape: one test
+        return
+    extents = [s[ax] for s, ax in zip(lst.shapes, axes)]
     if extents.count(sizes[c.rank]) != len(extents):
         i = next(i for i, n in enumerate(extents) if n != sizes[c.rank])
         _own_sizes(sizes, c, extents[i], f"x[{i}].shape[{axes[i]}]")
 
 
-def _table(arrays: List[Any], axes: List[int], sizes: Any, c: Any, desc: Any, what: str,
+def _table(lst: Optional[ListOf], axes: List[int], sizes: Any, c: Any, desc: Any, what: str,
            err: Optional[HpccollError]) -> List[Tuple[int, ...]]:
     """Every rank's extent of each array (``table[i][rank]``): agreed in check mode, exchanged, or ``sizes``."""
-    extents = settle(c, what, desc, None if err else [a.shape[ax] for a, ax in zip(arrays, axes)], err)
+    local = None if err or not c.check else [s[ax] for s, ax in zip(lst.shapes, axes)]
+    extents = settle(c, what, desc, local, err)
+    arrays = lst.arrays  # settle raised if the survey failed
     if extents is not None:  # check mode: every rank's extents, array by array
         table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
     elif sizes is None:
@@ -267,13 +280,6 @@ def _table(arrays: List[Any], axes: List[int], sizes: Any, c: Any, desc: Any, wh
     if sizes is not None and any(list(t) != list(sizes) for t in table):
         raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along the axis are {table}")
     return table
-
-
-def _uniform(arrays: List[Any], axes: List[int], out: Any) -> bool:
-    """One dtype, one shape, gathered along axis 0, no ``out``: the rows of one stacked result."""
-    shapes = list(map(_shape_of, arrays))
-    return out is None and axes.count(0) == len(axes) and shapes.count(shapes[0]) == len(shapes) \
-        and len(set(map(_dtype_of, arrays))) == 1
 
 
 def _send_bytes(arrays: List[Any], xp: Any, into: Any) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from operator import attrgetter
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Set
 
 import numpy as np
 
@@ -21,13 +21,13 @@ from .._core.launch import done, finish_all, launch, scratch, start
 from .._core.validate import (
     SEQUENCES,
     check_out,
-    is_array_list,
+    list_types,
     one_array,
     outs_of,
     plain_out,
-    prepare_list,
     same_block,
     settle,
+    survey_list,
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import HpccollError
@@ -36,7 +36,7 @@ from .._layout import as_wire, wire_flat, buckets, concat, divide, store
 __all__ = ["all_reduce", "replicated_adjoint", "into", "finisher"]
 
 _ndarray = np.ndarray
-_shape_of = attrgetter("shape")
+_nbytes_of = attrgetter("nbytes")
 _ALL = Ellipsis  # the whole array, any ndim (0-D included)
 
 
@@ -47,8 +47,8 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> 
             result = _common(x, c, op, out, async_op)
             if result is not None:
                 return result
-    elif type(x) in SEQUENCES and is_array_list(x):
-        return _many(x, c, op, out, what, async_op)
+    elif (types := list_types(x)) is not None:
+        return _many(x, types, c, op, out, what, async_op)
     return _one(x, c, op, out, what, async_op)
 
 
@@ -136,13 +136,13 @@ def into(transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts:
 # --------------------------------------------------------------------------- lists
 
 
-def _many(xs: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
+def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     err = desc = None
     try:
-        arrays, kind = prepare_list(xs)
+        lst = survey_list(xs, types)
+        arrays, kind = lst.arrays, lst.kind
         op = normalize_op(op)
-        dtypes = {a.dtype for a in arrays}
-        for dtype in dtypes:
+        for dtype in lst.dtypes:
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
         outs = _list_outs(arrays, out, kind)
         if c.check:
@@ -152,12 +152,18 @@ def _many(xs: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     settle(c, what, desc, None, err)
     if c.size == 1:
         return done([_copy_into(o, a) for a, o in zip(arrays, outs)], async_op)
-    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # collective on first GPU use
+    if lst.alike:
+        nbytes = [arrays[0].nbytes] * len(arrays)
+        total = nbytes[0] * len(arrays)
+    else:
+        nbytes = list(map(_nbytes_of, arrays))
+        total = sum(nbytes)
+    transport = c.transport_of(kind, total)  # collective on first GPU use
     xp = module_of(kind)
-    plan_of = {dt: reduce_plan(dt, op, transport.native_reduce) for dt in dtypes}
+    plan_of = {dt: reduce_plan(dt, op, transport.native_reduce) for dt in lst.dtypes}
     # One group per dtype (never per plan: bool and uint8 share one, but not their results' dtype).
     if len(plan_of) == 1:  # one dtype: one group, in order
-        groups = {next(iter(plan_of)): list(range(len(arrays)))}
+        groups = {next(iter(plan_of)): range(len(arrays))}
     else:
         groups = {}
         for i, a in enumerate(arrays):
@@ -166,19 +172,25 @@ def _many(xs: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     pending, finishers = [], []
     for dtype, members in groups.items():
         plan = plan_of[dtype]
-        wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
-        groups_of = buckets(wire_bytes, c.bucket_bytes)
+        if plan.widen:
+            wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
+        else:  # the wire dtype has the array's itemsize
+            wire_bytes = nbytes if len(members) == len(arrays) else [nbytes[i] for i in members]
+        wire_total = total if wire_bytes is nbytes else sum(wire_bytes)
+        groups_of = buckets(wire_bytes, c.bucket_bytes, wire_total)
         # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
-        pair = scratch(c, sum(wire_bytes)) if len(groups) == len(groups_of) == 1 and kind == "numpy" and not async_op \
-            and not plan.widen and any(wire_bytes) else None
+        pair = scratch(c, wire_total) if len(groups) == len(groups_of) == 1 and kind == "numpy" and not async_op \
+            and not plan.widen and wire_total else None
         for bucket in groups_of:
-            idx = [members[j] for j in bucket]
-            nbytes = sum(wire_bytes[j] for j in bucket)
-            send = concat([arrays[i] for i in idx], plan.wire, plan.widen, xp, pair[0][:nbytes] if pair else None)
-            recv = pair[1][:nbytes].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
+            idx = members if len(bucket) == len(members) else [members[j] for j in bucket]
+            size = wire_total if len(groups_of) == 1 else sum(wire_bytes[j] for j in bucket)
+            group = arrays if len(idx) == len(arrays) else [arrays[i] for i in idx]
+            send = concat(group, plan.wire, plan.widen, xp, pair[0][:size] if pair else None)
+            recv = pair[1][:size].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
             pending.append(start(transport, "allreduce", (send, recv, plan.op), async_op))
-            finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None,
-                                       out is None))
+            # No out, one bucket of one shape (>= 1-D): the results are the rows of the received buffer.
+            rows = out is None and len(idx) == len(arrays) and bool(lst.shape) and not plan.widen
+            finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows))
     return finish_all(pending, finishers, results, async_op)
 
 
@@ -193,14 +205,14 @@ def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
 
 
 def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], results: List[Any], plan: ReducePlan,
-              parts: int, xp: Any, scratched: bool, no_out: bool) -> Callable[[], None]:
+              parts: int, xp: Any, scratched: bool, rows: bool) -> Callable[[], None]:
     def finish() -> None:
         buf = recv
         if plan.divide:
             divide(buf, parts)
         if scratched:
             buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
-        if no_out and len(idx) == len(results) and _rows(arrays, plan):  # one shape: the rows of a stack, at C speed
+        if rows:  # one shape: the rows of a stack, at C speed
             results[:] = as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape)
             return
         offset = 0
@@ -219,12 +231,6 @@ def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], res
                 results[i] = as_wire(piece, a.dtype)  # a view into this bucket's fresh buffer
 
     return finish
-
-
-def _rows(arrays: List[Any], plan: ReducePlan) -> bool:
-    """Whether the results (no ``out``) are simply the rows of the received buffer: one shape (>= 1-D), no widening."""
-    shapes = list(map(_shape_of, arrays))
-    return bool(shapes[0]) and not plan.widen and shapes.count(shapes[0]) == len(shapes)
 
 
 def _copy_into(out: Any, x: Any) -> Any:

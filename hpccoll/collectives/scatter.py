@@ -12,7 +12,7 @@ general branch, which validates everything and raises the errors.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Set, Tuple
 
 import numpy as np
 
@@ -25,17 +25,18 @@ from .._core.validate import (
     block,
     block_sizes,
     check_out,
-    is_array_list,
+    list_types,
     one_array,
     outs_of,
     plain_out,
     own_block,
     plain_sizes,
-    prepare_list,
+    ListOf,
     same_block,
     settle,
     shape_without,
     sizes_of,
+    survey_list,
     with_extent,
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
@@ -46,8 +47,7 @@ from .reduce import finisher, into
 __all__ = ["reduce_scatter"]
 
 _ndarray = np.ndarray
-_shape_of = attrgetter("shape")
-_dtype_of = attrgetter("dtype")
+_nbytes_of = attrgetter("nbytes")
 
 
 def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -58,8 +58,8 @@ def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, wha
             result = _common(x, c, op, sizes, out, async_op)
             if result is not None:
                 return result
-    elif type(x) in SEQUENCES and is_array_list(x):
-        return _many(x, c, op, axis, sizes, out, what, async_op)
+    elif (types := list_types(x)) is not None:
+        return _many(x, types, c, op, axis, sizes, out, what, async_op)
     return _one(x, c, op, axis, sizes, out, what, async_op)
 
 
@@ -146,15 +146,17 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
 # --------------------------------------------------------------------------- lists
 
 
-def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str,
+          async_op: bool) -> Any:
     err = desc = None
     try:
-        arrays, kind = prepare_list(xs)
+        lst = survey_list(xs, types)
+        arrays, kind = lst.arrays, lst.kind
         xp = module_of(kind)
         op = normalize_op(op)
-        axes = axes_of(arrays, axis)
-        table = _tables(arrays, axes, sizes, c.size)
-        for dtype in set(map(_dtype_of, arrays)):
+        axes = axes_of(lst, axis)
+        table = _tables(lst, axes, sizes, c.size)
+        for dtype in lst.dtypes:
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
         outs = outs_of(out, len(arrays))
         if out is not None:
@@ -168,20 +170,35 @@ def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, 
     settle(c, what, desc, None, err)
     if c.size == 1:
         return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op)
-    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # collective on first GPU use
-    groups: Dict[Any, List[int]] = {}  # one group per dtype (bool and uint8 share a plan, not a result dtype)
-    for i, a in enumerate(arrays):
-        groups.setdefault(a.dtype, []).append(i)
+    shape = lst.shape  # one shape: each array's block extents and trailing size are one value
+    total = arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))
+    transport = c.transport_of(kind, total)  # collective on first GPU use
+    if len(lst.dtypes) == 1:  # one group per dtype (bool and uint8 share a plan, not a result dtype)
+        groups: Dict[Any, Any] = {next(iter(lst.dtypes)): range(len(arrays))}
+    else:
+        groups = {}
+        for i, a in enumerate(arrays):
+            groups.setdefault(a.dtype, []).append(i)
+    if shape is not None:
+        inner = [prod(shape_without(shape, axes[0]))] * len(arrays)
+    else:
+        inner = [prod(shape_without(s, ax)) for s, ax in zip(lst.shapes, axes)]
     pending, finishers = [], []
     results: List[Any] = [None] * len(arrays)
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce)
-        inner = {i: prod(shape_without(arrays[i].shape, axes[i])) for i in members}
-        groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
+        if shape is not None:
+            groups_of = buckets([arrays[0].size * plan.wire.itemsize] * len(members), c.bucket_bytes)
+        else:
+            groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
         for bucket in groups_of:
-            idx = [members[j] for j in bucket]
-            counts = [sum(inner[i] * table[i][r] for i in idx) for r in range(c.size)]
-            uniform = len(groups) == 1 and len(groups_of) == 1 and _uniform(arrays, axes, out, plan)
+            idx = members if len(bucket) == len(members) else [members[j] for j in bucket]
+            if shape is not None:  # every array of idx alike: k arrays' blocks of one extent per rank
+                counts = [len(idx) * inner[0] * n for n in table[0]]
+            else:
+                counts = [sum(inner[i] * table[i][r] for i in idx) for r in range(c.size)]
+            uniform = len(groups) == 1 and len(groups_of) == 1 and out is None and not plan.widen \
+                and shape is not None and axes[0] == 0
             pair = scratch(c, sum(counts) * plan.wire.itemsize) if uniform and kind == "numpy" and not async_op \
                 and counts[c.rank] else None
             send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
@@ -193,28 +210,27 @@ def _many(xs: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, 
     return finish_all(pending, finishers, results, async_op)
 
 
-def _tables(arrays: List[Any], axes: List[int], sizes: Any, parts: int) -> List[Tuple[int, ...]]:
+def _tables(lst: ListOf, axes: List[int], sizes: Any, parts: int) -> List[Tuple[int, ...]]:
     """Each array's block extents (``numpy.array_split``'s, or ``sizes`` checked once against every extent)."""
-    extents = [a.shape[ax] for a, ax in zip(arrays, axes)]
+    n = len(lst.arrays)
+    if lst.shape is not None:  # one shape: one extent
+        extents = [lst.shape[axes[0]]] * n
+    else:
+        extents = [s[ax] for s, ax in zip(lst.shapes, axes)]
     if sizes is None:
-        return [split_sizes(n, parts) for n in extents]
+        return [split_sizes(extents[0], parts)] * n if lst.shape is not None else \
+            [split_sizes(e, parts) for e in extents]
     sizes = sizes_of(sizes, parts)
     total = sum(sizes)
     if extents.count(total) != len(extents):
-        i = next(i for i, n in enumerate(extents) if n != total)
+        i = next(i for i, e in enumerate(extents) if e != total)
         block_sizes(sizes, extents[i], parts, f"x[{i}].shape[{axes[i]}]")  # raises, naming the array
-    return [sizes] * len(arrays)
+    return [sizes] * n
 
 
 def _copied(out: Any, a: Any, xp: Any) -> Any:
     xp.copyto(out, a)
     return out
-
-
-def _uniform(arrays: List[Any], axes: List[int], out: Any, plan: ReducePlan) -> bool:
-    """One dtype, one shape, split along axis 0, no ``out``, no widening: one stacked relayout each way."""
-    shapes = list(map(_shape_of, arrays))
-    return out is None and not plan.widen and axes.count(0) == len(axes) and shapes.count(shapes[0]) == len(shapes)
 
 
 def _rank_major(arrays: List[Any], idx: List[int], axes: List[int], table: List[Any], counts: List[int],
@@ -224,7 +240,7 @@ def _rank_major(arrays: List[Any], idx: List[int], axes: List[int], table: List[
         k, first = len(idx), arrays[idx[0]]
         nbytes = sum(counts) * plan.wire.itemsize
         packed = pair[0][:nbytes]
-        join([arrays[i] for i in idx], packed)
+        join(arrays if k == len(arrays) else [arrays[i] for i in idx], packed)
         send = pair[1][:nbytes].view(plan.wire)
         blocks(send, packed.view(plan.wire).reshape((k,) + first.shape), np, 1, table[idx[0]], to_flat=True)
         return send
@@ -242,7 +258,7 @@ def _rank_major(arrays: List[Any], idx: List[int], axes: List[int], table: List[
 
 
 def _unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[int], outs: List[Any], results: List[Any],
-              inner: Dict[int, int], table: List[Any], c: Any, plan: ReducePlan, xp: Any, uniform: bool,
+              inner: List[int], table: List[Any], c: Any, plan: ReducePlan, xp: Any, uniform: bool,
               scratched: bool) -> Callable[[], None]:
     def finish() -> None:
         buf = recv
