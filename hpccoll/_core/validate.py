@@ -26,10 +26,12 @@ __all__ = [
     "axes_of",
     "sizes_of",
     "plain_sizes",
+    "plain_total",
     "block_sizes",
     "check_out",
     "outs_of",
     "plain_out",
+    "may_share",
     "same_block",
     "address",
     "own_block",
@@ -42,7 +44,6 @@ __all__ = [
     "is_array_list",
     "list_types",
     "prepare_list",
-    "one_of",
     "ListOf",
     "survey_list",
     "one_array",
@@ -54,6 +55,9 @@ _ndarray = np.ndarray
 _NDARRAY_ONLY = frozenset((_ndarray,))
 _dtype_of = operator.attrgetter("dtype")
 _shape_of = operator.attrgetter("shape")
+#: ``numpy.may_share_memory`` for exact ``numpy.ndarray`` arguments, without the ``__array_function__``
+#: dispatch (half the cost; the common-case branches' overlap test).
+may_share = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
@@ -78,20 +82,21 @@ def axes_of(lst: "ListOf", axis: Any) -> List[int]:
     return [per[d] for d in ndims]
 
 
-def one_of(values: List[Any]) -> Any:
-    """The value every item of the non-empty ``values`` equals, else ``None`` (a C-speed test)."""
-    first = values[0] if values else None
-    return first if values.count(first) == len(values) else None
-
-
 def plain_sizes(sizes: Any, parts: int) -> bool:
     """Whether ``sizes`` is already a list or tuple of ``parts`` non-negative Python ints (no checks owed)."""
+    return plain_total(sizes, parts) >= 0
+
+
+def plain_total(sizes: Any, parts: int) -> int:
+    """``sum(sizes)`` when ``sizes`` is a list or tuple of ``parts`` non-negative Python ints, else -1 (one pass)."""
     if type(sizes) not in SEQUENCES or len(sizes) != parts:
-        return False
+        return -1
+    total = 0
     for s in sizes:
         if type(s) is not int or s < 0:
-            return False
-    return True
+            return -1
+        total += s
+    return total
 
 
 def sizes_of(sizes: Any, parts: int, name: str = "sizes") -> Tuple[int, ...]:
@@ -274,18 +279,16 @@ class ListOf(NamedTuple):
     shapes: List[Tuple[int, ...]]
     #: The shape every array has, or ``None`` (arrays of several shapes, or none).
     shape: Optional[Tuple[int, ...]]
-
-    @property
-    def alike(self) -> bool:
-        """Whether every array has one shape and one dtype (per-array quantities are then one value, repeated)."""
-        return self.shape is not None and len(self.dtypes) == 1
+    #: Every array has one shape and one dtype: per-array quantities are one value, repeated.
+    alike: bool
 
 
 def survey_list(xs: Sequence[Any], types: Set[type]) -> ListOf:
     """A list form's arrays, their library, dtypes (each checked once) and shapes; ``types``: :func:`list_types`'s."""
     arrays, kind, dtypes = _checked(xs, types)
     shapes = list(map(_shape_of, arrays))
-    return ListOf(arrays, kind, dtypes, shapes, one_of(shapes))
+    shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
+    return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)
 
 
 def prepare_list(xs: Sequence[Any]) -> Tuple[List[Any], str]:

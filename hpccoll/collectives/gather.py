@@ -26,9 +26,10 @@ from .._core.validate import (
     list_types,
     one_array,
     outs_of,
+    may_share,
     plain_out,
     own_block,
-    plain_sizes,
+    plain_total,
     ListOf,
     same_block,
     settle,
@@ -77,11 +78,13 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     """The common case; hands anything else to the general branch (with the sizes it exchanged)."""
     wire = _wire(x.dtype)
     shape = x.shape
-    if wire is None or (sizes is not None and (not plain_sizes(sizes, c.size) or sizes[c.rank] != shape[0])):
+    if wire is None:
         return _one(x, c, axis, sizes, out, what, async_op)
     if sizes is None:
         sizes = exchange_extents(c, (x,), (0,), what)[0]
-    total = sum(sizes)
+        total = sum(sizes)
+    elif (total := plain_total(sizes, c.size)) < 0 or sizes[c.rank] != shape[0]:
+        return _one(x, c, axis, sizes, out, what, async_op)
     inner = 1 if len(shape) == 1 else prod(shape[1:])
     oshape = (total,) + shape[1:]
     t = c.transport_of("numpy", total * inner * x.itemsize)
@@ -90,7 +93,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     elif out is None:
         out, send = np.empty(oshape, x.dtype), x
     elif plain_out(out, oshape, x.dtype):
-        if not np.may_share_memory(out, x):
+        if not may_share(out, x):
             send = x
         elif t.in_place and shape[0] and same_block(x, out, _own_rows(sizes, c.rank)):
             send = False  # x is this rank's block of out: in place

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from operator import attrgetter
-from typing import Any, Callable, List, Set
+from typing import Any, Callable, List, Optional, Sequence, Set
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from .._core.validate import (
     list_types,
     one_array,
     outs_of,
+    may_share,
     plain_out,
     same_block,
     settle,
@@ -64,7 +65,7 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
         send = wire_flat(x, wire)
     elif out is x and x.flags.writeable:
         send = None
-    elif plain_out(out, x.shape, x.dtype) and not np.may_share_memory(out, x):
+    elif plain_out(out, x.shape, x.dtype) and not may_share(out, x):
         send = wire_flat(x, wire)
     else:
         return None
@@ -144,38 +145,34 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         op = normalize_op(op)
         for dtype in lst.dtypes:
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
-        outs = _list_outs(arrays, out, kind)
+        outs = None if out is None else _list_outs(arrays, out, kind)
         if c.check:
             desc = {"collective": "all_reduce", "op": op, "arrays": [(a.dtype.name, a.shape) for a in arrays]}
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err)
     if c.size == 1:
-        return done([_copy_into(o, a) for a, o in zip(arrays, outs)], async_op)
-    if lst.alike:
-        nbytes = [arrays[0].nbytes] * len(arrays)
-        total = nbytes[0] * len(arrays)
-    else:
-        nbytes = list(map(_nbytes_of, arrays))
-        total = sum(nbytes)
+        return done([_copy_into(o, a) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op)
+    n = len(arrays)
+    nbytes = [arrays[0].nbytes] * n if lst.alike else list(map(_nbytes_of, arrays))
+    total = nbytes[0] * n if lst.alike else sum(nbytes)
     transport = c.transport_of(kind, total)  # collective on first GPU use
     xp = module_of(kind)
-    plan_of = {dt: reduce_plan(dt, op, transport.native_reduce) for dt in lst.dtypes}
     # One group per dtype (never per plan: bool and uint8 share one, but not their results' dtype).
-    if len(plan_of) == 1:  # one dtype: one group, in order
-        groups = {next(iter(plan_of)): range(len(arrays))}
+    if len(lst.dtypes) == 1:  # one dtype: one group, in order
+        groups = {next(iter(lst.dtypes)): range(n)}
     else:
         groups = {}
         for i, a in enumerate(arrays):
             groups.setdefault(a.dtype, []).append(i)
-    results: List[Any] = [None] * len(arrays)
+    results: List[Any] = [None] * n
     pending, finishers = [], []
     for dtype, members in groups.items():
-        plan = plan_of[dtype]
+        plan = reduce_plan(dtype, op, transport.native_reduce)
         if plan.widen:
             wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
         else:  # the wire dtype has the array's itemsize
-            wire_bytes = nbytes if len(members) == len(arrays) else [nbytes[i] for i in members]
+            wire_bytes = nbytes if len(members) == n else [nbytes[i] for i in members]
         wire_total = total if wire_bytes is nbytes else sum(wire_bytes)
         groups_of = buckets(wire_bytes, c.bucket_bytes, wire_total)
         # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
@@ -184,19 +181,17 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         for bucket in groups_of:
             idx = members if len(bucket) == len(members) else [members[j] for j in bucket]
             size = wire_total if len(groups_of) == 1 else sum(wire_bytes[j] for j in bucket)
-            group = arrays if len(idx) == len(arrays) else [arrays[i] for i in idx]
-            send = concat(group, plan.wire, plan.widen, xp, pair[0][:size] if pair else None)
+            send = concat(arrays if len(idx) == n else [arrays[i] for i in idx], plan.wire, plan.widen, xp,
+                          pair[0][:size] if pair else None)
             recv = pair[1][:size].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
             pending.append(start(transport, "allreduce", (send, recv, plan.op), async_op))
             # No out, one bucket of one shape (>= 1-D): the results are the rows of the received buffer.
-            rows = out is None and len(idx) == len(arrays) and bool(lst.shape) and not plan.widen
+            rows = out is None and len(idx) == n and bool(lst.shape) and not plan.widen
             finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows))
     return finish_all(pending, finishers, results, async_op)
 
 
 def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
-    if out is None:
-        return [None] * len(arrays)
     xp = module_of(kind)
     return [
         check_out(o, a.shape, a.dtype, a, xp, lambda oo, a=a: same_block(oo, a, _ALL)) if o is not None else None
@@ -204,7 +199,7 @@ def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
     ]
 
 
-def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], results: List[Any], plan: ReducePlan,
+def _unpacker(recv: Any, idx: Sequence[int], arrays: List[Any], outs: Optional[List[Any]], results: List[Any], plan: ReducePlan,
               parts: int, xp: Any, scratched: bool, rows: bool) -> Callable[[], None]:
     def finish() -> None:
         buf = recv
@@ -222,7 +217,7 @@ def _unpacker(recv: Any, idx: List[int], arrays: List[Any], outs: List[Any], res
             offset += a.size
             if a.ndim != 1:
                 piece = piece.reshape(a.shape)
-            if outs[i] is not None:
+            if outs is not None and outs[i] is not None:
                 xp.copyto(outs[i], piece, casting="unsafe")
                 results[i] = outs[i]
             elif plan.widen:

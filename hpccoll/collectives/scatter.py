@@ -28,9 +28,10 @@ from .._core.validate import (
     list_types,
     one_array,
     outs_of,
+    may_share,
     plain_out,
     own_block,
-    plain_sizes,
+    plain_total,
     ListOf,
     same_block,
     settle,
@@ -63,30 +64,28 @@ def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, wha
     return _one(x, c, op, axis, sizes, out, what, async_op)
 
 
-def _scatter_sizes(sizes: Any, n: int, parts: int) -> Any:
-    """``numpy.array_split``'s extents for ``None``; ``sizes`` when plain ints summing to ``n``; else ``None``."""
-    if sizes is None:
-        return split_sizes(n, parts)
-    return sizes if plain_sizes(sizes, parts) and sum(sizes) == n else None
-
-
 def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool) -> Any:
     """The common case, or ``None`` when the general branch must decide."""
     shape = x.shape
-    sizes = _scatter_sizes(sizes, shape[0], c.size)
+    if sizes is None:
+        sizes = split_sizes(shape[0], c.size)
+    elif plain_total(sizes, c.size) != shape[0]:
+        return None  # the general branch checks them
     t = c.transport_of("numpy", x.nbytes)
-    plan = direct_plan(x.dtype, op) if not t.native_reduce else None
-    mine = sizes[c.rank] if sizes is not None else 0
-    inner = 1 if len(shape) == 1 else prod(shape[1:])
+    plan = None if t.native_reduce else direct_plan(x.dtype, op)
+    mine = sizes[c.rank]
+    if len(shape) == 1:
+        inner, oshape = 1, (mine,)
+    else:
+        inner, oshape = prod(shape[1:]), (mine,) + shape[1:]
     if plan is None or not mine * inner:
         return None
-    oshape = (mine,) + shape[1:]
     wire = plan.wire
     if out is None:
         out, send = np.empty(oshape, x.dtype), wire_flat(x, wire)
     elif plain_out(out, oshape, x.dtype):
-        if not np.may_share_memory(out, x):
-            send = wire_flat(x, wire)
+        if not may_share(out, x):
+            send = x if inner == len(shape) == 1 and x.dtype is wire else wire_flat(x, wire)
         elif t.in_place and x.flags.writeable and same_block(out, x, block(0, start := sum(sizes[: c.rank]),
                                                                           start + mine)):
             send = None  # out is this rank's block of x: in place
@@ -100,7 +99,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         mine_flat = recv[start * inner : (start + mine) * inner]
         return launch(t, "reduce_scatter", (None, recv, counts, plan.op), finisher(mine_flat, out, plan, c.size),
                       async_op)
-    recv = wire_flat(out, wire)
+    recv = out if inner == len(shape) == 1 and out.dtype is wire else wire_flat(out, wire)
     if async_op or plan.divide:
         return launch(t, "reduce_scatter", (send, recv, counts, plan.op), finisher(recv, out, plan, c.size),
                       async_op)

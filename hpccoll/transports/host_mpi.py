@@ -93,12 +93,10 @@ class HostMPI(Transport):
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
-        comm = self.comm
-        call = getattr(self._mpi, name)
-        if comm.timeout is None:
-            call(*args)
+        if self.comm.timeout is None:
+            getattr(self._mpi, name)(*args)
         else:
-            watched(comm, f"MPI_{name}", call, *args)
+            watched(self.comm, f"MPI_{name}", getattr(self._mpi, name), *args)
         if then is not None:
             then()
 
