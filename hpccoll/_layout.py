@@ -13,7 +13,7 @@ import numpy as np
 from ._arrays import flat, prod
 from ._relayout import copy_blocks as blocks
 
-__all__ = ["as_wire", "wire_flat", "pack", "blocks", "store", "divide", "divided", "buckets", "concat", "join"]
+__all__ = ["as_wire", "wire_flat", "pack", "blocks", "store", "divide", "divided", "buckets", "concat", "join", "joined"]
 
 
 def as_wire(buf: Any, dtype: np.dtype) -> Any:
@@ -98,4 +98,16 @@ def join(arrays: Sequence[np.ndarray], into: np.ndarray) -> None:
         into[:] = np.frombuffer(b"".join(arrays), np.uint8)  # C-contiguous arrays: bytes.join packs fastest
     except (TypeError, ValueError, BufferError):  # not C-contiguous, or a dtype with no buffer format
         np.concatenate(arrays, axis=None, out=into.view(arrays[0].dtype))
+
+
+def joined(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Every NumPy array (one dtype) flattened in C order, one after another: a new flat array of that dtype.
+
+    Read-only when the arrays are C-contiguous (a view of their bytes, joined
+    by ``bytes.join``, the fastest way); for a source that is read once.
+    """
+    try:
+        return np.frombuffer(b"".join(arrays), arrays[0].dtype)
+    except (TypeError, ValueError, BufferError):  # not C-contiguous, or a dtype with no buffer format
+        return np.concatenate(arrays, axis=None)
 

@@ -283,9 +283,13 @@ class ListOf(NamedTuple):
     alike: bool
 
 
-def survey_list(xs: Sequence[Any], types: Set[type]) -> ListOf:
-    """A list form's arrays, their library, dtypes (each checked once) and shapes; ``types``: :func:`list_types`'s."""
-    arrays, kind, dtypes = _checked(xs, types)
+def survey_list(xs: Sequence[Any], types: Set[type], keep: bool = False) -> ListOf:
+    """A list form's arrays, their library, dtypes (each checked once) and shapes; ``types``: :func:`list_types`'s.
+
+    ``keep``: the call outlives this one (non-blocking), so the arrays are
+    held in a copy of the user's list, not in the list itself.
+    """
+    arrays, kind, dtypes = _checked(xs, types, keep)
     shapes = list(map(_shape_of, arrays))
     shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
     return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)
@@ -293,12 +297,12 @@ def survey_list(xs: Sequence[Any], types: Set[type]) -> ListOf:
 
 def prepare_list(xs: Sequence[Any]) -> Tuple[List[Any], str]:
     """A list form's arrays and their library, each dtype checked once (not once per array)."""
-    return _checked(xs, set(map(type, xs)))[:2]
+    return _checked(xs, set(map(type, xs)), True)[:2]
 
 
-def _checked(xs: Sequence[Any], types: Set[type]) -> Tuple[List[Any], str, Set[np.dtype]]:
+def _checked(xs: Sequence[Any], types: Set[type], keep: bool) -> Tuple[List[Any], str, Set[np.dtype]]:
     if types <= _NDARRAY_ONLY:  # the common case, without per-array calls
-        arrays, kind = list(xs), "numpy"
+        arrays, kind = xs if type(xs) is list and not keep else list(xs), "numpy"
     else:
         pairs = [as_array(x, f"x[{i}]") for i, x in enumerate(xs)]
         kinds = {k for _, k in pairs}

@@ -205,7 +205,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
     err = desc = lst = None
     axes: List[int] = []
     try:
-        lst = survey_list(xs, types)
+        lst = survey_list(xs, types, async_op)
         axes = axes_of(lst, axis)
         outs = outs_of(out, len(lst.arrays))
         if sizes is not None:

@@ -140,7 +140,7 @@ def into(transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts:
 def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     err = desc = None
     try:
-        lst = survey_list(xs, types)
+        lst = survey_list(xs, types, async_op)
         arrays, kind = lst.arrays, lst.kind
         op = normalize_op(op)
         for dtype in lst.dtypes:

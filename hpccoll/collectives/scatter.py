@@ -42,7 +42,7 @@ from .._core.validate import (
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import HpccollError
-from .._layout import as_wire, wire_flat, blocks, buckets, divide, join, pack
+from .._layout import as_wire, wire_flat, blocks, buckets, divide, joined, pack
 from .reduce import finisher, into
 
 __all__ = ["reduce_scatter"]
@@ -66,13 +66,13 @@ def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, wha
 
 def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool) -> Any:
     """The common case, or ``None`` when the general branch must decide."""
-    shape = x.shape
+    shape, dtype = x.shape, x.dtype
     if sizes is None:
         sizes = split_sizes(shape[0], c.size)
     elif plain_total(sizes, c.size) != shape[0]:
         return None  # the general branch checks them
     t = c.transport_of("numpy", x.nbytes)
-    plan = None if t.native_reduce else direct_plan(x.dtype, op)
+    plan = None if t.native_reduce else direct_plan(dtype, op)
     mine = sizes[c.rank]
     if len(shape) == 1:
         inner, oshape = 1, (mine,)
@@ -81,11 +81,12 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     if plan is None or not mine * inner:
         return None
     wire = plan.wire
+    as_is = len(shape) == 1 and dtype is wire  # x and out are already the wire buffers
     if out is None:
-        out, send = np.empty(oshape, x.dtype), wire_flat(x, wire)
-    elif plain_out(out, oshape, x.dtype):
+        out, send = np.empty(oshape, dtype), wire_flat(x, wire)
+    elif plain_out(out, oshape, dtype):
         if not may_share(out, x):
-            send = x if inner == len(shape) == 1 and x.dtype is wire else wire_flat(x, wire)
+            send = x if as_is else wire_flat(x, wire)
         elif t.in_place and x.flags.writeable and same_block(out, x, block(0, start := sum(sizes[: c.rank]),
                                                                           start + mine)):
             send = None  # out is this rank's block of x: in place
@@ -99,7 +100,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         mine_flat = recv[start * inner : (start + mine) * inner]
         return launch(t, "reduce_scatter", (None, recv, counts, plan.op), finisher(mine_flat, out, plan, c.size),
                       async_op)
-    recv = out if inner == len(shape) == 1 and out.dtype is wire else wire_flat(out, wire)
+    recv = out if as_is else wire_flat(out, wire)
     if async_op or plan.divide:
         return launch(t, "reduce_scatter", (send, recv, counts, plan.op), finisher(recv, out, plan, c.size),
                       async_op)
@@ -149,7 +150,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
           async_op: bool) -> Any:
     err = desc = None
     try:
-        lst = survey_list(xs, types)
+        lst = survey_list(xs, types, async_op)
         arrays, kind = lst.arrays, lst.kind
         xp = module_of(kind)
         op = normalize_op(op)
@@ -187,7 +188,8 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce)
         if shape is not None:
-            groups_of = buckets([arrays[0].size * plan.wire.itemsize] * len(members), c.bucket_bytes)
+            each = arrays[0].size * plan.wire.itemsize
+            groups_of = buckets([each] * len(members), c.bucket_bytes, each * len(members))
         else:
             groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
         for bucket in groups_of:
@@ -202,7 +204,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
                 and counts[c.rank] else None
             send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
             recv = pair[0][: counts[c.rank] * plan.wire.itemsize].view(plan.wire) if pair else \
-                xp.empty(counts[c.rank], plan.wire)  # with scratch: the packed input is spent by then
+                xp.empty(counts[c.rank], plan.wire)
             pending.append(start(transport, "reduce_scatter", (send, recv, counts, plan.op), async_op))
             finishers.append(_unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp,
                                        uniform, pair is not None))
@@ -237,11 +239,9 @@ def _rank_major(arrays: List[Any], idx: List[int], axes: List[int], table: List[
     """Rank r's block of every array of ``idx``, one after another, for r = 0, 1, ... as one wire buffer."""
     if pair is not None:  # uniform NumPy arrays: pack into scratch, then one relayout
         k, first = len(idx), arrays[idx[0]]
-        nbytes = sum(counts) * plan.wire.itemsize
-        packed = pair[0][:nbytes]
-        join(arrays if k == len(arrays) else [arrays[i] for i in idx], packed)
-        send = pair[1][:nbytes].view(plan.wire)
-        blocks(send, packed.view(plan.wire).reshape((k,) + first.shape), np, 1, table[idx[0]], to_flat=True)
+        packed = joined(arrays if k == len(arrays) else [arrays[i] for i in idx])
+        send = pair[1][: sum(counts) * plan.wire.itemsize].view(plan.wire)
+        blocks(send, as_wire(packed, plan.wire).reshape((k,) + first.shape), np, 1, table[idx[0]], to_flat=True)
         return send
     send = xp.empty(sum(counts), plan.wire if plan.widen else arrays[idx[0]].dtype)
     offset = 0
