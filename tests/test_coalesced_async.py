@@ -129,6 +129,27 @@ def test_async_in_place_float16_and_lists(comm):
         assert_same(a, b)
 
 
+@pytest.mark.parametrize("bucket", [1 << 20, 16], ids=["one-bucket", "tiny-buckets"])
+def test_async_list_outlives_the_callers_list(comm, bucket, monkeypatch):
+    """A non-blocking list call holds its own list: changing the caller's list before wait() changes nothing."""
+    monkeypatch.setattr(comm, "bucket_bytes", bucket)
+    n = comm.size * 2
+    calls = [
+        (hpccoll.all_reduce, {}, lambda k: [make((n,), "float32", 30 + comm.rank + k), make((2, 3), "int64", 31 + k)]),
+        (hpccoll.all_gather, {"sizes": [2] * comm.size}, lambda k: [make((2, 3), "float64", 32 + comm.rank + k)] * 3),
+        (hpccoll.reduce_scatter, {}, lambda k: [make((n, 2), "float64", 33 + comm.rank + k) for _ in range(3)]),
+    ]
+    for fn, kw, build in calls:
+        xs = build(0)
+        want = fn(list(xs), comm, **kw)
+        req = fn(xs, comm, async_op=True, **kw)
+        xs[:] = build(1)[:1]  # the caller reuses its list while the call is in flight
+        got = req.wait()
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert_same(a, b)
+
+
 def test_bucket_bytes_from_environment(monkeypatch):
     monkeypatch.setenv("HPCCOLL_BUCKET_BYTES", "4096")
     with hpccoll.Communicator() as c:
