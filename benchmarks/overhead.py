@@ -1,6 +1,7 @@
 """hpccoll's own cost per call: the collectives against a null MPI communicator, in one process.
 
-Run: ``python benchmarks/overhead.py`` (no mpiexec; ``--gpu-only`` for the GPU transport section).
+Run: ``python benchmarks/overhead.py`` (no mpiexec; ``--gpu-only`` for the GPU transport section;
+``--before REV`` for the list forms of git revision ``REV`` and of the working tree, timed in alternation).
 
 A :class:`hpccoll.Communicator` of size 2 whose MPI calls do nothing stands
 in for a real one, so what is timed is hpccoll's Python work alone --
@@ -45,6 +46,12 @@ class NullMPI:
         pass
 
     def Reduce_scatter_block(self, send, recv, op):  # noqa: N802
+        pass
+
+    def Allgatherv(self, send, recv):  # noqa: N802 - the uneven calls, for older versions' list paths
+        pass
+
+    def Reduce_scatter(self, send, recv, counts, op):  # noqa: N802
         pass
 
 
@@ -234,9 +241,41 @@ def print_gpu_section() -> None:
         print(f"{name:<28}{t_raw:>10.0f}{t:>14.0f}{t - t_raw:>12.0f}")
 
 
+LIST_CALLS = (
+    ("list all_reduce of 256 arrays of 1 KiB", "{lib}.all_reduce(many, {comm})"),
+    ("list all_gather of 256 arrays of 1 KiB", "{lib}.all_gather(many, {comm}, sizes=[128, 128])"),
+    ("list reduce_scatter of 256 arrays of 1 KiB", "{lib}.reduce_scatter(many, {comm})"),
+)
+
+
+def print_lists_before(rev: str) -> None:
+    """The list forms of ``rev`` (extracted as ``hpccoll_before``) and of the working tree, timed in alternation."""
+    from bench_versions import load_before
+
+    before = load_before(rev, MPI.COMM_SELF)
+    comms = []
+    for lib in (hpccoll, before):
+        c = lib.Communicator(MPI.COMM_SELF)
+        c.size, c._mpi = 2, NullMPI()
+        comms.append(c)
+    many = [np.random.default_rng(i).standard_normal(128) for i in range(256)]
+    env = dict(hpccoll=hpccoll, before=before, new=comms[0], old=comms[1], many=many)
+    print(f"# list forms, {rev} vs the working tree: CPU time, best of 15 alternating repeats of 200 calls")
+    print(f"{'call':<44}{rev + ' (us)':>12}{'now (us)':>10}{'now/' + rev:>14}")
+    for name, stmt in LIST_CALLS:
+        t_old, t_new = paired_ns(stmt.format(lib="before", comm="old"), stmt.format(lib="hpccoll", comm="new"),
+                                 env, 200, 15)
+        print(f"{name:<44}{t_old / 1e3:>12.1f}{t_new / 1e3:>10.1f}{t_new / t_old:>14.3f}")
+    for c in comms:
+        c._mpi, c._owned = MPI.COMM_SELF, False  # not ours to free: restore something Communicator.free can skip
+
+
 def main() -> int:
     if "--gpu-only" in sys.argv[1:]:
         print_gpu_section()
+        return 0
+    if "--before" in sys.argv[1:]:  # python benchmarks/overhead.py --before REV: the list forms, paired
+        print_lists_before(sys.argv[sys.argv.index("--before") + 1])
         return 0
     comm = Communicator(MPI.COMM_SELF)
     comm.size = 2  # as rank 0 of 2: the calls below move nothing, so no buffer needs the second half
@@ -266,12 +305,8 @@ def main() -> int:
         t_raw, t = best_ns(raw_stmt, env, 100_000), best_ns(stmt, env, 100_000)
         print(f"{name:<28}{t_raw:>10.0f}{t:>14.0f}{t - t_raw:>12.0f}")
     print()
-    for name, stmt in (
-        ("list all_reduce of 256 arrays of 1 KiB", "hpccoll.all_reduce(many, comm)"),
-        ("list all_gather of 256 arrays of 1 KiB", "hpccoll.all_gather(many, comm, sizes=[128, 128])"),
-        ("list reduce_scatter of 256 arrays of 1 KiB", "hpccoll.reduce_scatter(many, comm)"),
-    ):
-        t_list = best_ns(stmt, env, 300)
+    for name, stmt in LIST_CALLS:
+        t_list = best_ns(stmt.format(lib="hpccoll", comm="comm"), env, 300)
         print(f"{name + ':':<44}{t_list / 1e3:>7.1f} us ({t_list / 256:.0f} ns per array)")
     print("(checks, packing into kept scratch buffers, one new result array, 256 views of it)")
     print()
