@@ -96,7 +96,8 @@ class Communicator:
         self.bucket_bytes: int = _bucket_bytes()
         self.timeout: Optional[float] = timeout
         self._transports: Dict[str, Any] = {}  # name -> instance
-        self._by_kind: Dict[str, Any] = {}  # array kind -> ((min_bytes, instance), ...), tried in order
+        # array kind -> (floor, ((min_bytes, instance or name), ...)): tried in order, see transport_of
+        self._by_kind: Dict[str, Any] = {}
         self.state: Dict[str, Any] = {}
 
     @property
@@ -151,26 +152,32 @@ class Communicator:
         rank gets there at the same call, since they measure ``nbytes``
         alike); a dictionary lookup afterwards.
         """
-        chain = self._by_kind.get(kind)
-        if chain is None:
-            chain = self._by_kind[kind] = tuple(
+        known = self._by_kind.get(kind)
+        if known is None:
+            known = self._chain(kind, tuple(
                 (least, name if least else self.transport_instance(name))
                 for least, name in transport_chain(self, kind)
-            )
-        if len(chain) == 1:
-            return chain[0][1]
+            ))
+        floor, chain = known
+        if nbytes < floor:  # below every threshold (or no threshold at all): the last transport
+            return chain[-1][1]
         for least, inst in chain:
             if nbytes >= least:
                 return inst if type(inst) is not str else self._admit(kind, inst, nbytes)
         return chain[-1][1]
 
+    def _chain(self, kind: str, chain: tuple) -> tuple:
+        """Remember ``chain`` for ``kind`` with its floor: the smallest threshold before its last entry."""
+        known = self._by_kind[kind] = (min((least for least, _ in chain[:-1]), default=1 << 62), chain)
+        return known
+
     def _admit(self, kind: str, name: str, nbytes: int) -> Any:
         """Probe the size-limited transport ``name`` (collective), keep it in the chain or drop it; then choose."""
         usable = registered(name).auto_reason(self) is None
-        self._by_kind[kind] = tuple(
+        self._chain(kind, tuple(
             (least, self.transport_instance(name) if inst == name else inst)
-            for least, inst in self._by_kind[kind] if inst != name or usable
-        )
+            for least, inst in self._by_kind[kind][1] if inst != name or usable
+        ))
         return self.transport_of(kind, nbytes)
 
     def transport_for(self, array: Any) -> Any:
