@@ -106,6 +106,42 @@ def test_auto_leaves_several_nodes_to_mpi(monkeypatch):
             assert f"spans {c.size} nodes" in SharedMemory.auto_reason(c)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.int32], ids=["f8", "i4"])
+def test_auto_large_messages_match_mpi(mpi, dtype, monkeypatch):
+    """Under auto the sizes shm wins go through it (in place too) with the mpi transport's results."""
+    monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
+    monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
+    mine, moved = SharedMemory._mine, set()
+
+    def recording(self, primitive, nbytes):
+        took = mine(self, primitive, nbytes)
+        if took:
+            moved.add(primitive)
+        return took
+
+    monkeypatch.setattr(SharedMemory, "_mine", recording)
+    with hpccoll.Communicator() as c:
+        P, n = c.size, (1 << 20) // np.dtype(dtype).itemsize  # 1 MiB per rank
+        x = make((n,), dtype, seed=c.rank)
+        full = make((n * P,), dtype, seed=10 + c.rank)
+        gathered, want_g = hpccoll.all_gather(x, c), hpccoll.all_gather(x, mpi)
+        own = np.empty(n * P, dtype)
+        own[c.rank * n:(c.rank + 1) * n] = x
+        hpccoll.all_gather(own[c.rank * n:(c.rank + 1) * n], c, out=own)  # in place
+        rs, want_rs = hpccoll.reduce_scatter(full, c), hpccoll.reduce_scatter(full, mpi)
+        ar, want_ar = hpccoll.all_reduce(full, c), hpccoll.all_reduce(full, mpi)
+        y = full.copy()
+        hpccoll.all_reduce(y, c, out=y)
+    assert_same(gathered, want_g)
+    assert_same(own, want_g)
+    assert_close(rs, want_rs)
+    assert_close(ar, want_ar)
+    assert_close(y, want_ar)
+    assert same_everywhere(mpi, ar)
+    if P > 1:  # shm moved the all-gathers (1-4 MiB gathered up to 3 ranks), reduce-scatters and all-reduces
+        assert moved == {"allreduce", "reduce_scatter"} | ({"allgatherv"} if P < 4 else set()), moved
+
+
 def test_usable_and_wins_declared(shm):
     assert SharedMemory.unavailable_reason(shm) is None
     assert SharedMemory.array_kind == "numpy" and SharedMemory.in_place
