@@ -40,6 +40,10 @@ class HostMPI(Transport):
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
         self._mpi = comm.mpi  # the private duplicate: fixed for the Communicator's life
+        rank, parts = comm.rank, comm.size
+        # _pairwise's partners: receive from rank-1, rank-2, ...; send to rank+1, rank+2, ...
+        self._sources = [(rank - step) % parts for step in range(1, parts)]
+        self._targets = [(rank + step) % parts for step in range(1, parts)]
 
     def _run(self, name: str, *args: Any) -> None:
         """The MPI collective ``name``, watched when ``HPCCOLL_TIMEOUT`` is set."""
@@ -117,18 +121,14 @@ class HostMPI(Transport):
         calls in flight at once match in the order they were started (MPI
         never lets messages between one pair overtake on one tag).
         """
-        mpi, rank, parts = self._mpi, self.comm.rank, self.comm.size
+        mpi, rank = self._mpi, self.comm.rank
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = displacements(send_counts), displacements(recv_counts)
-        requests = []
-        for step in range(1, parts):
-            r = (rank - step) % parts
-            if recv_counts[r]:
-                requests.append(mpi.Irecv([recv, (recv_counts[r], got[r]), t], r, _PAIRWISE_TAG))
-        for step in range(1, parts):
-            j = (rank + step) % parts
-            if send_counts[j]:
-                requests.append(mpi.Isend([send, (send_counts[j], sent[j]), t], j, _PAIRWISE_TAG))
+        irecv, isend = mpi.Irecv, mpi.Isend
+        requests = [irecv([recv, (recv_counts[r], got[r]), t], r, _PAIRWISE_TAG)
+                    for r in self._sources if recv_counts[r]]
+        requests += [isend([send, (send_counts[j], sent[j]), t], j, _PAIRWISE_TAG)
+                     for j in self._targets if send_counts[j]]
         n = send_counts[rank]
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
