@@ -129,7 +129,9 @@ def test_mpi_calls(comm, pattern, axes, road, monkeypatch):
     monkeypatch.setattr(HostMPI, "pairwise_max_ranks", ROADS[road])
     monkeypatch.setattr(_control, "run", _recorder(_control.run, names))  # the size exchange
     blocking, pairwise = HostMPI._blocking, HostMPI._pairwise
-    monkeypatch.setattr(HostMPI, "_blocking", lambda self, name, *args: (names.append(name), blocking(self, name, *args)))
+    pairs = {"Sendrecv": "pairs"}  # two ranks, blocking: the pairs are one Sendrecv
+    monkeypatch.setattr(HostMPI, "_blocking",
+                        lambda self, name, *args: (names.append(pairs.get(name, name)), blocking(self, name, *args)))
     monkeypatch.setattr(HostMPI, "_pairwise", lambda self, *args: (names.append("pairs"), pairwise(self, *args))[1])
     x, sizes, recv, want = case(comm, (0, 3) if axes == (0, 0) else (0, 0), *axes, pattern, np.int32, seed=1)
     kw = dict(split_axis=axes[0], concat_axis=axes[1], sizes=sizes)

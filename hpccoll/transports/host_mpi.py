@@ -100,6 +100,8 @@ class HostMPI(Transport):
                   even: bool = False) -> None:
         if even or self.comm.size > self.pairwise_max_ranks:
             self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts, even))
+        elif self.comm.size == 2:
+            self._swap(send, recv, send_counts, recv_counts)
         else:
             self._pairwise(send, recv, send_counts, recv_counts).wait()
 
@@ -133,6 +135,19 @@ class HostMPI(Transport):
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
         return MPIPending(_Requests(requests), None, self.comm, "the all-to-all's point-to-point pairs")
+
+    def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
+        """:meth:`_pairwise` between two ranks, blocking: the own block copied, then one ``Sendrecv``
+        (one call into MPI where the pairs make three; it matches the other rank's pairs as well)."""
+        rank = self.comm.rank
+        other = 1 - rank
+        t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
+        sent, got = (0, send_counts[0]), (0, recv_counts[0])  # where blocks 0 and 1 start
+        n = send_counts[rank]
+        if n:
+            recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
+        outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (recv_counts[other], got[other]), t]
+        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG), None)
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
