@@ -137,17 +137,17 @@ class HostMPI(Transport):
         return MPIPending(_Requests(requests), None, self.comm, "the all-to-all's point-to-point pairs")
 
     def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
-        """:meth:`_pairwise` between two ranks, blocking: the own block copied, then one ``Sendrecv``
-        (one call into MPI where the pairs make three; it matches the other rank's pairs as well)."""
+        """:meth:`_pairwise` between two ranks, blocking: one ``Sendrecv`` (one call into MPI where the
+        pairs make three; it matches the other rank's pairs as well), then the own block copied."""
         rank = self.comm.rank
         other = 1 - rank
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = (0, send_counts[0]), (0, recv_counts[0])  # where blocks 0 and 1 start
-        n = send_counts[rank]
-        if n:
-            recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
         outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (recv_counts[other], got[other]), t]
         self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG), None)
+        n = send_counts[rank]
+        if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
+            recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
