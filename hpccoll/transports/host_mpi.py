@@ -14,7 +14,7 @@ __all__ = ["HostMPI", "MPIPending"]
 
 
 class HostMPI(Transport):
-    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``, ``Alltoall(v)`` or pairs)."""
+    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``, ``Alltoall(v)``, pairs)."""
 
     name = "mpi"
     array_kind = "numpy"
@@ -29,7 +29,7 @@ class HostMPI(Transport):
     strided_min_piece = 512
     #: All-to-alls that are not known even on every rank (``even`` False) among
     #: at most this many ranks go as point-to-point pairs (:meth:`_pairwise`),
-    #: which MPICH runs 1.4-2x faster than its ``MPI_Alltoallv`` at >= 1 MiB per
+    #: which MPICH runs 1.4-2.6x faster than its ``MPI_Alltoallv`` at >= 1 MiB per
     #: rank, and as fast as its ``MPI_Alltoall`` (docs/bench/alltoall.md); more
     #: ranks keep ``MPI_Alltoallv`` and MPI's own throttling. The choice
     #: depends only on the communicator's size and on ``even``, both the same
