@@ -166,7 +166,7 @@ test-jobs: lint-jobs
 # memory and leak measurements, the no-check mismatch table, the GPU stand-in's mutation table,
 # and the soak run.
 
-.PHONY: test-long test-large bench-memory bench-watchdog mismatch-table mutation-table soak
+.PHONY: test-long test-large bench-memory bench-watchdog mismatch-table mutation-table soak bench-shm
 
 LONG_NP      ?= 2 3
 HPCCOLL_HYPOTHESIS_SEED ?= $(shell date +%s)
@@ -206,3 +206,8 @@ bench-watchdog: venv
 soak: venv
 	timeout $(shell $(PYTHON) -c 'print(int(float("$(SOAK_MINUTES)") * 60 + 300))') \
 	  $(MPIEXEC) -n 4 $(PY) -m mpi4py benchmarks/soak.py --minutes $(SOAK_MINUTES)
+
+## bench-shm: the shm transport (and auto's choice) vs raw mpi4py, paired rounds, at 2 and 4 ranks; then the PSS of a 64 MiB shared result at 4
+bench-shm: venv
+	for n in 2 4; do timeout 1200 $(MPIEXEC) -n $$n $(PY) -m mpi4py benchmarks/bench_shm.py --json docs/bench/shm_$${n}ranks.json || exit 1; done
+	timeout 300 $(MPIEXEC) -n 4 $(PY) -m mpi4py benchmarks/bench_shm.py --memory

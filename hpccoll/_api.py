@@ -18,7 +18,7 @@ from ._core.validate import COTANGENTS, is_array_list, linear_op, one_array, out
 from ._dtypes import reduce_plan
 from ._errors import ArgumentError, HpccollError
 from ._layout import divided
-from .collectives import alltoall, gather, reduce, scatter
+from .collectives import alltoall, gather, reduce, scatter, shared
 
 __all__ = [
     "all_gather",
@@ -56,8 +56,12 @@ def all_gather(
     sizes : sequence of int, optional
         Every rank's extent along ``axis``, one int per rank. ``None``
         discovers them with one small exchange.
-    out : array, optional
+    out : array or "shared", optional
         Where to write the result (shape of the concatenation, dtype of ``x``).
+        ``"shared"`` (NumPy arrays): one read-only result per node, in
+        node-shared memory, that every rank of the node views; zero copy when
+        ``x`` is this rank's array from :meth:`Communicator.shared_empty`
+        (docs/shm.md).
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
@@ -66,7 +70,9 @@ def all_gather(
     Returns
     -------
     array
-        The concatenation, a new array (or ``out``); it never aliases ``x``.
+        The concatenation, a new array (or ``out``); it never aliases ``x``,
+        except for ``out="shared"`` of a shard from ``shared_empty``, which
+        the result takes over (the shard becomes read-only).
 
     Raises
     ------
@@ -84,6 +90,8 @@ def all_gather(
     >>> # on 3 ranks: array([0, 0, 1, 1, 2, 2])
     """
     c = as_communicator(comm)
+    if type(out) is str:
+        return shared.shared_all_gather(x, c, axis, sizes, out, "all_gather", async_op)
     return gather.all_gather(x, c, axis, sizes, out, "all_gather", async_op)
 
 
@@ -240,9 +248,11 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None, as
         The ranks; ``None`` is the world.
     op : str or mpi4py.MPI.Op
         ``"sum"``, ``"prod"``, ``"max"``, ``"min"`` or ``"avg"``.
-    out : array, optional
+    out : array or "shared", optional
         Where to write the result. ``out=x`` reduces in place (the only
-        allowed overlap with ``x``).
+        allowed overlap with ``x``). ``"shared"`` (NumPy arrays): one
+        read-only result per node, in node-shared memory, that every rank of
+        the node views (docs/shm.md).
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
@@ -259,6 +269,8 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None, as
     >>> # on 4 ranks: array([4., 4., 4.])
     """
     c = as_communicator(comm)
+    if type(out) is str:
+        return shared.shared_all_reduce(x, c, op, out, "all_reduce", async_op)
     return reduce.all_reduce(x, c, op, out, "all_reduce", async_op)
 
 

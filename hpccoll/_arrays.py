@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 from typing import Any, Tuple
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ._errors import ArgumentError
 
-__all__ = ["as_array", "module_of", "flat", "overlaps", "prod", "split_sizes"]
+__all__ = ["as_array", "module_of", "flat", "overlaps", "prod", "shape_of", "split_sizes"]
 
 
 def as_array(x: Any, name: str = "x") -> Tuple[Any, str]:
@@ -80,6 +81,17 @@ def prod(dims: Any) -> int:
     for d in dims:
         p *= d
     return p
+
+
+def shape_of(name: str, shape: Any) -> Tuple[int, ...]:
+    """``shape`` (a sequence of non-negative ints) as a tuple; :class:`ArgumentError` naming ``name`` otherwise."""
+    try:
+        dims = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise ArgumentError(f"{name}: expected a sequence of non-negative ints; got {shape!r}") from None
+    if any(n < 0 for n in dims):
+        raise ArgumentError(f"{name}: expected non-negative extents; got {dims}")
+    return dims
 
 
 @functools.lru_cache(maxsize=1024)

@@ -8,8 +8,9 @@ from typing import Any, Dict, Optional
 from ._env import env_flag
 from ._errors import ArgumentError, HpccollError, MismatchError
 from ._faults import timeout_from_env
-from .transports import choose_transport, make_transport, resolve_transport_name, transport_chain
+from .transports import choose_transport, make_transport, registered, resolve_transport_name, transport_chain
 from .transports._control import allgather_object
+from .transports.shm import shared_empty
 
 __all__ = ["Communicator", "as_communicator", "DEFAULT_BUCKET_BYTES"]
 
@@ -95,7 +96,8 @@ class Communicator:
         self.bucket_bytes: int = _bucket_bytes()
         self.timeout: Optional[float] = timeout
         self._transports: Dict[str, Any] = {}  # name -> instance
-        self._by_kind: Dict[str, Any] = {}  # array kind -> ((min_bytes, instance), ...), tried in order
+        # array kind -> (floor, ((min_bytes, instance or name), ...)): tried in order, see transport_of
+        self._by_kind: Dict[str, Any] = {}
         self.state: Dict[str, Any] = {}
 
     @property
@@ -145,19 +147,38 @@ class Communicator:
         whole array of a reduction, the gathered result of an all-gather):
         ``auto`` may pick a transport by size (:attr:`Transport.min_bytes`).
         Collective the first time for a kind whose choice needs the other
-        ranks (see :meth:`transport_for`); a dictionary lookup afterwards.
+        ranks (see :meth:`transport_for`), and the first time a message
+        reaches a size-limited transport's ``min_bytes`` (its probe: every
+        rank gets there at the same call, since they measure ``nbytes``
+        alike); a dictionary lookup afterwards.
         """
-        chain = self._by_kind.get(kind)
-        if chain is None:
-            chain = self._by_kind[kind] = tuple(
-                (least, self.transport_instance(name)) for least, name in transport_chain(self, kind)
-            )
-        if len(chain) == 1:
-            return chain[0][1]
+        known = self._by_kind.get(kind)
+        if known is None:
+            known = self._chain(kind, tuple(
+                (least, name if least else self.transport_instance(name))
+                for least, name in transport_chain(self, kind)
+            ))
+        floor, chain = known
+        if nbytes < floor:  # below every threshold (or no threshold at all): the last transport
+            return chain[-1][1]
         for least, inst in chain:
             if nbytes >= least:
-                return inst
+                return inst if type(inst) is not str else self._admit(kind, inst, nbytes)
         return chain[-1][1]
+
+    def _chain(self, kind: str, chain: tuple) -> tuple:
+        """Remember ``chain`` for ``kind`` with its floor: the smallest threshold before its last entry."""
+        known = self._by_kind[kind] = (min((least for least, _ in chain[:-1]), default=1 << 62), chain)
+        return known
+
+    def _admit(self, kind: str, name: str, nbytes: int) -> Any:
+        """Probe the size-limited transport ``name`` (collective), keep it in the chain or drop it; then choose."""
+        usable = registered(name).auto_reason(self) is None
+        self._chain(kind, tuple(
+            (least, self.transport_instance(name) if inst == name else inst)
+            for least, inst in self._by_kind[kind][1] if inst != name or usable
+        ))
+        return self.transport_of(kind, nbytes)
 
     def transport_for(self, array: Any) -> Any:
         """Which transport ``array`` would use on this communicator, and why.
@@ -184,6 +205,24 @@ class Communicator:
         from ._arrays import as_array
 
         return choose_transport(self, as_array(array)[1])
+
+    def shared_empty(self, shape: Any, dtype: Any = float) -> Any:
+        """A new writeable NumPy array for this rank in node-shared memory (collective).
+
+        Compute your shard (or your full input) into it: collectives read it
+        in place, without the copy in, and ``all_gather(x, out="shared")`` of
+        it returns the shards' own memory (docs/shm.md). ``shape`` may differ
+        from rank to rank; the memory is reused once no rank holds a view of
+        it, and freed by :meth:`free`.
+
+        Raises
+        ------
+        ArgumentError
+            Bad ``shape`` or ``dtype`` on any rank (on every rank alike).
+        TransportUnavailable
+            MPI cannot make node-shared windows here.
+        """
+        return shared_empty(self, shape, dtype)
 
     def agree(self, what: str, descriptor: Any, local: Any = None, error: Optional[HpccollError] = None) -> list:
         """Compare ``descriptor`` across ranks and share any local ``error`` (collective).

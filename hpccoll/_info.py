@@ -57,7 +57,13 @@ def collect(comm: Any) -> Dict[str, Any]:
             reason = cls.unavailable_reason(comm)
         except Exception as exc:  # a probe must never break info
             reason = f"{type(exc).__name__}: {exc}"
-        transports[name] = {"arrays": cls.array_kind, "usable": reason is None, "reason": reason}
+        auto = None
+        if reason is None:
+            try:
+                auto = cls.auto_reason(comm)
+            except Exception as exc:
+                auto = f"{type(exc).__name__}: {exc}"
+        transports[name] = {"arrays": cls.array_kind, "usable": reason is None, "reason": reason, "auto": auto}
     return {
         "hpccoll": hpccoll.__version__,
         "python": platform.python_version(),
@@ -70,6 +76,7 @@ def collect(comm: Any) -> Dict[str, Any]:
         "hosts": per_host,
         "gpu": _gpu(),
         "transports": transports,
+        "numpy_arrays": comm.transport_for(numpy.zeros(0)).reason,
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
         "settings": {"transport": comm.transport, "check": comm.check, "bucket_bytes": comm.bucket_bytes},
     }
@@ -93,7 +100,10 @@ def report(info: Dict[str, Any]) -> str:
     lines.append("transports")
     for name, t in info["transports"].items():
         state = "usable" if t["usable"] else f"unavailable: {t['reason']}"
+        if t["usable"] and t["auto"]:
+            state += f", but not by auto: {t['auto']}"
         lines.append(f"  {name:<9} ({t['arrays']} arrays) {state}")
+    lines.append(f"  NumPy arrays take: {info['numpy_arrays']}")
     lines.append("settings")
     for key, value in info["settings"].items():
         lines.append(f"  {key} = {value}")

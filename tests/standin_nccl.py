@@ -73,6 +73,8 @@ from mpi4py import MPI
 import standin_cupy
 from standin_cupy import BLOCKED, GPU, StandInHang, _stream
 
+from hpccoll.transports._cuda import CupyRuntime
+
 try:
     import ml_dtypes
 except ImportError:  # pragma: no cover - the test extra installs it
@@ -713,6 +715,13 @@ class StandInRuntime:
     @staticmethod
     def record() -> Any:
         return GPU.current.record()
+
+    @staticmethod
+    def _current() -> Any:
+        return GPU.current
+
+    #: The real runtime's method, on the stand-in's streams.
+    on_this_stream = CupyRuntime.on_this_stream
 
 
 def _host_copy(device: Any, host: np.ndarray, to_host: bool) -> None:

@@ -110,20 +110,29 @@ def _recorder(run, names):
     return record
 
 
+ROADS = {"pairs": 8, "Alltoallv": 0}  # HostMPI.pairwise_max_ranks for each road of the calls not known even
+
+
+@pytest.mark.parametrize("road", sorted(ROADS))
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
 @pytest.mark.parametrize("axes", [(0, 0), (1, 0)])
-def test_mpi_calls(comm, pattern, axes, monkeypatch):
-    """MPI_Alltoall only where every rank knows every pair moves the same count, else MPI_Alltoallv.
+def test_mpi_calls(comm, pattern, axes, road, monkeypatch):
+    """MPI_Alltoall only where every rank knows every pair moves the same count, else point-to-point pairs
+    (or MPI_Alltoallv above ``pairwise_max_ranks`` ranks).
 
     One rank's own counts cannot tell (they are a row and a column of the
     count matrix): ranks choosing different calls would hang. Equal axes: the
-    size exchange tells; given recv_sizes, Alltoallv. Axes differing: the
+    size exchange tells; given recv_sizes, not known even. Axes differing: the
     split and the received extents are global, so they tell.
     """
     names = []
+    monkeypatch.setattr(HostMPI, "pairwise_max_ranks", ROADS[road])
     monkeypatch.setattr(_control, "run", _recorder(_control.run, names))  # the size exchange
-    blocking = HostMPI._blocking
-    monkeypatch.setattr(HostMPI, "_blocking", lambda self, name, *args: (names.append(name), blocking(self, name, *args)))
+    blocking, pairwise = HostMPI._blocking, HostMPI._pairwise
+    pairs = {"Sendrecv": "pairs"}  # two ranks, blocking: the pairs are one Sendrecv
+    monkeypatch.setattr(HostMPI, "_blocking",
+                        lambda self, name, *args: (names.append(pairs.get(name, name)), blocking(self, name, *args)))
+    monkeypatch.setattr(HostMPI, "_pairwise", lambda self, *args: (names.append("pairs"), pairwise(self, *args))[1])
     x, sizes, recv, want = case(comm, (0, 3) if axes == (0, 0) else (0, 0), *axes, pattern, np.int32, seed=1)
     kw = dict(split_axis=axes[0], concat_axis=axes[1], sizes=sizes)
     learned = hpccoll.all_to_all(x, comm, **kw)
@@ -132,12 +141,50 @@ def test_mpi_calls(comm, pattern, axes, monkeypatch):
     assert_same(learned, want)
     assert_same(given, want)
     if comm.size > 1:
-        data = "Alltoall" if even else "Alltoallv"
-        assert names == ["exchange Alltoall", data, "Alltoallv" if axes == (0, 0) else data]
+        data = "Alltoall" if even else road
+        assert names == ["exchange Alltoall", data, road if axes == (0, 0) else data]
     even_extents = hpccoll.all_to_all(np.ones((2, 2 * comm.size)), comm, split_axis=1, recv_sizes=[2] * comm.size)
     assert even_extents.shape == (2 * comm.size, 2)
     if comm.size > 1:
         assert names[-1] == "Alltoall"
+
+
+@pytest.mark.parametrize("road", sorted(ROADS))
+@pytest.mark.parametrize("async_op", [False, True], ids=["blocking", "async"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("axes", [(0, 0), (1, 0), (0, 1)], ids=["equal", "1->0", "0->1"])
+def test_both_roads(comm, dtype, axes, async_op, road, monkeypatch):
+    """Calls not known even, by point-to-point pairs and by MPI_Alltoallv: every dtype, blocks of 0 included,
+    blocking or not, with ``out=`` (straight into place) and without."""
+    monkeypatch.setattr(HostMPI, "pairwise_max_ranks", ROADS[road])
+    for pattern in ("uneven", "empty-last"):
+        x, sizes, recv, want = case(comm, (0, 0, 2), *axes, pattern, dtype, seed=5)
+        kw = dict(split_axis=axes[0], concat_axis=axes[1], sizes=sizes, recv_sizes=recv, async_op=async_op)
+        out = np.empty_like(want)
+        got = hpccoll.all_to_all(x, comm, **kw)
+        res = hpccoll.all_to_all(x, comm, out=out, **kw)
+        if async_op:
+            got, res = got.wait(), res.wait()
+        assert_same(got, want)
+        assert res is out
+        assert_same(out, want)
+
+
+@pytest.mark.parametrize("road", sorted(ROADS))
+def test_large_blocks_in_flight_together(comm, road, monkeypatch):
+    """Blocks past MPI's eager limit (rendezvous), zero-sized ones, and two calls in flight at once on one
+    communicator (each receives its own blocks: pairs match in the order the calls started)."""
+    monkeypatch.setattr(HostMPI, "pairwise_max_ranks", ROADS[road])
+    P, me = comm.size, comm.rank
+    rows = [[(40000 * (1 + (r + j) % 3)) if (r + j) % 4 != 3 else 0 for j in range(P)] for r in range(P)]  # 0.3-1 MB
+    xs = [np.arange(sum(rows[r]), dtype=np.float64) + 1e6 * r for r in range(P)]
+    want = np.concatenate([np.split(xs[r], np.cumsum(rows[r])[:-1])[me] for r in range(P)])
+    recv = [rows[r][me] for r in range(P)]
+    first = hpccoll.all_to_all(xs[me], comm, sizes=rows[me], recv_sizes=recv, async_op=True)
+    second = hpccoll.all_to_all(-xs[me], comm, sizes=rows[me], recv_sizes=recv, out=np.empty(sum(recv)), async_op=True)
+    assert_same(second.wait(), -want)
+    assert_same(first.wait(), want)
+    assert_same(hpccoll.all_to_all(xs[me], comm, sizes=rows[me]), want)  # learned: the size exchange first
 
 
 # --------------------------------------------------------------------------- out= and argument errors

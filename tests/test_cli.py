@@ -62,10 +62,14 @@ def test_info_sections(capsys):
             assert any(line == section or line.startswith(section + " ") for line in out.splitlines()), section
         assert f"ranks: {MPI.COMM_WORLD.size} on" in out
         assert "mpi       (numpy arrays) usable" in out
+        assert "shm       (numpy arrays) usable" in out  # MPICH makes node-shared windows here
+        assert "NumPy arrays take: auto: node-shared memory" in out and "else NumPy arrays use host MPI" in out
     assert main(["info", "--json"]) == 0
     out = capsys.readouterr().out
     if MPI.COMM_WORLD.rank == 0:
-        assert json.loads(out)["ranks"] == MPI.COMM_WORLD.size
+        info = json.loads(out)
+        assert info["ranks"] == MPI.COMM_WORLD.size
+        assert info["transports"]["shm"]["usable"] and info["transports"]["shm"]["auto"] is None
 
 
 def test_usage_and_bad_arguments(capsys):

@@ -33,14 +33,20 @@ def test_pencil_fft_in_process(argv):
     assert load(EXAMPLES / "pencil_fft.py").main(argv) == 0
 
 
+@pytest.mark.mpi
+def test_shared_field_in_process():
+    """Slabs in node-shared memory, gathered without copies, checked against a serial run."""
+    assert load(EXAMPLES / "shared_field.py").main(["--n", "256", "--steps", "3", "--particles", "500"]) == 0
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
 def test_launch_line_in_header(script):
     assert "mpiexec -n" in script.read_text().split('"""')[1], f"{script.name} must state its launch line"
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
-@pytest.mark.parametrize("script", [EXAMPLES / "quickstart.py", EXAMPLES / "pencil_fft.py"],
-                         ids=["quickstart.py", "pencil_fft.py"])
+@pytest.mark.parametrize("script", [EXAMPLES / name for name in ("quickstart.py", "pencil_fft.py", "shared_field.py")],
+                         ids=["quickstart.py", "pencil_fft.py", "shared_field.py"])
 def test_runs_under_mpiexec(script):
     """The core example under its documented launch line (the adapter examples: test_examples_adapters.py)."""
     mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"

@@ -55,7 +55,8 @@ def test_register_after_import_and_auto_by_size(recording):
     assert "recording" in transports.TRANSPORTS
     choice = c.transport_for(np.zeros(2))
     assert choice.name == "mpi" and "a recording transport, for messages of >= 1024 bytes" in choice.reason
-    assert transports.transport_chain(c, "numpy") == ((1024, "recording"), (0, "mpi"))
+    chain = transports.transport_chain(c, "numpy")  # shm may sit between them (ranks sharing one node)
+    assert chain[0] == (1024, "recording") and chain[-1] == (0, "mpi") and len(chain) <= 3
     small, large = np.ones(4), np.ones(256)  # 32 B and 2 KiB: below and above the threshold
     got = [hpccoll.all_reduce(small, c), hpccoll.all_reduce(large, c),
            hpccoll.reduce_scatter(np.ones(128 * c.size), c), hpccoll.all_gather(np.ones(128), c),

@@ -16,7 +16,7 @@ def launch(transport: Any, primitive: str, args: tuple, finish: Callable[[], Any
     if not async_op:
         getattr(transport, primitive)(*args)
         return finish()
-    return Request([getattr(transport, "i" + primitive)(*args)], finish)
+    return Request([getattr(transport, "i" + primitive)(*args)], transport.bind_finish(finish))
 
 
 def start(transport: Any, primitive: str, args: tuple, async_op: bool) -> Pending:

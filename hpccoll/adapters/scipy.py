@@ -18,12 +18,12 @@ Requires ``pip install scipy`` (``hpccoll[scipy]``).
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Sequence, Tuple
 
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
+from .._arrays import shape_of
 from .._errors import ArgumentError
 
 __all__ = ["aslinearoperator", "CollectiveLinearOperator"]
@@ -109,8 +109,8 @@ def aslinearoperator(
                 f"op: expected an operator with forward() and adjoint() (e.g. hpccoll.AllGather); "
                 f"got {type(op).__name__} without {name}()"
             )
-    x_shape = _shape("x_shape", x_shape)
-    y_shape = _shape("y_shape", y_shape)
+    x_shape = shape_of("x_shape", x_shape)
+    y_shape = shape_of("y_shape", y_shape)
     try:
         dt = np.dtype(dtype)
     except TypeError:
@@ -118,16 +118,6 @@ def aslinearoperator(
     if dt.kind not in "fc":
         raise ArgumentError(f"dtype: expected a floating or complex dtype for a solver; got {dt}")
     return CollectiveLinearOperator(op, x_shape, y_shape, dt)
-
-
-def _shape(name: str, shape: Any) -> Tuple[int, ...]:
-    try:
-        dims = tuple(operator.index(n) for n in shape)
-    except TypeError:
-        raise ArgumentError(f"{name}: expected a sequence of non-negative ints; got {shape!r}") from None
-    if any(n < 0 for n in dims):
-        raise ArgumentError(f"{name}: expected non-negative extents; got {dims}")
-    return dims
 
 
 def _size(shape: Tuple[int, ...]) -> int:

@@ -7,6 +7,7 @@ name         arrays how
 ``nccl``     CuPy   ``cupy.cuda.nccl.NcclCommunicator``, one GPU per rank
 ``cuda_mpi`` CuPy   CUDA-aware MPI: device buffers handed to mpi4py
 ``staged``   CuPy   device -> pinned host buffer -> host MPI -> device
+``shm``      NumPy  node-shared memory (MPI-3 shared windows), hierarchical across nodes
 ============ ====== ====================================================
 
 Each transport class declares the array kind it serves (:attr:`Transport.array_kind`),
@@ -15,7 +16,9 @@ collective probe (:meth:`Transport.auto_reason` for ``auto``,
 :meth:`Transport.unavailable_reason` when named). ``auto`` takes the first
 registered transport for the array's kind whose probe finds nothing against
 it: for CuPy arrays ``nccl``, else ``cuda_mpi`` when
-``HPCCOLL_CUDA_AWARE_MPI=1``, else ``staged``; for NumPy arrays ``mpi``. A
+``HPCCOLL_CUDA_AWARE_MPI=1``, else ``staged``; for NumPy arrays ``shm`` for
+the messages it wins (from :attr:`~Transport.min_bytes`, when every rank
+shares one node), else ``mpi``. A
 named transport applies to the arrays it serves; for the other kind ``auto``
 decides, except that naming a host transport sends CuPy arrays through host
 memory (``staged``). A new transport is one module plus one :func:`register`
@@ -33,6 +36,7 @@ from ._state import remembered
 from .cuda_mpi import CudaMPI
 from .host_mpi import HostMPI
 from .nccl import NcclTransport
+from .shm import SharedMemory
 from .staged import Staged
 
 __all__ = [
@@ -83,7 +87,7 @@ def _renamed() -> None:
     TRANSPORTS = ("auto",) + tuple(c.name for c in _REGISTRY)
 
 
-for _cls in (HostMPI, NcclTransport, CudaMPI, Staged):
+for _cls in (HostMPI, NcclTransport, CudaMPI, Staged, SharedMemory):
     register(_cls)
 
 
@@ -185,8 +189,11 @@ def _only(name: str, reason: str) -> Tuple[TransportChoice, Chain]:
 def _auto(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
     """The registered transports for ``kind`` that can run, tried in priority order, and why.
 
-    A transport with a ``min_bytes`` threshold takes the messages at least
-    that large; the walk goes on to the first usable one without a threshold.
+    A transport with a ``min_bytes`` threshold is offered the messages at
+    least that large; its probe waits for the first of them
+    (``Communicator.transport_of``), so communicators that never move one
+    never pay for it. The walk goes on to the first usable transport
+    without a threshold.
     """
     skipped: List[str] = []
     chain: List[Tuple[int, str]] = []
@@ -195,13 +202,16 @@ def _auto(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
     for cls in _REGISTRY:
         if cls.array_kind != kind:
             continue
+        if cls.min_bytes:
+            chain.append((cls.min_bytes, cls.name))
+            said.append(f"{cls.chosen_because}, for messages of >= {cls.min_bytes} bytes where it can run")
+            continue
         last = cls.auto_reason(comm)
         if last is not None:
             skipped.append(f"{cls.name} unusable: {last}")
             continue
-        chain.append((cls.min_bytes, cls.name))
-        said.append(cls.chosen_because + (f", for messages of >= {cls.min_bytes} bytes" if cls.min_bytes else ""))
-        if not cls.min_bytes:
-            why = "auto: " + "; else ".join(said) + (f" ({'; '.join(skipped)})" if skipped else "")
-            return TransportChoice(cls.name, why), tuple(chain)
+        chain.append((0, cls.name))
+        said.append(cls.chosen_because)
+        why = "auto: " + "; else ".join(said) + (f" ({'; '.join(skipped)})" if skipped else "")
+        return TransportChoice(cls.name, why), tuple(chain)
     raise TransportUnavailable(f"no transport can move {_LABEL.get(kind, kind)} arrays here: {last}")

@@ -17,7 +17,7 @@ collectives consult (:attr:`~Transport.in_place`,
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, FrozenSet, Optional, Sequence
+from typing import Any, Callable, ClassVar, FrozenSet, Optional, Sequence
 
 from .._request import DONE, Pending
 
@@ -134,6 +134,16 @@ class Transport(abc.ABC):
         """Non-blocking :meth:`alltoallv`."""
         self.alltoallv(send, recv, send_counts, recv_counts, even)
         return DONE
+
+    def bind_finish(self, finish: Callable[[], Any]) -> Callable[[], Any]:
+        """The finishing step of a non-blocking call (unpacking, ``avg``'s division), fit to run at ``wait()``.
+
+        Called when the call is launched. The default returns ``finish``
+        itself (host memory: any thread, any time). GPU transports bind it to
+        the launching stream: ``wait()`` under another stream then still runs
+        it where its buffers live, and orders the waiting stream after it.
+        """
+        return finish
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         """Optionally gather straight into a C-contiguous ``out`` seen as ``(lead, sum(sizes), trail)``.

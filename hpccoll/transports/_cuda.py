@@ -147,6 +147,27 @@ class CupyRuntime:
         """
         return self._current().record(self._event(disable_timing=True))
 
+    def on_this_stream(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """``fn``, to be called later, made to run on the stream current now.
+
+        Called under another stream, it runs ``fn`` on this one (where the
+        buffers ``fn`` reads were allocated and go back to the pool when it
+        drops them) and makes the caller's stream wait for it.
+        """
+        launching = self._current()
+
+        def run() -> Any:
+            current = self._current()
+            if current.ptr == launching.ptr:
+                return fn()
+            with launching:
+                result = fn()
+                done = self.record()
+            current.wait_event(done)
+            return result
+
+        return run
+
     def record_again(self, event: Optional[Any]) -> Any:
         """Record ``event`` (one :meth:`record` made, whose earlier work is done) on the current stream.
 

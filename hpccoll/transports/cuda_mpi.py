@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .._env import env_flag
 from .._errors import MismatchError, TransportUnavailable
@@ -84,6 +84,9 @@ class CudaMPI(HostMPI):
         super().__init__(comm)
         self._rt = get_runtime()
         self._capturing = capture_query(self._rt)
+
+    def bind_finish(self, finish: Callable[[], Any]) -> Callable[[], Any]:
+        return self._rt.on_this_stream(finish)
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:

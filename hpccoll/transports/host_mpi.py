@@ -14,7 +14,7 @@ __all__ = ["HostMPI", "MPIPending"]
 
 
 class HostMPI(Transport):
-    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``, ``Alltoall(v)``)."""
+    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``, ``Alltoall(v)``, pairs)."""
 
     name = "mpi"
     array_kind = "numpy"
@@ -27,10 +27,23 @@ class HostMPI(Transport):
     #: With uneven shards the derived datatype moves ``trail`` elements at a
     #: time; below this many bytes per piece packing is faster.
     strided_min_piece = 512
+    #: All-to-alls that are not known even on every rank (``even`` False) among
+    #: at most this many ranks go as point-to-point pairs (:meth:`_pairwise`),
+    #: which MPICH runs 1.4-2.6x faster than its ``MPI_Alltoallv`` at >= 1 MiB per
+    #: rank, and as fast as its ``MPI_Alltoall`` (docs/bench/alltoall.md); more
+    #: ranks keep ``MPI_Alltoallv`` and MPI's own throttling. The choice
+    #: depends only on the communicator's size and on ``even``, both the same
+    #: on every rank: a rank in ``MPI_Alltoallv`` and one posting pairs would
+    #: hang. 0 turns the pairs off.
+    pairwise_max_ranks = 8
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
         self._mpi = comm.mpi  # the private duplicate: fixed for the Communicator's life
+        rank, parts = comm.rank, comm.size
+        # _pairwise's partners: receive from rank-1, rank-2, ...; send to rank+1, rank+2, ...
+        self._sources = [(rank - step) % parts for step in range(1, parts)]
+        self._targets = [(rank + step) % parts for step in range(1, parts)]
 
     def _run(self, name: str, *args: Any) -> None:
         """The MPI collective ``name``, watched when ``HPCCOLL_TIMEOUT`` is set."""
@@ -85,11 +98,56 @@ class HostMPI(Transport):
 
     def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
                   even: bool = False) -> None:
-        self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts, even))
+        if even or self.comm.size > self.pairwise_max_ranks:
+            self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts, even))
+        elif self.comm.size == 2:
+            self._swap(send, recv, send_counts, recv_counts)
+        else:
+            self._pairwise(send, recv, send_counts, recv_counts).wait()
 
     def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
                    even: bool = False) -> Pending:
-        return self._started(*self._alltoallv(send, recv, send_counts, recv_counts, even))
+        if even or self.comm.size > self.pairwise_max_ranks:
+            return self._started(*self._alltoallv(send, recv, send_counts, recv_counts, even))
+        return self._pairwise(send, recv, send_counts, recv_counts)
+
+    def _pairwise(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
+        """Start an all-to-all as point-to-point pairs: one ``Irecv`` per rank that sends this one something,
+        one ``Isend`` per rank this one sends something, this rank's own block copied locally.
+
+        Each pair's count is known alike at both ends (``send_counts[j]`` here
+        is ``recv_counts[r]`` on rank j), so both skip an empty block. Rank r
+        posts to r+1, r+2, ... and receives from r-1, r-2, ... (every receive
+        posted first: no order can deadlock). The messages go over hpccoll's
+        private duplicate, which carries no other point-to-point traffic; two
+        calls in flight at once match in the order they were started (MPI
+        never lets messages between one pair overtake on one tag).
+        """
+        mpi, rank = self._mpi, self.comm.rank
+        t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
+        sent, got = displacements(send_counts), displacements(recv_counts)
+        irecv, isend = mpi.Irecv, mpi.Isend
+        requests = [irecv([recv, (recv_counts[r], got[r]), t], r, _PAIRWISE_TAG)
+                    for r in self._sources if recv_counts[r]]
+        requests += [isend([send, (send_counts[j], sent[j]), t], j, _PAIRWISE_TAG)
+                     for j in self._targets if send_counts[j]]
+        n = send_counts[rank]
+        if n:
+            recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
+        return MPIPending(_Requests(requests), None, self.comm, "the all-to-all's point-to-point pairs")
+
+    def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
+        """:meth:`_pairwise` between two ranks, blocking: one ``Sendrecv`` (one call into MPI where the
+        pairs make three; it matches the other rank's pairs as well), then the own block copied."""
+        rank = self.comm.rank
+        other = 1 - rank
+        t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
+        sent, got = (0, send_counts[0]), (0, recv_counts[0])  # where blocks 0 and 1 start
+        outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (recv_counts[other], got[other]), t]
+        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG), None)
+        n = send_counts[rank]
+        if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
+            recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
@@ -141,6 +199,26 @@ class HostMPI(Transport):
             return "Alltoall", ([send, send_counts[0], t], [recv, send_counts[0], t]), None
         source = [send, (list(send_counts), displacements(send_counts)), t]
         return "Alltoallv", (source, [recv, (list(recv_counts), displacements(recv_counts)), t]), None
+
+
+#: The tag of :meth:`HostMPI._pairwise`'s messages (any fixed tag would do: nothing else is sent point to point).
+_PAIRWISE_TAG = 11
+
+
+class _Requests:
+    """Several MPI requests as one (``Wait``, ``Test``), for :class:`MPIPending`."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self, requests: list) -> None:
+        self.requests = requests
+
+    def Wait(self) -> None:  # noqa: N802 (mpi4py's names)
+        if self.requests:
+            self.requests[0].Waitall(self.requests)
+
+    def Test(self) -> bool:  # noqa: N802
+        return not self.requests or self.requests[0].Testall(self.requests)
 
 
 def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:

@@ -52,7 +52,7 @@ import contextlib
 import os
 import time
 import weakref
-from typing import Any, Dict, FrozenSet, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -398,6 +398,9 @@ class NcclTransport(Transport):
             return self._ops[op]
         except (KeyError, TypeError):
             raise ArgumentError(f"op: expected one of {', '.join(map(repr, self._ops))}; got {op!r}") from None
+
+    def bind_finish(self, finish: Callable[[], Any]) -> Callable[[], Any]:
+        return self._rt.on_this_stream(finish)
 
     def close(self) -> None:
         nc, self._nc = getattr(self, "_nc", None), None

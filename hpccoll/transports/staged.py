@@ -25,7 +25,7 @@ check costs nothing on the normal path.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .._errors import TransportUnavailable
 from ._base import Transport
@@ -152,6 +152,9 @@ class Staged(Transport):
         stream, hs, hr = self._stage_in(send, recv)
         self._host.alltoallv(hs, hr, send_counts, recv_counts, even)
         self._up(hr, recv, stream)
+
+    def bind_finish(self, finish: Callable[[], Any]) -> Callable[[], Any]:
+        return self._rt.on_this_stream(finish)
 
     def close(self) -> None:
         self._wait()

@@ -1,0 +1,760 @@
+"""Node-shared-memory transport: NumPy collectives through MPI-3 shared windows, hierarchical across nodes.
+
+Inside a node the ranks read each other's data straight from shared memory
+(``MPI_Win_allocate_shared`` on ``Split_type(COMM_TYPE_SHARED)``):
+
+- **all-gather**: each rank writes its block once into the node's scratch
+  window; every rank reads the others' blocks from there;
+- **reduce-scatter**: each rank publishes its input; each rank reduces its own
+  block straight from every rank's input, in rank order;
+- **all-reduce**: a reduce-scatter into shared memory, then every rank reads
+  the reduced blocks (an all-gather from shared memory).
+
+Inputs that already live in node-shared memory (``Communicator.shared_empty``)
+are read where they are, without the copy in; results can stay in shared
+memory (``out="shared"``, one read-only array per node). Scratch is a window of
+two halves (alternate rounds use alternate halves, so one sync per round
+suffices) holding at most :attr:`SharedMemory.chunk_bytes` per rank and half;
+larger messages travel in rounds.
+
+Across nodes (more than one node in the communicator) the same node steps run
+around one MPI call between the node leaders: all-gather = node stage ->
+leaders' ``Allgatherv`` -> every rank reads; reduce-scatter and all-reduce =
+node reduction in shared memory -> leaders' ``Reduce_scatter`` /
+``Allreduce`` -> every rank reads its part.
+
+Reductions run in rank order inside a node (rank 0 op rank 1 op ...), so an
+all-reduce's result is bit-identical on every rank; across nodes the node
+partial results are combined by MPI. ``max``/``min`` propagate NaN (NumPy's
+rule), where MPI's comparison may drop it.
+"""
+
+from __future__ import annotations
+
+import sys
+from math import prod
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._faults import watched
+from .._request import Pending
+from ._base import Transport
+from .._arrays import shape_of
+from .._dtypes import check_dtype, movement_dtype
+from .._errors import ArgumentError, HpccollError
+from ._mpitypes import displacements as offsets, mpi_datatype, mpi_op
+from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, split_node
+from ._state import remembered
+
+__all__ = ["SharedMemory", "SHARED", "shared_transport", "shared_empty", "holder_of"]
+
+#: The ``out=`` spelling of a node-shared result.
+SHARED = "shared"
+
+_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+#: Descriptor kinds: the input's pieces of this round sit packed in the sender's scratch slot,
+#: or the whole input sits in a segment (offset of its element 0).
+_SCRATCH, _SEGMENT = 1, 2
+_MIN_SLOT = 64 << 10
+
+
+class SharedMemory(Transport):
+    """NumPy arrays through node-shared memory (MPI-3 shared windows), hierarchical across nodes.
+
+    Collective to construct: it splits the communicator into nodes (or into
+    simulated nodes of ``HPCCOLL_NODE_SIZE`` consecutive ranks) and allocates
+    the node's control window.
+    """
+
+    name = "shm"
+    array_kind = "numpy"
+    priority = 40  # before ``mpi``, for the messages it wins (``min_bytes`` and :attr:`wins`)
+    chosen_because = ("node-shared memory where it measured faster (every rank on one node; all-reduce from "
+                      "256 KiB, reduce-scatter from 1 MiB, all-gather 1-4 MiB; host MPI for the rest)")
+    in_place = True
+    #: The smallest message (bytes of the gathered result of an all-gather, of the whole array of a
+    #: reduction: a size every rank computes alike) that shm moves faster than the ``mpi`` transport,
+    #: measured with private inputs and outputs at 2 and 4 ranks on this project's machine
+    #: (docs/bench/shm.md): ``auto`` offers shm the messages from there on.
+    min_bytes = 256 << 10
+    #: Per primitive, the ``[low, high)`` message sizes where shm measured faster (docs/bench/shm.md);
+    #: when ``auto`` chose shm, messages outside them, all-to-alls and the non-blocking forms go to
+    #: host MPI (``HPCCOLL_TRANSPORT=shm`` moves every blocking message through shared memory). A
+    #: private all-gather stops winning at 4 MiB: it copies every block once more than MPI's single-copy
+    #: transfers do (into shared memory, then out by each of the P ranks: P + 1 against P), which shows
+    #: once the blocks outgrow the caches.
+    wins = {"allgatherv": (1 << 20, 4 << 20), "reduce_scatter": (1 << 20, 1 << 62), "allreduce": (256 << 10, 1 << 62)}
+    #: Most scratch bytes per rank and per half: larger messages travel in rounds. 1 MiB (this machine's
+    #: L2 per core) measured best: a 16 MiB all-reduce ran 1.99x (2 ranks) and 2.25x (4 ranks) raw MPI's
+    #: speed with 1 MiB rounds, 1.08x and 1.46x with 16 MiB ones (``bench_shm.py --chunks``).
+    chunk_bytes = 1 << 20
+    #: All-reduces up to this many bytes are reduced whole by every rank (one sync per round); larger
+    #: ones are reduce-scattered in shared memory, then read by all (two syncs, less arithmetic).
+    direct_bytes = 1 << 20
+
+    def __init__(self, comm: Any) -> None:
+        super().__init__(comm)
+        self.node = _guarded(comm, "hpccoll shm: setting up the node's shared memory", Node, comm)
+        self.pool = Pool(self.node)
+        self._scratch: Optional[Block] = None
+        self._slot = 0
+        self._round = 0
+        self._stage: Optional[Block] = None
+        self._closed = False
+        #: Named (``transport="shm"``, ``HPCCOLL_TRANSPORT=shm``): every blocking message through shared
+        #: memory; chosen by ``auto``: only the sizes in :attr:`wins`.
+        self.everything = comm.transport == self.name
+        #: The ``mpi`` transport of the same communicator, for what shm leaves to host MPI.
+        self.host: Transport = comm.transport_instance("mpi")
+
+    @classmethod
+    def unavailable_reason(cls, comm: Any) -> Optional[str]:
+        """Why node-shared windows cannot be made on ``comm`` (collective, cached), or ``None``."""
+        return _probed(comm)[0]
+
+    @classmethod
+    def auto_reason(cls, comm: Any) -> Optional[str]:
+        """``auto`` takes shm only where every rank shares one node (hierarchical shm must be named)."""
+        reason, nodes = _probed(comm)
+        if reason is None and nodes > 1:
+            return (f"the communicator spans {nodes} nodes (MPI's own collectives serve them; "
+                    "HPCCOLL_TRANSPORT=shm runs shm within nodes and MPI between them)")
+        return reason
+
+    def _mine(self, primitive: str, nbytes: int) -> bool:
+        """Whether shm moves this message itself (else host MPI does)."""
+        if self.everything:
+            return True
+        low, high = self.wins[primitive]
+        return low <= nbytes < high
+
+    # Left to host MPI: the non-blocking forms (MPI progresses them while the caller computes; shared
+    # memory would need a progress thread) and all-to-all (each pair's block crosses once either way).
+
+    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
+        return self.host.iallgatherv(send, recv, counts)
+
+    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
+        return self.host.ireduce_scatter(send, recv, counts, op)
+
+    def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
+        return self.host.iallreduce(send, recv, op)
+
+    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                  even: bool = False) -> None:
+        self.host.alltoallv(send, recv, send_counts, recv_counts, even)
+
+    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
+                   even: bool = False) -> Pending:
+        return self.host.ialltoallv(send, recv, send_counts, recv_counts, even)
+
+    def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
+        # Gathers along an inner axis: MPI's derived datatypes write each block in place, where shm
+        # would gather into a flat buffer first (one more copy and buffer), unless shm was named.
+        return not self.everything and self.host.allgather_into(send, out, lead, trail, sizes)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _locate(self, a: Optional[np.ndarray]) -> Optional[Tuple[Segment, int]]:
+        """``(segment, offset)`` when ``a`` (C-contiguous) lies in one of this node's segments."""
+        if a is None or not self.pool.segments or not a.size:
+            return None
+        from mpi4py import MPI
+
+        return self.pool.locate(MPI.Get_address(a), a.nbytes)
+
+    def _ensure_scratch(self, need: int) -> None:
+        """Grow the scratch window so one slot holds ``need`` bytes, up to :attr:`chunk_bytes` (collective).
+
+        ``need`` is computed from arguments every rank shares, so every rank
+        grows (or not) together.
+        """
+        want = min(self.chunk_bytes, max(need, _MIN_SLOT))
+        if want <= self._slot:
+            return
+        want = min(self.chunk_bytes, 1 << (want - 1).bit_length())
+        if self._scratch is not None:
+            self.node.sync("growing the scratch window")  # nobody still reads the old one
+            self._scratch.free()
+            self._scratch = None
+        self._scratch = Block(self.node.mpi, 2 * self.node.size * want)
+        self._slot = want
+
+    def _begin_round(self) -> Tuple[int, Any, int]:
+        """``(half, descriptor line, slot offset)``: the scratch half this round uses, and this rank's parts."""
+        half = self._round & 1
+        self._round += 1
+        return half, self.node.mine(), (half * self.node.size + self.node.rank) * self._slot
+
+    def _stage_view(self, count: int, dtype: np.dtype) -> np.ndarray:
+        """A flat view of ``count`` elements of the node's staging window (grown on demand, collective)."""
+        nbytes = count * dtype.itemsize
+        if self._stage is None or self._stage.nbytes < nbytes:
+            if self._stage is not None:
+                self._stage.free()
+            self._stage = Block(self.node.mpi, max(-(-nbytes // _MIN_SLOT) * _MIN_SLOT, _MIN_SLOT))
+        return self._stage.u8[:nbytes].view(dtype)
+
+    def _piece(self, lines: Any, q: int, packed: int, start: int, count: int, dtype: np.dtype) -> np.ndarray:
+        """Rank ``q``'s published input: element ``start`` of its full input, or byte ``packed`` of its slot."""
+        kind = lines[q, 0]
+        isz = dtype.itemsize
+        if kind == _SCRATCH:
+            off = int(lines[q, 2]) + packed
+            return self._scratch.u8[off : off + count * isz].view(dtype)
+        off = int(lines[q, 2]) + start * isz
+        return self.pool.segments[int(lines[q, 1])].data[off : off + count * isz].view(dtype)
+
+    def _leaders(self, name: str, *args: Any) -> None:
+        """MPI collective ``name`` among the node leaders (watched under ``HPCCOLL_TIMEOUT``)."""
+        _guarded(self.comm, f"MPI_{name} (shm: between node leaders)", getattr(self.node.leaders, name), *args)
+
+    # ------------------------------------------------------------------ all-gather
+
+    def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
+        if not self._mine("allgatherv", recv.nbytes):
+            self.host.allgatherv(send, recv, counts)
+            return
+        counts = list(counts)
+        if self.node.multi:
+            self._gather_nodes(send, recv, counts)
+        else:
+            self._gather_node(send, recv, counts)
+
+    def _gather_node(self, send: Optional[Any], recv: Any, counts: List[int]) -> None:
+        node = self.node
+        me, size = node.rank, node.size
+        top = max(counts)
+        if top == 0:
+            return
+        dt = recv.dtype
+        isz = dt.itemsize
+        displs = offsets(counts)
+        own = recv[displs[me] : displs[me] + counts[me]]
+        src = own if send is None else send
+        found = self._locate(send)
+        self._ensure_scratch(top * isz)
+        u8 = self._scratch.u8
+        step = self._slot // isz
+        shared = False
+        for a in range(0, top, step):
+            _, line, base = self._begin_round()
+            if found is None:
+                hi = min(counts[me], a + step)
+                if hi > a:
+                    u8[base : base + (hi - a) * isz].view(dt)[...] = src[a:hi]
+                line[0], line[2] = _SCRATCH, base
+            else:
+                line[0], line[1], line[2] = _SEGMENT, found[0].sid, found[1]
+            node.arrive()
+            if a == 0 and send is not None:
+                own[...] = send  # this rank's own block, while the others arrive
+            node.wait("all_gather")
+            lines = node.lines()
+            if a == 0:
+                shared = _any_segment(lines, size)
+            for q in node.others:
+                hi = min(counts[q], a + step)
+                if hi > a:
+                    recv[displs[q] + a : displs[q] + hi] = self._piece(lines, q, 0, a, hi - a, dt)
+        if shared:  # the owners may write their inputs again once every rank has read them
+            node.sync("all_gather (releasing shared inputs)")
+
+    def _node_layout(self, counts: Sequence[int]) -> Tuple[List[int], List[int], List[int]]:
+        """``(pos, node_counts, node_displs)``: each rank's block start in node-major order, per-node totals."""
+        pos = [0] * len(counts)
+        node_counts, node_displs = [], []
+        cursor = 0
+        for members in self.node.members:
+            node_displs.append(cursor)
+            for r in members:
+                pos[r] = cursor
+                cursor += counts[r]
+            node_counts.append(cursor - node_displs[-1])
+        return pos, node_counts, node_displs
+
+    def _gather_nodes(self, send: Optional[Any], recv: Any, counts: List[int]) -> None:
+        total = sum(counts)
+        if total == 0:
+            return
+        node, g = self.node, self.comm.rank
+        displs = offsets(counts)
+        own = recv[displs[g] : displs[g] + counts[g]]
+        stage = self._stage_view(total, recv.dtype)
+        pos, node_counts, node_displs = self._node_layout(counts)
+        stage[pos[g] : pos[g] + counts[g]] = own if send is None else send
+        self._exchange_gather(stage, node_counts, node_displs)
+        if node.contiguous:
+            recv[...] = stage
+        else:
+            for r, c in enumerate(counts):
+                recv[displs[r] : displs[r] + c] = stage[pos[r] : pos[r] + c]
+        node.sync("all_gather (staging free again)")
+
+    def _exchange_gather(self, stage: np.ndarray, node_counts: List[int], node_displs: List[int]) -> None:
+        """Node sync, the leaders' in-place ``Allgatherv`` of the nodes' blocks of ``stage``, node sync."""
+        node = self.node
+        node.sync("all_gather (node blocks staged)")
+        if node.leaders is not None:
+            self._leaders("Allgatherv", mpi_op("in_place"),
+                          [stage, (node_counts, node_displs), mpi_datatype(stage.dtype)])
+        node.sync("all_gather (waiting for the node leader)")
+
+    # ------------------------------------------------------------------ reductions
+
+    def _reduce_node(
+        self,
+        src: np.ndarray,
+        found: Optional[Tuple[Segment, int]],
+        blocks: List[int],
+        op: str,
+        dest: Callable[[int, int, int, int], np.ndarray],
+        what: str,
+        own: Optional[int] = None,
+        extra: int = 0,
+        after: Optional[Callable[[int, int, int], None]] = None,
+        ready: Optional[Callable[[], None]] = None,
+        aliased: bool = False,
+    ) -> bool:
+        """Rounds of: publish this rank's input, sync, reduce this rank's block piece into ``dest``.
+
+        ``blocks`` split the input (``own``: the one this rank reduces, default
+        its node rank). A rank's input is read in place when ``found`` (a
+        segment), else its pieces of every block for this round are packed into
+        its scratch slot. ``dest(lo, hi, half, step)`` is where the reduced
+        elements ``[lo, hi)`` of the block go; ``ready()`` runs once, after the
+        first sync (every rank is in the call); ``after(lo, step, half)`` ends
+        each round; ``extra`` reserves that many more pieces per slot. A rank
+        reads its own piece of its own block from ``src`` (nobody else needs
+        it) unless ``dest`` may overwrite it first (``aliased``). Returns
+        whether any rank's input was a segment (the caller then syncs before
+        returning, so its owner may write it again, unless ``after`` synced).
+        """
+        node = self.node
+        me, size = node.rank, node.size
+        # Each rank reduces its own block (unless ``own`` names one block for all): then this rank's piece
+        # of it is read by nobody else and stays in src, unless dest may overwrite it first.
+        direct = own is None and not aliased and found is None
+        own = me if own is None else own
+        top = max(blocks)
+        if top == 0:
+            if ready is not None:
+                node.sync(what)
+                ready()
+            return False
+        dt = src.dtype
+        isz = dt.itemsize
+        displs = offsets(blocks)
+        pieces = len(blocks) + extra
+        self._ensure_scratch(pieces * top * isz)
+        u8 = self._scratch.u8
+        step = max(1, self._slot // (pieces * isz))
+        ufunc = _UFUNCS[op]
+        shared = False
+        mine, at = blocks[own], displs[own]
+        for a in range(0, top, step):
+            half, line, base = self._begin_round()
+            if found is None:
+                for b, count in enumerate(blocks):
+                    hi = min(count, a + step)
+                    if hi > a and not (direct and b == me):
+                        p = base + b * step * isz
+                        u8[p : p + (hi - a) * isz].view(dt)[...] = src[displs[b] + a : displs[b] + hi]
+                line[0], line[2] = _SCRATCH, base
+            else:
+                line[0], line[1], line[2] = _SEGMENT, found[0].sid, found[1]
+            node.sync(what)
+            lines = node.lines()
+            if a == 0:
+                shared = _any_segment(lines, size)
+                if ready is not None:
+                    ready()
+            hi = min(mine, a + step)
+            if hi > a:
+                packed = own * step * isz
+                srcs = [self._piece(lines, q, packed, at + a, hi - a, dt) for q in range(size)]
+                if direct:
+                    srcs[me] = src[at + a : at + hi]
+                _combine(ufunc, srcs, dest(a, hi, half, step))
+            if after is not None:
+                after(a, step, half)
+        return shared
+
+    def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
+        if not self._mine("reduce_scatter", (recv if send is None else send).nbytes):
+            self.host.reduce_scatter(send, recv, counts, op)
+            return
+        counts = list(counts)
+        if self.node.multi:
+            self._reduce_scatter_nodes(send, recv, counts, op)
+            return
+        me = self.node.rank
+        start = sum(counts[:me])
+        out = recv[start : start + counts[me]] if send is None else recv
+        src = recv if send is None else send
+        if self._reduce_node(src, self._locate(send), counts, op, lambda lo, hi, h, s: out[lo:hi], "reduce_scatter",
+                             aliased=send is None):
+            self.node.sync("reduce_scatter (releasing shared inputs)")
+
+    def _reduce_scatter_nodes(self, send: Optional[Any], recv: Any, counts: List[int], op: str) -> None:
+        n = sum(counts)
+        if n == 0:
+            return
+        node, g = self.node, self.comm.rank
+        src = recv if send is None else send
+        pos, node_counts, node_displs = self._node_layout(counts)
+        mine = node_counts[node.index]
+        spare = 0 if node.contiguous else n
+        stage = self._stage_view(n + spare + max(mine, 1), recv.dtype)  # never an empty (aliased) receive buffer
+        partial, result = stage[:n], stage[n + spare :]
+        self._reduce_to(src, self._locate(send), op, "reduce_scatter (within the node)", partial)
+        if node.leaders is not None:
+            if spare:  # the nodes' blocks in node-major order, as Reduce_scatter wants them
+                permuted = stage[n : 2 * n]
+                displs = offsets(counts)
+                for r, c in enumerate(counts):
+                    permuted[pos[r] : pos[r] + c] = partial[displs[r] : displs[r] + c]
+                partial = permuted
+            t = mpi_datatype(recv.dtype)
+            self._leaders("Reduce_scatter", [partial, t], [result, mine, t], node_counts, mpi_op(op))
+        node.sync("reduce_scatter (waiting for the node leader)")
+        at = pos[g] - node_displs[node.index]
+        out = recv[sum(counts[:g]) : sum(counts[:g]) + counts[g]] if send is None else recv
+        out[...] = result[at : at + counts[g]]
+        node.sync("reduce_scatter (staging free again)")
+
+    def _reduce_to(self, src: np.ndarray, found: Optional[Tuple[Segment, int]], op: str, what: str,
+                   dest: Optional[np.ndarray] = None, obtain: Optional[Callable[[], np.ndarray]] = None) -> np.ndarray:
+        """Reduce every node rank's ``src`` into node-shared ``dest`` (each rank its block), then sync.
+
+        With ``obtain`` instead of ``dest``, the destination is ``obtain()``'s,
+        called once every rank has arrived (a result segment agreed then).
+        """
+        node = self.node
+        blocks = _split(src.size, node.size, src.itemsize)
+        start = offsets(blocks)[node.rank]
+        target = [dest]
+
+        def ready() -> None:
+            target[0] = obtain()
+
+        self._reduce_node(src, found, blocks, op, lambda lo, hi, h, s: target[0][start + lo : start + hi], what,
+                          ready=None if obtain is None else ready)
+        node.sync(what)
+        return target[0]
+
+    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        if not self._mine("allreduce", recv.nbytes):
+            self.host.allreduce(send, recv, op)
+            return
+        if self.node.multi:
+            self._allreduce_nodes(send, recv, op)
+            return
+        node = self.node
+        size = node.size
+        src = recv if send is None else send
+        found = self._locate(send)
+        if recv.nbytes <= self.direct_bytes:
+            # Every rank reduces the whole array (one sync per round): rank order, so the same bits everywhere.
+            if self._reduce_node(src, found, [recv.size], op, lambda lo, hi, h, s: recv[lo:hi], "all_reduce", own=0):
+                node.sync("all_reduce (releasing shared inputs)")
+            return
+        dt = recv.dtype
+        isz = dt.itemsize
+        blocks = _split(recv.size, size, isz)
+        displs = offsets(blocks)
+
+        def out_piece(q: int, lo: int, hi: int, half: int, step: int) -> np.ndarray:
+            at = (half * size + q) * self._slot + size * step * isz
+            return self._scratch.u8[at : at + (hi - lo) * isz].view(dt)
+
+        def gather(lo: int, step: int, half: int) -> None:
+            node.sync("all_reduce (blocks reduced)")
+            for q, count in enumerate(blocks):
+                hi = min(count, lo + step)
+                if hi > lo:
+                    recv[displs[q] + lo : displs[q] + hi] = out_piece(q, lo, hi, half, step)
+
+        self._reduce_node(src, found, blocks, op, lambda lo, hi, half, step: out_piece(node.rank, lo, hi, half, step),
+                          "all_reduce", extra=1, after=gather)
+
+    def _allreduce_nodes(self, send: Optional[Any], recv: Any, op: str) -> None:
+        if recv.size == 0:
+            return
+        stage = self._stage_view(recv.size, recv.dtype)
+        self._allreduce_into(recv if send is None else send, self._locate(send), op, stage)
+        recv[...] = stage
+        self.node.sync("all_reduce (staging free again)")
+
+    def _allreduce_into(self, src: np.ndarray, found: Optional[Tuple[Segment, int]], op: str,
+                        dest: Optional[np.ndarray] = None, obtain: Optional[Callable[[], np.ndarray]] = None
+                        ) -> np.ndarray:
+        """All-reduce every rank's ``src`` into node-shared ``dest`` (or ``obtain()``'s, see :meth:`_reduce_to`), synced."""
+        dest = self._reduce_to(src, found, op, "all_reduce (within the node)", dest, obtain)
+        if self.node.multi:
+            if self.node.leaders is not None:
+                self._leaders("Allreduce", mpi_op("in_place"), [dest, mpi_datatype(dest.dtype)], mpi_op(op))
+            self.node.sync("all_reduce (waiting for the node leader)")
+        return dest
+
+    # ------------------------------------------------------------------ shared arrays
+
+    def shared_empty(self, shape: Tuple[int, ...], dtype: np.dtype,
+                     layout: Optional[Sequence[Tuple[int, int]]] = None) -> Any:
+        """This rank's writeable array of ``shape`` in one new segment of the node (collective over the node).
+
+        ``layout`` is every node rank's ``(nbytes, itemsize)``, in local rank
+        order, when the caller agreed it already; otherwise the ranks exchange
+        it here, a rank with invalid arguments passing ``shape=None``; then the
+        local ranks that failed are returned (a list) and nothing is allocated.
+        The shards sit one after the other in local rank order, each aligned to
+        its itemsize (no gaps when they share a dtype, so their concatenation
+        is the segment's memory).
+        """
+        node = self.node
+        if layout is None:
+            line = node.mine()
+            line[0] = -1 if shape is None else prod(shape) * dtype.itemsize
+            line[1] = 1 if shape is None else dtype.itemsize
+            node.sync("shared_empty")
+            lines = node.lines()
+            failed = [q for q in range(node.size) if lines[q, 0] < 0]
+            if failed:
+                return failed
+            layout = [(int(lines[q, 0]), int(lines[q, 1])) for q in range(node.size)]
+            synced = True
+        else:
+            synced = False
+        starts, end = [], 0
+        for nbytes, itemsize in layout:
+            end = -(-end // itemsize) * itemsize
+            starts.append(end)
+            end += nbytes
+        seg = self._obtain_after_sync(end, "shared_empty", synced)
+        return seg.array(starts[node.rank], shape, dtype, writeable=True)
+
+    def gather_shared(self, x: np.ndarray, shape: Tuple[int, ...], ax: int, sizes: Sequence[int],
+                      exclusive: bool) -> np.ndarray:
+        """All-gather ``x`` along ``ax`` into one read-only node-shared array of ``shape``.
+
+        Zero copy when every rank passes exactly the array ``shared_empty``
+        gave it, of one segment, in rank order, gathered along its first
+        non-trivial axis, on one node; ``exclusive`` says that no other view of
+        this rank's shard is alive (checked by the caller before anything else
+        referenced it). The shards are then frozen (read-only, for good) and the
+        result is their memory. Otherwise each rank copies its block into a
+        result segment.
+        """
+        node = self.node
+        h = holder_of(x)
+        lead = prod(shape[:ax])
+        candidate = (
+            not node.multi and lead == 1 and h is not None and self.pool.segments.get(h.segment.sid) is h.segment
+            and x.flags.c_contiguous and x.nbytes == h.nbytes and (exclusive or not x.flags.writeable)
+        )
+        line = node.mine()
+        line[0] = _SEGMENT if candidate else 0
+        if candidate:
+            line[1], line[2] = h.segment.sid, h.offset
+        node.sync("all_gather (shared result)")
+        lines = node.lines()
+        row = prod(shape[ax + 1 :]) * x.itemsize
+        if _contiguous_shards(lines, [s * row for s in sizes]):
+            seg = self.pool.segments[int(lines[0, 1])]
+            if x.flags.writeable:
+                x.setflags(write=False)
+                x.base.setflags(write=False)
+            return seg.array(int(lines[0, 2]), shape, x.dtype, writeable=False)
+        nbytes = prod(shape) * x.itemsize
+        seg = self._obtain_after_sync(nbytes, "all_gather (shared result)")
+        out = seg.data[:nbytes].view(x.dtype).reshape(shape)
+        g = self.comm.rank
+        start = sum(sizes[:g])
+        if node.multi:  # lead == 1 and contiguous nodes (the caller sees to it): gather the nodes' blocks in place
+            flat = out.reshape(-1)
+            inner = prod(shape[ax + 1 :])
+            counts = [s * inner for s in sizes]
+            flat[start * inner : (start + sizes[g]) * inner] = x.reshape(-1)
+            _, node_counts, node_displs = self._node_layout(counts)
+            self._exchange_gather(flat.view(movement_dtype(x.dtype)), node_counts, node_displs)
+        else:
+            out[(slice(None),) * ax + (slice(start, start + sizes[g]),)] = x
+            node.sync("all_gather (shared result written)")
+        return seg.array(0, shape, x.dtype, writeable=False)
+
+    def publish_shared(self, result: np.ndarray) -> np.ndarray:
+        """A read-only node-shared copy of ``result`` (the same on every rank), each rank copying its share."""
+        node = self.node
+        seg = self._obtain_after_sync(result.nbytes, "shared result", synced=False)
+        flat = result.reshape(-1)
+        blocks = _split(flat.size, node.size, flat.itemsize)
+        start = offsets(blocks)[node.rank]
+        out = seg.data[: result.nbytes].view(result.dtype)
+        out[start : start + blocks[node.rank]] = flat[start : start + blocks[node.rank]]
+        node.sync("shared result written")
+        return seg.array(0, result.shape, result.dtype, writeable=False)
+
+    def reduce_shared(self, send: np.ndarray, op: str, divide: int, shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """All-reduce the flat ``send`` into one read-only node-shared array of ``shape`` and ``dtype``.
+
+        ``send`` is in the wire dtype (``dtype``'s bytes); the result is divided by ``divide`` when it is > 1.
+        The first sync of the reduction is also the pool's arrival sync.
+        """
+        node = self.node
+        holder: List[Segment] = []
+
+        def obtain() -> np.ndarray:
+            holder.append(self._obtain_after_sync(send.nbytes, "all_reduce (shared result)"))
+            return holder[0].data[: send.nbytes].view(send.dtype)
+
+        dest = self._allreduce_into(send, self._locate(send), op, obtain=obtain)
+        if divide > 1:
+            blocks = _split(dest.size, node.size, dest.itemsize)
+            start = offsets(blocks)[node.rank]
+            part = dest[start : start + blocks[node.rank]]
+            part /= part.dtype.type(divide)
+            node.sync("all_reduce (shared result divided)")
+        return holder[0].array(0, shape, dtype, writeable=False)
+
+    def _obtain_after_sync(self, nbytes: int, what: str, synced: bool = True) -> Segment:
+        """A result segment agreed by the node; ``synced``: every rank just passed a sync."""
+        node = self.node
+        if not synced:
+            node.sync(what)
+        line = node.mine()
+        if node.rank == 0:
+            self.pool.publish(line, self.pool.decide(nbytes))
+        node.sync(what)
+        return self.pool.apply(node.lines()[0], nbytes)
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """Free the scratch and staging windows, the segments no rank holds, and the node (collective)."""
+        if self._closed:
+            return
+        self._closed = True
+        if _finalized():
+            return
+        for block in (self._scratch, self._stage):
+            if block is not None:
+                block.free()
+        self._scratch = self._stage = None
+        self.pool.close()
+        self.node.free()
+
+
+def shared_transport(c: Any) -> SharedMemory:
+    """The communicator's ``shm`` transport (collective on first use), whatever ``auto`` picks for private arrays."""
+    return c.transport_instance(SharedMemory.name)
+
+
+def shared_empty(c: Any, shape: Any, dtype: Any) -> np.ndarray:
+    """This rank's new writeable array in node-shared memory (collective; see ``Communicator.shared_empty``).
+
+    The ranks exchange their sizes through the node's control window (two
+    node syncs in all); in check mode, or across nodes, through
+    ``Communicator.agree`` first, which shares a rank's exact error with
+    every rank.
+    """
+    err = local = None
+    try:
+        shape = shape_of("shape", (shape,) if isinstance(shape, (int, np.integer)) else shape)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise ArgumentError(f"dtype: expected a NumPy dtype; got {dtype!r} ({exc})") from None
+        check_dtype(dtype, "dtype")
+        local = (prod(shape) * dtype.itemsize, dtype.itemsize)
+    except HpccollError as exc:
+        err = exc
+    t = shared_transport(c)
+    if c.check or t.node.multi:
+        layout = c.agree("shared_empty", None, local, err)  # raises any rank's error on every rank
+        return t.shared_empty(shape, dtype, [layout[g] for g in t.node.members[t.node.index]])
+    got = t.shared_empty(None if err else shape, dtype)
+    if err is not None:
+        raise err
+    if isinstance(got, list):
+        raise ArgumentError(
+            f"shared_empty: expected valid shape and dtype on every rank; rank(s) {got} of this node raised "
+            "(their own messages say why; HPCCOLL_CHECK=1 shows them on every rank)"
+        )
+    return got
+
+
+def _combine(ufunc: Any, srcs: List[np.ndarray], out: np.ndarray) -> None:
+    """``out = srcs[0] op srcs[1] op ...``, left to right."""
+    if len(srcs) == 1:
+        out[...] = srcs[0]
+        return
+    ufunc(srcs[0], srcs[1], out=out)
+    for s in srcs[2:]:
+        ufunc(out, s, out=out)
+
+
+def _split(n: int, parts: int, itemsize: int) -> List[int]:
+    """``n`` elements in ``parts`` blocks, each a whole number of 64-byte lines where it can be."""
+    unit = max(1, 64 // itemsize)
+    per = -(-(-(-n // parts)) // unit) * unit
+    return [max(0, min(per, n - q * per)) for q in range(parts)]
+
+
+def _any_segment(lines: Any, size: int) -> bool:
+    """Whether any rank's published input is a segment."""
+    return _SEGMENT in lines[:size, 0].tolist()
+
+
+def _contiguous_shards(lines: Any, nbytes: Sequence[int]) -> bool:
+    """Whether every rank published a shard of one segment, laid end to end in rank order."""
+    rows = lines.tolist()  # one conversion: Python ints compare several times faster than NumPy scalars
+    _, sid, at = rows[0][:3]
+    for row, n in zip(rows, nbytes):
+        if row[0] != _SEGMENT or row[1] != sid or row[2] != at:
+            return False
+        at += n
+    return True
+
+
+def _probed(comm: Any) -> Tuple[Optional[str], int]:
+    """``(why node-shared windows cannot be made on comm or None, number of nodes)``: collective, cached."""
+    return remembered(
+        comm, "shm probe", lambda: _guarded(comm, "hpccoll shm: probing for node-shared memory", _probe, comm)
+    )
+
+
+def _probe(comm: Any) -> Tuple[Optional[str], int]:
+    """Collective: can every rank allocate a node-shared window, and how many nodes are there?"""
+    from mpi4py import MPI
+
+    reason, head = None, -1
+    node_size_from_env()  # a bad HPCCOLL_NODE_SIZE raises ArgumentError (on every rank alike)
+    try:
+        node = split_node(comm.mpi)
+        try:
+            head = node.bcast(comm.rank, root=0)
+            win = MPI.Win.Allocate_shared(64 if node.Get_rank() == 0 else 0, 1, comm=node)
+            win.Shared_query(0)
+            win.Free()
+        finally:
+            node.Free()
+    except (MPI.Exception, NotImplementedError) as exc:
+        reason = f"MPI_Win_allocate_shared failed: {exc}"
+    said = comm.mpi.allgather((reason, head))
+    for rank, (why, _) in enumerate(said):
+        if why is not None:
+            return f"{why} (on rank {rank})", 0
+    return None, len({h for _, h in said})
+
+
+def _guarded(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, watched when the communicator has a ``timeout`` (``HPCCOLL_TIMEOUT``)."""
+    if comm.timeout is None:
+        return call(*args)
+    return watched(comm, what, call, *args)
+
+
+def _finalized() -> bool:
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is None or mpi.Is_finalized()
