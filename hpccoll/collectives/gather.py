@@ -301,7 +301,8 @@ def _unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[int], tab
             k, first = len(arrays), arrays[0]
             stacked = xp.empty((k, sum(table[0])) + first.shape[1:], first.dtype)
             blocks(recv, stacked.view(_BYTES).reshape(k, sum(table[0]), unit[0]), xp, 1, table[0], to_flat=False)
-            outs[:] = list(stacked)
+            outs.clear()
+            outs.extend(stacked)
             return
         offset = 0
         starts = [0] * len(arrays)

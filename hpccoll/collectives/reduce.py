@@ -165,7 +165,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         groups = {}
         for i, a in enumerate(arrays):
             groups.setdefault(a.dtype, []).append(i)
-    results: List[Any] = [None] * n
+    results: List[Any] = []  # the rows of one received buffer, or filled array by array
     pending, finishers = [], []
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce)
@@ -175,6 +175,10 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
             wire_bytes = nbytes if len(members) == n else [nbytes[i] for i in members]
         wire_total = total if wire_bytes is nbytes else sum(wire_bytes)
         groups_of = buckets(wire_bytes, c.bucket_bytes, wire_total)
+        # No out, one bucket of all arrays, one shape (>= 1-D): the results are the rows of the received buffer.
+        rows = out is None and len(members) == n and len(groups_of) == 1 and bool(lst.shape) and not plan.widen
+        if not rows and not results:
+            results.extend([None] * n)
         # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
         pair = scratch(c, wire_total) if len(groups) == len(groups_of) == 1 and kind == "numpy" and not async_op \
             and not plan.widen and wire_total else None
@@ -185,8 +189,6 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
                           pair[0][:size] if pair else None)
             recv = pair[1][:size].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
             pending.append(start(transport, "allreduce", (send, recv, plan.op), async_op))
-            # No out, one bucket of one shape (>= 1-D): the results are the rows of the received buffer.
-            rows = out is None and len(idx) == n and bool(lst.shape) and not plan.widen
             finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows))
     return finish_all(pending, finishers, results, async_op)
 
@@ -208,7 +210,7 @@ def _unpacker(recv: Any, idx: Sequence[int], arrays: List[Any], outs: Optional[L
         if scratched:
             buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
         if rows:  # one shape: the rows of a stack, at C speed
-            results[:] = as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape)
+            results.extend(as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape))
             return
         offset = 0
         for i in idx:

@@ -184,7 +184,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
     else:
         inner = [prod(shape_without(s, ax)) for s, ax in zip(lst.shapes, axes)]
     pending, finishers = [], []
-    results: List[Any] = [None] * len(arrays)
+    results: List[Any] = []  # the rows of one new array, or filled array by array
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce)
         if shape is not None:
@@ -192,14 +192,17 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
             groups_of = buckets([each] * len(members), c.bucket_bytes, each * len(members))
         else:
             groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
+        # One bucket of all arrays, one shape, split along axis 0, no out, no widening: one relayout each way.
+        uniform = len(groups) == 1 and len(groups_of) == 1 and out is None and not plan.widen \
+            and shape is not None and axes[0] == 0
+        if not uniform and not results:
+            results.extend([None] * len(arrays))
         for bucket in groups_of:
             idx = members if len(bucket) == len(members) else [members[j] for j in bucket]
             if shape is not None:  # every array of idx alike: k arrays' blocks of one extent per rank
                 counts = [len(idx) * inner[0] * n for n in table[0]]
             else:
                 counts = [sum(inner[i] * table[i][r] for i in idx) for r in range(c.size)]
-            uniform = len(groups) == 1 and len(groups_of) == 1 and out is None and not plan.widen \
-                and shape is not None and axes[0] == 0
             pair = scratch(c, sum(counts) * plan.wire.itemsize) if uniform and kind == "numpy" and not async_op \
                 and counts[c.rank] else None
             send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
@@ -267,7 +270,7 @@ def _unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[int], out
             first = arrays[idx[0]]
             mine = table[idx[0]][c.rank]
             buf = buf.copy() if scratched else buf
-            results[:] = as_wire(buf, first.dtype).reshape((len(idx), mine) + first.shape[1:])
+            results.extend(as_wire(buf, first.dtype).reshape((len(idx), mine) + first.shape[1:]))
             return
         offset = 0
         for i in idx:
