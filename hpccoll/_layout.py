@@ -13,7 +13,9 @@ import numpy as np
 from ._arrays import flat, prod
 from ._relayout import copy_blocks as blocks
 
-__all__ = ["as_wire", "wire_flat", "pack", "blocks", "store", "divide", "divided", "buckets", "concat", "join", "joined"]
+__all__ = [
+    "as_wire", "wire_flat", "pack", "blocks", "store", "divide", "divided", "buckets", "concat", "join", "joined",
+]
 
 
 def as_wire(buf: Any, dtype: np.dtype) -> Any:

@@ -18,7 +18,6 @@ import numpy as np
 from .._arrays import flat, module_of, prod
 from .._core.launch import done, finish_all, launch, scratch, start
 from .._core.validate import (
-    SEQUENCES,
     axes_of,
     axis_of,
     block,

@@ -19,7 +19,6 @@ import numpy as np
 from .._arrays import flat, module_of
 from .._core.launch import done, finish_all, launch, scratch, start
 from .._core.validate import (
-    SEQUENCES,
     check_out,
     list_types,
     one_array,
@@ -201,8 +200,8 @@ def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
     ]
 
 
-def _unpacker(recv: Any, idx: Sequence[int], arrays: List[Any], outs: Optional[List[Any]], results: List[Any], plan: ReducePlan,
-              parts: int, xp: Any, scratched: bool, rows: bool) -> Callable[[], None]:
+def _unpacker(recv: Any, idx: Sequence[int], arrays: List[Any], outs: Optional[List[Any]], results: List[Any],
+              plan: ReducePlan, parts: int, xp: Any, scratched: bool, rows: bool) -> Callable[[], None]:
     def finish() -> None:
         buf = recv
         if plan.divide:

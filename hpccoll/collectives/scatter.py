@@ -19,7 +19,6 @@ import numpy as np
 from .._arrays import module_of, prod, split_sizes
 from .._core.launch import done, finish_all, launch, scratch, start
 from .._core.validate import (
-    SEQUENCES,
     axes_of,
     axis_of,
     block,
