@@ -18,7 +18,6 @@ import sys
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 import hpccoll
 import standin_cupy as cp
@@ -870,9 +869,6 @@ def test_in_place_reduce_scatter_whose_block_overlaps_the_start(fresh, runtime, 
     assert_close(host(mine), block(reference(stack, "sum"), 0, sizes, c.rank))
 
 
-@pytest.mark.xfail(MPI.COMM_WORLD.size == 1, strict=True, raises=StandInRace, reason=(
-    "known bug: on one rank the result is copied on the launching stream and the completed request does not "
-    "order the waiting stream after it"))
 def test_waiting_on_another_stream(gpu):
     """A request launched on one stream and waited for under another: the result must still be right."""
     sizes = [2] * gpu.size

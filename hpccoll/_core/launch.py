@@ -7,6 +7,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._request import DONE, Pending, Request
+from ..transports._cuda import get_runtime
 
 __all__ = ["launch", "start", "finish_all", "done", "then", "scratch", "SCRATCH_BYTES"]
 
@@ -42,9 +43,17 @@ def finish_all(pending: Sequence[Pending], finishers: Sequence[Callable[[], None
     return finish()
 
 
-def done(result: Any, async_op: bool) -> Any:
-    """``result``, or a completed :class:`Request` holding it."""
-    return Request.completed(result) if async_op else result
+def done(result: Any, async_op: bool, kind: str = "numpy") -> Any:
+    """``result``, or a :class:`Request` holding it.
+
+    A CuPy result was made on the current stream (a one-rank call's copy):
+    the request's ``wait()`` orders the waiting stream after it.
+    """
+    if not async_op:
+        return result
+    if kind == "numpy":
+        return Request.completed(result)
+    return Request([], get_runtime().on_this_stream(lambda: result))
 
 
 def then(result: Any, fn: Callable[[Any], Any]) -> Any:

@@ -125,7 +125,7 @@ def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_siz
         out = _late(c, what, lambda: _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes))
     if c.size == 1:
         xp.copyto(out, x)
-        return done(out, async_op)
+        return done(out, async_op, kind)
     transport = c.transport_of(kind, _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize,
                                             even))  # collective on first GPU use: after the ranks agree
     return _move(x, transport, xp, sa, ca, sizes, recv_sizes, out, even, async_op)
@@ -317,7 +317,7 @@ def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_s
     if c.size == 1:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
-        return done(outs, async_op)
+        return done(outs, async_op, kind)
     send = _pack_list(arrays, sas, table, xp, c.size)
     unit = [prod(shape_without(o.shape, ca)) * o.dtype.itemsize for o, ca in zip(outs, cas)]  # bytes per index
     recv_counts = [sum(u * rt[r] for u, rt in zip(unit, recv_table)) for r in range(c.size)]

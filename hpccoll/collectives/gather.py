@@ -134,7 +134,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
         out = _out(out, x, xp, ax, sizes, c.rank)
     if c.size == 1:
         xp.copyto(out, x)
-        return done(out, async_op)
+        return done(out, async_op, kind)
     return _move(x, c.transport_of(kind, out.nbytes), xp, ax, sizes, out, c.rank, async_op)
 
 
@@ -240,7 +240,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
     if c.size == 1:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
-        return done(outs, async_op)
+        return done(outs, async_op, kind)
     transport = c.transport_of(kind, total)
     pending, finishers = [], []
     for idx in groups:

@@ -102,7 +102,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     if c.size == 1:
         if out is not x:
             xp.copyto(out, x)
-        return done(out, async_op)
+        return done(out, async_op, kind)
     transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
     plan = reduce_plan(x.dtype, op, transport.native_reduce)
     in_place = out is x or (xp.may_share_memory(out, x) and same_block(out, x, _ALL))
@@ -151,7 +151,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         err = e
     settle(c, what, desc, None, err)
     if c.size == 1:
-        return done([_copy_into(o, a) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op)
+        return done([_copy_into(o, a) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
     n = len(arrays)
     nbytes = [arrays[0].nbytes] * n if lst.alike else list(map(_nbytes_of, arrays))
     total = nbytes[0] * n if lst.alike else sum(nbytes)

@@ -125,7 +125,7 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
     settle(c, what, desc, None, err)
     if c.size == 1:
         xp.copyto(out, x)
-        return done(out, async_op)
+        return done(out, async_op, kind)
     transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
     plan = reduce_plan(x.dtype, op, transport.native_reduce)
     trail = prod(shape_without(x.shape, ax))
@@ -168,7 +168,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
         err = e
     settle(c, what, desc, None, err)
     if c.size == 1:
-        return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op)
+        return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op, kind)
     shape = lst.shape  # one shape: each array's block extents and trailing size are one value
     total = arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))
     transport = c.transport_of(kind, total)  # collective on first GPU use
