@@ -42,7 +42,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, wire_flat, blocks, buckets, join
 from ..transports._control import exchange_extents
 
-__all__ = ["all_gather"]
+__all__ = ["all_gather", "own_sizes"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -121,7 +121,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
         x, kind, xp = one_array(x)
         ax = axis_of(axis, x.ndim)
         if sizes is not None:
-            sizes = _own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
+            sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
             out = _out(out, x, xp, ax, sizes, c.rank)
     except HpccollError as e:
         err = e
@@ -138,7 +138,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
     return _move(x, c.transport_of(kind, out.nbytes), xp, ax, sizes, out, c.rank, async_op)
 
 
-def _own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
+def own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
     sizes = sizes_of(sizes, c.size)
     if sizes[c.rank] != extent:
         raise ArgumentError(
@@ -254,7 +254,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
         recv = pair[1][: sum(counts)] if pair else xp.empty(sum(counts), _BYTES)
         pending.append(start(transport, "allgatherv", (send, recv, counts), async_op))
         finishers.append(_unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
-    return finish_all(pending, finishers, outs, async_op)
+    return finish_all(transport, pending, finishers, outs, async_op)
 
 
 def _check_extents(lst: ListOf, axes: List[int], sizes: Tuple[int, ...], c: Any) -> None:
@@ -264,7 +264,7 @@ def _check_extents(lst: ListOf, axes: List[int], sizes: Tuple[int, ...], c: Any)
     extents = [s[ax] for s, ax in zip(lst.shapes, axes)]
     if extents.count(sizes[c.rank]) != len(extents):
         i = next(i for i, n in enumerate(extents) if n != sizes[c.rank])
-        _own_sizes(sizes, c, extents[i], f"x[{i}].shape[{axes[i]}]")
+        own_sizes(sizes, c, extents[i], f"x[{i}].shape[{axes[i]}]")
 
 
 def _table(lst: Optional[ListOf], axes: List[int], sizes: Any, c: Any, desc: Any, what: str,

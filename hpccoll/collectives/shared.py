@@ -18,7 +18,7 @@ import numpy as np
 
 from .._arrays import as_array, flat, prod
 from .._core.launch import done
-from .._core.validate import axis_of, settle, shape_without, sizes_of, with_extent
+from .._core.validate import axis_of, settle, shape_without, with_extent
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError
 from .._layout import as_wire
@@ -69,10 +69,7 @@ def shared_all_gather(x: Any, c: Any, axis: Any, sizes: Optional[Sequence[int]],
         x = _shared_input(x, out)
         ax = axis_of(axis, x.ndim)
         if sizes is not None:
-            sizes = sizes_of(sizes, c.size)
-            if sizes[c.rank] != x.shape[ax]:
-                raise ArgumentError(f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]}; "
-                                    f"got {sizes[c.rank]}")
+            sizes = gather.own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
         if c.check:
             desc = {"collective": "all_gather", "out": SHARED, "dtype": x.dtype.name, "ndim": x.ndim, "axis": ax,
                     "shape except axis": shape_without(x.shape, ax), "sizes": sizes}

@@ -9,33 +9,34 @@ package, beside them.
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
 
 from .._errors import MismatchError
 from .._faults import watched
 
-__all__ = ["run", "allgather_object", "exchange_extents", "exchange_rows"]
+__all__ = ["guarded", "run", "allgather_object", "exchange_extents", "exchange_rows"]
 
 
-def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
-    """``comm.mpi.<name>(*args)`` (an mpi4py buffer collective), watched when ``comm.timeout`` is set.
+def guarded(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, watched as ``what`` when ``comm.timeout`` is set (``HPCCOLL_TIMEOUT``).
 
     ``comm`` is a :class:`~hpccoll.Communicator` (``mpi``, ``rank``, ``size``, ``timeout``).
     """
-    call = getattr(comm.mpi, name)
     if comm.timeout is None:
-        call(*args)
-    else:
-        watched(comm, what or f"MPI_{name}", call, *args)
+        return call(*args)
+    return watched(comm, what, call, *args)
+
+
+def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
+    """``comm.mpi.<name>(*args)`` (an mpi4py buffer collective), watched like :func:`guarded`."""
+    guarded(comm, what or f"MPI_{name}", getattr(comm.mpi, name), *args)
 
 
 def allgather_object(comm: Any, obj: Any, what: str = "") -> List[Any]:
-    """``comm.mpi.allgather(obj)`` (pickled objects), watched like :func:`run`."""
-    if comm.timeout is None:
-        return comm.mpi.allgather(obj)
-    return watched(comm, what or "MPI_Allgather (pickled)", comm.mpi.allgather, obj)
+    """``comm.mpi.allgather(obj)`` (pickled objects), watched like :func:`guarded`."""
+    return guarded(comm, what or "MPI_Allgather (pickled)", comm.mpi.allgather, obj)
 
 
 def exchange_extents(c: Any, arrays: Sequence[Any], axes: Sequence[int], what: str) -> List[Tuple[int, ...]]:

@@ -24,12 +24,12 @@ import atexit
 import os
 import time
 from math import prod
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .._errors import ArgumentError
-from .._faults import watched
+from ._control import guarded
 
 __all__ = ["NODE_SIZE_ENV", "node_size_from_env", "split_node", "Block", "Node", "Segment", "Pool", "holder_of"]
 
@@ -194,11 +194,7 @@ class Node:
         seq, counters = self.seq, self.counters
         for q in self.others:
             if counters[q] < seq:
-                if self.comm.timeout is None:
-                    self._spin(seq)
-                else:
-                    watched(self.comm, f"hpccoll shm: {what} (waiting for the other ranks of this node)",
-                             self._spin, seq)
+                guarded(self.comm, f"hpccoll shm: {what} (waiting for the other ranks of this node)", self._spin, seq)
                 break
         self.fence()
 
@@ -399,10 +395,15 @@ class Pool:
         seg.start()
         return seg
 
-    def obtain(self, nbytes: int, what: str) -> Segment:
-        """A segment of at least ``nbytes`` whose every hold is gone, agreed by the node (two syncs)."""
+    def obtain(self, nbytes: int, what: str, synced: bool = False) -> Segment:
+        """A segment of at least ``nbytes`` whose every hold is gone, agreed by the node (two syncs).
+
+        ``synced``: every rank of the node has just passed a sync, which then
+        serves as the first (every hold ended before it is visible).
+        """
         node = self.node
-        node.sync(what)  # everyone is here: every hold ended before this call is visible
+        if not synced:
+            node.sync(what)  # everyone is here: every hold ended before this call is visible
         line = node.mine()
         if node.rank == 0:
             self.publish(line, self.decide(nbytes))

@@ -37,9 +37,9 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._faults import watched
 from .._request import Pending
 from ._base import Transport
+from ._control import guarded
 from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError
@@ -95,7 +95,7 @@ class SharedMemory(Transport):
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
-        self.node = _guarded(comm, "hpccoll shm: setting up the node's shared memory", Node, comm)
+        self.node = guarded(comm, "hpccoll shm: setting up the node's shared memory", Node, comm)
         self.pool = Pool(self.node)
         self._scratch: Optional[Block] = None
         self._slot = 0
@@ -208,7 +208,7 @@ class SharedMemory(Transport):
 
     def _leaders(self, name: str, *args: Any) -> None:
         """MPI collective ``name`` among the node leaders (watched under ``HPCCOLL_TIMEOUT``)."""
-        _guarded(self.comm, f"MPI_{name} (shm: between node leaders)", getattr(self.node.leaders, name), *args)
+        guarded(self.comm, f"MPI_{name} (shm: between node leaders)", getattr(self.node.leaders, name), *args)
 
     # ------------------------------------------------------------------ all-gather
 
@@ -531,7 +531,7 @@ class SharedMemory(Transport):
             end = -(-end // itemsize) * itemsize
             starts.append(end)
             end += nbytes
-        seg = self._obtain_after_sync(end, "shared_empty", synced)
+        seg = self.pool.obtain(end, "shared_empty", synced)
         return seg.array(starts[node.rank], shape, dtype, writeable=True)
 
     def gather_shared(self, x: np.ndarray, shape: Tuple[int, ...], ax: int, sizes: Sequence[int],
@@ -567,7 +567,7 @@ class SharedMemory(Transport):
                 x.base.setflags(write=False)
             return seg.array(int(lines[0, 2]), shape, x.dtype, writeable=False)
         nbytes = prod(shape) * x.itemsize
-        seg = self._obtain_after_sync(nbytes, "all_gather (shared result)")
+        seg = self.pool.obtain(nbytes, "all_gather (shared result)", synced=True)
         out = seg.data[:nbytes].view(x.dtype).reshape(shape)
         g = self.comm.rank
         start = sum(sizes[:g])
@@ -586,7 +586,7 @@ class SharedMemory(Transport):
     def publish_shared(self, result: np.ndarray) -> np.ndarray:
         """A read-only node-shared copy of ``result`` (the same on every rank), each rank copying its share."""
         node = self.node
-        seg = self._obtain_after_sync(result.nbytes, "shared result", synced=False)
+        seg = self.pool.obtain(result.nbytes, "shared result")
         flat = result.reshape(-1)
         blocks = _split(flat.size, node.size, flat.itemsize)
         start = offsets(blocks)[node.rank]
@@ -605,7 +605,7 @@ class SharedMemory(Transport):
         holder: List[Segment] = []
 
         def obtain() -> np.ndarray:
-            holder.append(self._obtain_after_sync(send.nbytes, "all_reduce (shared result)"))
+            holder.append(self.pool.obtain(send.nbytes, "all_reduce (shared result)", synced=True))
             return holder[0].data[: send.nbytes].view(send.dtype)
 
         dest = self._allreduce_into(send, self._locate(send), op, obtain=obtain)
@@ -616,17 +616,6 @@ class SharedMemory(Transport):
             part /= part.dtype.type(divide)
             node.sync("all_reduce (shared result divided)")
         return holder[0].array(0, shape, dtype, writeable=False)
-
-    def _obtain_after_sync(self, nbytes: int, what: str, synced: bool = True) -> Segment:
-        """A result segment agreed by the node; ``synced``: every rank just passed a sync."""
-        node = self.node
-        if not synced:
-            node.sync(what)
-        line = node.mine()
-        if node.rank == 0:
-            self.pool.publish(line, self.pool.decide(nbytes))
-        node.sync(what)
-        return self.pool.apply(node.lines()[0], nbytes)
 
     # ------------------------------------------------------------------ teardown
 
@@ -720,7 +709,7 @@ def _contiguous_shards(lines: Any, nbytes: Sequence[int]) -> bool:
 def _probed(comm: Any) -> Tuple[Optional[str], int]:
     """``(why node-shared windows cannot be made on comm or None, number of nodes)``: collective, cached."""
     return remembered(
-        comm, "shm probe", lambda: _guarded(comm, "hpccoll shm: probing for node-shared memory", _probe, comm)
+        comm, "shm probe", lambda: guarded(comm, "hpccoll shm: probing for node-shared memory", _probe, comm)
     )
 
 
@@ -746,13 +735,6 @@ def _probe(comm: Any) -> Tuple[Optional[str], int]:
         if why is not None:
             return f"{why} (on rank {rank})", 0
     return None, len({h for _, h in said})
-
-
-def _guarded(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
-    """``call(*args)``, watched when the communicator has a ``timeout`` (``HPCCOLL_TIMEOUT``)."""
-    if comm.timeout is None:
-        return call(*args)
-    return watched(comm, what, call, *args)
 
 
 def _finalized() -> bool:
