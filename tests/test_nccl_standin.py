@@ -879,6 +879,17 @@ def test_waiting_on_another_stream(gpu):
     assert_same(got, full)
 
 
+def test_list_waiting_on_another_stream(gpu):
+    """The same for a list form: its finishers run on the launching stream too."""
+    sizes = [2] * gpu.size
+    x, full = shards(gpu, (3, 0), 1, sizes, np.float64, seed=1)
+    req = hpccoll.all_gather([dev(x), dev(x + 1)], gpu, axis=1, sizes=sizes, async_op=True)
+    with cp.cuda.Stream(non_blocking=True):
+        got = [host(g) for g in req.wait()]
+    assert_same(got[0], full)
+    assert_same(got[1], full + 1)
+
+
 # --------------------------------------------------------------------------- faults: async errors, timeouts
 
 

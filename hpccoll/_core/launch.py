@@ -28,16 +28,19 @@ def start(transport: Any, primitive: str, args: tuple, async_op: bool) -> Pendin
     return DONE
 
 
-def finish_all(pending: Sequence[Pending], finishers: Sequence[Callable[[], None]], results: Any,
+def finish_all(transport: Any, pending: Sequence[Pending], finishers: Sequence[Callable[[], None]], results: Any,
                async_op: bool) -> Any:
-    """``results`` once every pending call completed and every finisher ran (a Request if ``async_op``)."""
+    """``results`` once every pending call completed and every finisher ran (a Request if ``async_op``).
+
+    The finishers are bound to ``transport`` like :func:`launch`'s (``Transport.bind_finish``).
+    """
     def finish() -> Any:
         for f in finishers:
             f()
         return results
 
     if async_op:
-        return Request(list(pending), finish)
+        return Request(list(pending), transport.bind_finish(finish))
     for p in pending:
         p.wait()
     return finish()

@@ -189,7 +189,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
             recv = pair[1][:size].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
             pending.append(start(transport, "allreduce", (send, recv, plan.op), async_op))
             finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows))
-    return finish_all(pending, finishers, results, async_op)
+    return finish_all(transport, pending, finishers, results, async_op)
 
 
 def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:

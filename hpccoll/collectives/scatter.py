@@ -210,7 +210,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
             pending.append(start(transport, "reduce_scatter", (send, recv, counts, plan.op), async_op))
             finishers.append(_unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp,
                                        uniform, pair is not None))
-    return finish_all(pending, finishers, results, async_op)
+    return finish_all(transport, pending, finishers, results, async_op)
 
 
 def _tables(lst: ListOf, axes: List[int], sizes: Any, parts: int) -> List[Tuple[int, ...]]:
