@@ -23,6 +23,7 @@ __all__ = [
     "reduce_plan",
     "movement_dtype",
     "direct_plan",
+    "wire_of",
 ]
 
 #: Reduction ops accepted by the public functions.
@@ -56,6 +57,27 @@ def check_dtype(dtype: np.dtype, name: str = "x") -> str:
         )
     _CHECKED[dtype] = key
     return key
+
+
+#: dtype -> the dtype its bytes move as, or None when unsupported (see :func:`wire_of`).
+_WIRE: Dict[np.dtype, Optional[np.dtype]] = {}
+
+
+def wire_of(dtype: np.dtype) -> Optional[np.dtype]:
+    """:func:`movement_dtype` of a supported ``dtype``, ``None`` for an unsupported one (no exception).
+
+    One dictionary lookup after the first call per dtype: the common-case
+    branches' test, which leave the error to the general branch.
+    """
+    wire = _WIRE.get(dtype, False)
+    if wire is False:
+        try:
+            check_dtype(dtype)
+            wire = movement_dtype(dtype)
+        except DTypeError:
+            wire = None
+        _WIRE[dtype] = wire
+    return wire
 
 
 def movement_dtype(dtype: np.dtype) -> np.dtype:

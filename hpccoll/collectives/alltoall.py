@@ -37,15 +37,16 @@ from .._core.validate import (
     is_array_list,
     one_array,
     outs_of,
+    may_share,
     plain_out,
-    plain_sizes,
+    plain_total,
     prepare_list,
     settle,
     shape_without,
     sizes_of,
     with_extent,
 )
-from .._dtypes import check_dtype, movement_dtype
+from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, pack, wire_flat
 from ..transports._control import exchange_rows
@@ -72,34 +73,35 @@ def all_to_all(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, re
 
 def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     """The common case (both axes 0); hands anything else to the general branch."""
-    shape, P, rank = x.shape, c.size, c.rank
-    general = (x, c, 0, 0, sizes, recv_sizes, out, what, async_op)
+    wire = wire_of(x.dtype)
+    shape, P = x.shape, c.size
+    if wire is None:
+        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op)  # it raises the DTypeError
     if sizes is None:
         sizes = split_sizes(shape[0], P)
-    elif not plain_sizes(sizes, P) or sum(sizes) != shape[0]:
-        return _one(*general)
-    if recv_sizes is not None and (not plain_sizes(recv_sizes, P) or recv_sizes[rank] != sizes[rank]):
-        return _one(*general)
-    try:
-        wire = movement_dtype(x.dtype) if check_dtype(x.dtype) else None
-    except HpccollError:
-        return _one(*general)  # it raises the DTypeError
+    elif plain_total(sizes, P) != shape[0]:  # -1 when not plain
+        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op)
     inner = 1 if len(shape) == 1 else prod(shape[1:])
     send_counts = sizes if inner == 1 else [s * inner for s in sizes]
     if recv_sizes is None:
         [recv_sizes], even = _exchange(c, [x], [0], [0], [sizes], _key(send_counts), what)
+        total, nbytes = sum(recv_sizes), _alike(P, send_counts, x.itemsize, even)
+    elif (total := plain_total(recv_sizes, P)) < 0 or recv_sizes[c.rank] != sizes[c.rank]:
+        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op)
     else:
-        even = False  # this rank's counts do not tell whether every rank's are even
-    oshape = (sum(recv_sizes),) + shape[1:]
-    fast = out is None or (plain_out(out, oshape, x.dtype) and not np.may_share_memory(out, x))
-    if not (fast and x.size and sum(recv_sizes)):  # another out, or empty: the general branch
-        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op, even)
-    if out is None:
+        even, nbytes = False, 0  # this rank's counts do not tell whether every rank's are even
+    oshape = (total,) + shape[1:]
+    if out is None and x.size and total:
         out = np.empty(oshape, x.dtype)
+    elif not (x.size and total and plain_out(out, oshape, x.dtype) and not may_share(out, x)):
+        return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op, even)  # another out, or empty
     recv_counts = recv_sizes if inner == 1 else [s * inner for s in recv_sizes]
+    t = c.transport_of("numpy", nbytes)
     args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts, even)
-    t = c.transport_of("numpy", _alike(c.size, send_counts, x.itemsize, even))
-    return launch(t, "alltoallv", args, lambda: out, async_op)
+    if async_op:
+        return launch(t, "alltoallv", args, lambda: out, True)
+    t.alltoallv(*args)
+    return out
 
 
 def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,

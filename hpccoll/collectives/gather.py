@@ -11,7 +11,7 @@ validates everything and raises the errors.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from .._core.validate import (
     survey_list,
     with_extent,
 )
-from .._dtypes import check_dtype, movement_dtype
+from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, wire_flat, blocks, buckets, join
 from ..transports._control import exchange_extents
@@ -46,20 +46,6 @@ __all__ = ["all_gather", "own_sizes"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
-#: dtype -> the dtype its bytes move as, or None when unsupported (the general branch raises).
-_WIRE: Dict[np.dtype, Optional[np.dtype]] = {}
-
-
-def _wire(dtype: np.dtype) -> Optional[np.dtype]:
-    wire = _WIRE.get(dtype, False)
-    if wire is False:
-        try:
-            check_dtype(dtype)
-            wire = movement_dtype(dtype)
-        except HpccollError:
-            wire = None
-        _WIRE[dtype] = wire
-    return wire
 
 
 def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -75,7 +61,7 @@ def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async
 
 def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     """The common case; hands anything else to the general branch (with the sizes it exchanged)."""
-    wire = _wire(x.dtype)
+    wire = wire_of(x.dtype)
     shape = x.shape
     if wire is None:
         return _one(x, c, axis, sizes, out, what, async_op)
