@@ -15,7 +15,10 @@ medians of same-round ratios):
   rank sees one row and one column of the count matrix), so point-to-point
   pairs (``HostMPI._pairwise``; ``MPI_Alltoallv`` above
   ``HostMPI.pairwise_max_ranks`` ranks), blocking and ``async_op=True``, vs raw
-  ``Alltoall`` and vs raw ``Alltoallv``;
+  ``Alltoall`` and vs raw ``Alltoallv``; ``pairs``: the same messages in raw mpi4py
+  (``Sendrecv`` at 2 ranks, ``Irecv``/``Isend`` per peer at more, the own block
+  copied) vs raw ``Alltoall``, and ``fixed``: given minus pairs, what hpccoll's
+  Python adds to the data path;
 - uneven blocks (rank r sends 2x, 0.5x, 1x ... of S/P), sizes given, vs raw ``Alltoallv``;
 - ``split_axis=1, concat_axis=0`` of a (64, S/512) array (a transpose: blocks
   packed first, ``MPI_Alltoall`` since the split and the extents are global) vs raw ``Alltoall``.
@@ -68,6 +71,18 @@ def data_cases(raw, comm, n):
     xu, outu = np.random.default_rng(rank).standard_normal(sum(send_u)), np.empty(sum(recv_u))
     sdu, rdu = [sum(send_u[:j]) for j in range(P)], [sum(recv_u[:j]) for j in range(P)]
     x2 = np.random.default_rng(rank).standard_normal((64, P * k // 64)) if k % 64 == 0 else None
+
+    def pairs():  # the data path of "given" in raw mpi4py: hpccoll's Python is all that "given" adds to it
+        if P == 2:
+            other = 1 - rank
+            raw.Sendrecv([x[other * k :], k, D], other, 3, [out[other * k :], k, D], other, 3)
+        else:
+            requests = [raw.Irecv([out[r * k :], k, D], r, 3) for r in range(P) if r != rank]
+            requests += [raw.Isend([x[j * k :], k, D], j, 3) for j in range(P) if j != rank]
+        out[rank * k : (rank + 1) * k] = x[rank * k : (rank + 1) * k]
+        if P != 2:
+            MPI.Request.Waitall(requests)
+
     out2 = np.empty((P * 64, k // 64))
     return {
         "even": {
@@ -77,6 +92,7 @@ def data_cases(raw, comm, n):
             "given": lambda: hpccoll.all_to_all(x, comm, sizes=even, recv_sizes=even, out=out),
             "async": lambda: hpccoll.all_to_all(x, comm, sizes=even, recv_sizes=even, out=out, async_op=True).wait(),
             "rawv": lambda: raw.Alltoallv([x, (counts, displs), D], [out, (counts, displs), D]),
+            "pairs": pairs,
             "exchange": lambda: recv_extents(comm, x, 0, 0, even, "bench"),  # learned's size exchange alone
         },
         "uneven": {
@@ -94,7 +110,7 @@ def data_cases(raw, comm, n):
 def part_a(raw, comm, timer, sizes, say):
     say("\n# (a) all_to_all with out= vs raw mpi4py, float64; times in us (median over rounds, max over ranks)")
     header = f"{'size/rank':>10}{'raw A2A':>10}{'learned':>10}{'ratio':>7}{'exchange':>9}{'given':>10}{'ratio':>7}" \
-             f"{'async':>7}{'raw A2Av':>10}{'g/A2Av':>7}{'raw/raw':>8} | {'uneven raw':>11}{'hpccoll':>10}{'ratio':>7}" \
+             f"{'async':>7}{'pairs':>7}{'fixed':>6}{'raw A2Av':>10}{'g/A2Av':>7}{'raw/raw':>8} | {'uneven raw':>11}{'hpccoll':>10}{'ratio':>7}" \
              f"{'raw/raw':>8}" \
              f" | {'transpose/raw':>13}"
     say(header)
@@ -106,7 +122,8 @@ def part_a(raw, comm, timer, sizes, say):
         t = timer.run(cases["even"], nbytes)
         row = {"bytes_per_rank": nbytes, **{k: v * 1e6 for k, v in t.items()},
                "learned/raw": timer.ratio("learned", "raw"), "given/raw": timer.ratio("given", "raw"),
-               "async/raw": timer.ratio("async", "raw"), "given/rawv": timer.ratio("given", "rawv"), "noise": timer.ratio("raw_again", "raw")}
+               "async/raw": timer.ratio("async", "raw"), "pairs/raw": timer.ratio("pairs", "raw"),
+               "given-pairs": timer.added("given", "pairs") * 1e6, "given/rawv": timer.ratio("given", "rawv"), "noise": timer.ratio("raw_again", "raw")}
         t = timer.run(cases["uneven"], nbytes)
         row.update(uneven_raw=t["raw"] * 1e6, uneven=t["given"] * 1e6, **{
             "uneven/raw": timer.ratio("given", "raw"), "uneven_noise": timer.ratio("raw_again", "raw")})
@@ -115,7 +132,8 @@ def part_a(raw, comm, timer, sizes, say):
             row["transpose/raw"] = timer.ratio("axis1", "raw")
         rows.append(row)
         say(f"{human(nbytes):>10}{row['raw']:>10.1f}{row['learned']:>10.1f}{row['learned/raw']:>7.3f}{row['exchange']:>9.1f}"
-            f"{row['given']:>10.1f}{row['given/raw']:>7.3f}{row['async/raw']:>7.3f}{row['rawv']:>10.1f}{row['given/rawv']:>7.3f}"
+            f"{row['given']:>10.1f}{row['given/raw']:>7.3f}{row['async/raw']:>7.3f}{row['pairs/raw']:>7.3f}"
+            f"{row['given-pairs']:>6.1f}{row['rawv']:>10.1f}{row['given/rawv']:>7.3f}"
             f"{row['noise']:>8.3f} | {row['uneven_raw']:>11.1f}{row['uneven']:>10.1f}{row['uneven/raw']:>7.3f}"
             f"{row['uneven_noise']:>8.3f} | {row.get('transpose/raw', float('nan')):>13.3f}")
     return rows
