@@ -33,7 +33,6 @@ from ._faults import abort_on_exception
 from ._operators import AllGather, AllReduce, AllToAll, Operator, ReduceScatter
 from ._request import Request
 from . import testing
-from .transports import TRANSPORTS
 
 __version__ = "0.1.0"
 
@@ -69,3 +68,12 @@ __all__ = [
     "testing",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``hpccoll.TRANSPORTS``, read when asked: :func:`hpccoll.transports.register` after import adds names."""
+    if name == "TRANSPORTS":
+        from . import transports
+
+        return transports.TRANSPORTS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
