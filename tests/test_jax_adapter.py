@@ -89,6 +89,35 @@ def test_reduction_ops(comm, mode, op):
     assert_close(host(got), reference(stack, op))
 
 
+def _all_to_all_case(P, r, axes):
+    """(x shape, sizes, recv_sizes) of rank r: uneven blocks, empty ones from P = 3, extents differing by rank."""
+    sa, ca = axes
+    rows = uneven(P)
+    if sa == ca:  # every rank splits its own way: rank q sends rank r its sizes[r]
+        split = lambda q: rows[q:] + rows[:q]  # noqa: E731
+        return (sum(split(r)), 2, 3), split(r), [split(q)[r] for q in range(P)]
+    sizes = hpccoll.split_sizes(2 * P + 1, P)  # one split on every rank; rank q's extent along ca is rows[q]
+    shape = [2, 2, 2]
+    shape[sa], shape[ca] = 2 * P + 1, rows[r]
+    return tuple(shape), sizes, rows
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("axes", [(0, 0), (1, 0), (0, 2)])
+def test_all_to_all_every_dtype_uneven_axes(comm, mode, dtype, axes, lowering):
+    sa, ca = axes
+    shape, sizes, recv_sizes = _all_to_all_case(comm.size, comm.rank, axes)
+    x = make(shape, dtype, seed=60 + comm.rank)
+    want = hpccoll.all_to_all(x, comm, split_axis=sa, concat_axis=ca, sizes=sizes, recv_sizes=recv_sizes)
+    f = lambda v: hcj.all_to_all(v, comm, split_axis=sa, concat_axis=ca, sizes=sizes, recv_sizes=recv_sizes)  # noqa: E731
+    y = run(mode, f, jnp.asarray(x))
+    assert isinstance(y, jax.Array)
+    assert_same(host(y), want)
+    if mode == "eager":  # recv_sizes=None: learned with one exchange, as hpccoll.all_to_all learns them
+        assert_same(host(hcj.all_to_all(jnp.asarray(x), comm, split_axis=sa, concat_axis=ca, sizes=sizes)), want)
+
+
 def test_all_gather_discovers_uneven_sizes_eagerly(comm):
     sizes = uneven(comm.size)
     full = make((sum(sizes), 2), np.float32, seed=4)
@@ -132,6 +161,13 @@ def _case(comm, name):
         lo, hi = bounds(sizes, r)
         W = make((P, 3, sum(sizes)), np.float64, seed=11)
         return (lambda v: hcj.all_gather(v, comm, axis=1, sizes=sizes)), full[:, lo:hi], W[r], W.sum(0)[:, lo:hi]
+    if name == "all_to_all":  # a transpose: rank r's rows, split by columns; rank j gets every rank's block j
+        rows, cols = uneven(P), hpccoll.split_sizes(2 * P + 1, P)
+        X = make((sum(rows), sum(cols)), np.float64, seed=21)  # the global array, row blocks on the ranks
+        W = make((sum(rows), sum(cols)), np.float64, seed=22)  # rank j weighs its column block j of X
+        (lo, hi), (clo, chi) = bounds(rows, r), bounds(cols, r)
+        f = lambda v: hcj.all_to_all(v, comm, split_axis=1, concat_axis=0, sizes=cols, recv_sizes=rows)  # noqa: E731
+        return f, X[lo:hi], W[:, clo:chi], W[lo:hi]
     if name == "replicate":
         W = make((P, 3), np.float64, seed=13)
         return (lambda v: hcj.replicate(v, comm)), make(3, np.float64, seed=14), W[r], W.sum(0)
@@ -151,7 +187,7 @@ def _case(comm, name):
     return f, X[r], W[r], scale * W.sum(0)
 
 
-CASES = ["all_gather", "reduce_scatter:sum", "reduce_scatter:avg", "all_reduce:sum:varying",
+CASES = ["all_gather", "all_to_all", "reduce_scatter:sum", "reduce_scatter:avg", "all_reduce:sum:varying",
          "all_reduce:avg:varying", "all_reduce:sum:replicated", "all_reduce:avg:replicated", "replicate"]
 
 
@@ -346,6 +382,7 @@ def test_vmap_and_jacobians_raise_naming_vmap(comm):
     for call in (
         lambda: jax.vmap(lambda v: hcj.all_reduce(v, comm))(x),
         lambda: jax.vmap(lambda v: hcj.all_gather(v, comm))(x),  # sizes=None: still the vmap error
+        lambda: jax.vmap(lambda v: hcj.all_to_all(v, comm))(x),  # recv_sizes=None: the same
         lambda: jax.jit(jax.vmap(lambda v: hcj.reduce_scatter(v, comm, sizes=[3] + [0] * (comm.size - 1))))(x),
         lambda: jax.jacfwd(lambda v: hcj.all_reduce(v, comm))(x[0]),
         lambda: jax.jacrev(lambda v: hcj.all_gather(v, comm, sizes=[3] * comm.size))(x[0]),
@@ -387,6 +424,10 @@ def test_checkpoint_is_refused_by_jax_naming_it(comm):
         (lambda c, v: hcj.all_gather(v, c, axis=2, sizes=[2] * c.size), hpccoll.ArgumentError,
          r"axis: expected an int in \[-1, 0\] for a 1-D array; got 2"),
         (lambda c, v: hcj.all_gather(v, c, sizes=[2] * (c.size + 1)), hpccoll.ArgumentError, "sizes: expected"),
+        (lambda c, v: hcj.all_to_all(v, c, concat_axis=1, recv_sizes=[1] * c.size), hpccoll.ArgumentError,
+         r"concat_axis: expected an int in \[-1, 0\] for a 1-D array; got 1"),
+        (lambda c, v: hcj.all_to_all(v, c, sizes=[3] * c.size, recv_sizes=[1] * c.size), hpccoll.ArgumentError,
+         "sizes: expected"),
         (lambda c, v: hcj.all_reduce(v, c, cotangent="both"), hpccoll.ArgumentError,
          "cotangent: expected 'varying' or 'replicated'; got 'both'"),
         (lambda c, v: hcj.all_reduce(v.astype(jnp.int32), c, op="avg"), hpccoll.DTypeError, "avg"),
@@ -409,6 +450,8 @@ def test_errors_are_hpccolls_before_any_communication(comm, mode, call, exc, mat
 def test_sizes_required_under_jit_and_bad_input(comm):
     raises_everywhere(comm, hpccoll.ArgumentError, "sizes: expected .* when JAX traces without values",
                       lambda: jax.jit(lambda v: hcj.all_gather(v, comm))(jnp.ones(2)))
+    raises_everywhere(comm, hpccoll.ArgumentError, "recv_sizes: expected .* when JAX traces without values",
+                      lambda: jax.jit(lambda v: hcj.all_to_all(v, comm))(jnp.ones(2 * comm.size)))
     raises_everywhere(comm, hpccoll.ArgumentError, "x: expected a JAX array .*; got list",
                       lambda: hcj.all_reduce([1.0, 2.0], comm))
 

@@ -1,7 +1,7 @@
 """JAX primitives for hpccoll's collectives: eager, under ``jax.jit``, and differentiable.
 
-:func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce` and
-:func:`replicate` are JAX primitives with the same signatures and conventions as
+:func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`, :func:`all_to_all`
+and :func:`replicate` are JAX primitives with the same signatures and conventions as
 ``hpccoll.adapters.autograd`` and ``hpccoll.adapters.torch``. Every map is linear:
 its JVP is the map applied to the tangent, its transpose is the adjoint (whose
 transpose is the map again), so ``jax.grad``, ``jax.vjp``, ``jax.jvp``,
@@ -75,9 +75,18 @@ from .._core.validate import axis_of as _axis, linear_op as _linear_op
 from .._comm import Communicator, as_communicator
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, UnsupportedOpError
-from ._common import all_gather_maps, all_reduce_maps, gather_sizes, reduce_scatter_maps, replicate_maps, scatter_sizes
+from ._common import (
+    all_gather_maps,
+    all_reduce_maps,
+    all_to_all_maps,
+    all_to_all_sizes,
+    gather_sizes,
+    reduce_scatter_maps,
+    replicate_maps,
+    scatter_sizes,
+)
 
-__all__ = ["all_gather", "reduce_scatter", "all_reduce", "replicate", "reraise"]
+__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate", "reraise"]
 
 Fn = Callable[[Any], Any]
 Shape = Tuple[int, ...]
@@ -329,15 +338,21 @@ def _staged(x: Any) -> bool:
 
 
 def _gathered_sizes(x: Any, c: Communicator, ax: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
-    if sizes is None and _staged(x):
-        if type(x).__name__ == "BatchTracer":  # jax.vmap: name that, not the missing sizes
-            _refuse_vmap("all_gather")
-        raise ArgumentError(
-            f"sizes: expected {c.size} ints (every rank's extent along axis {ax}) when JAX traces without values "
-            "(jax.jit, jax.checkpoint, lax control flow): the result's shape must be known then, and discovering it "
-            "would be a collective inside tracing, which ranks need not do at the same time; got None"
-        )
+    if sizes is None:
+        _unless_staged(x, "all_gather", "sizes", f"{c.size} ints (every rank's extent along axis {ax})")
     return gather_sizes(x, c, ax, sizes)
+
+
+def _unless_staged(x: Any, what: str, name: str, expected: str) -> None:
+    """Refuse ``name=None`` (extents only other ranks know) while JAX traces ``x`` without a value."""
+    if _staged(x):
+        if type(x).__name__ == "BatchTracer":  # jax.vmap: name that, not the missing extents
+            _refuse_vmap(what)
+        raise ArgumentError(
+            f"{name}: expected {expected} when JAX traces without values (jax.jit, jax.checkpoint, lax control "
+            "flow): the result's shape must be known then, and discovering it would be a collective inside "
+            "tracing, which ranks need not do at the same time; got None"
+        )
 
 
 def _linear(x: Any, c: Communicator, maps: Tuple[Fn, Fn], shape: Shape, name: str, op: Any, adjoint_op: Any) -> Any:
@@ -453,6 +468,52 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "v
     """
     x, c = _prepare(x, comm)
     return _linear(x, c, all_reduce_maps(c, op, cotangent), x.shape, "all_reduce", op, op)
+
+
+def all_to_all(x: Any, comm: Any = None, *, split_axis: int = 0, concat_axis: int = 0,
+               sizes: Optional[Sequence[int]] = None, recv_sizes: Optional[Sequence[int]] = None) -> Any:
+    """Differentiable :func:`hpccoll.all_to_all` of a JAX array; its transpose is the all-to-all back (axes swapped).
+
+    Parameters
+    ----------
+    x : jax.Array
+        This rank's array (a NumPy array or scalar is converted).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    split_axis, concat_axis : int
+        The axis ``x`` is split along and the axis the received blocks are
+        concatenated along.
+    sizes : sequence of int, optional
+        The split of ``x`` along ``split_axis``; ``None``: ``numpy.array_split``'s.
+    recv_sizes : sequence of int, optional
+        The extents along ``concat_axis`` of the blocks every rank sends this
+        one. ``None`` learns them eagerly (one small exchange, as
+        :func:`hpccoll.all_to_all` does) and the transpose reuses them. Under
+        ``jax.jit`` the result's shape must be known when tracing, so
+        ``recv_sizes`` is required there.
+
+    Returns
+    -------
+    jax.Array
+        The concatenation of the blocks this rank receives.
+
+    Raises
+    ------
+    ArgumentError
+        Bad axes, ``sizes`` or ``recv_sizes``; ``recv_sizes=None`` under ``jax.jit``.
+    DTypeError
+        A dtype hpccoll does not move.
+    UnsupportedOpError
+        Under ``jax.vmap``, ``jax.shard_map`` or ``jax.pmap``.
+    """
+    x, c = _prepare(x, comm)
+    sa, ca = _axis(split_axis, x.ndim, "split_axis"), _axis(concat_axis, x.ndim, "concat_axis")
+    if recv_sizes is None:
+        _unless_staged(x, "all_to_all", "recv_sizes",
+                       f"{c.size} ints (the extents along concat_axis of the blocks every rank sends this one)")
+    sizes, recv_sizes = all_to_all_sizes(x, c, sa, ca, sizes, recv_sizes)
+    shape = _with_extent(_with_extent(x.shape, sa, sizes[c.rank]), ca, sum(recv_sizes))
+    return _linear(x, c, all_to_all_maps(c, sa, ca, sizes, recv_sizes), shape, "all_to_all", None, None)
 
 
 def replicate(x: Any, comm: Any = None) -> Any:
