@@ -169,6 +169,16 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
     settle(c, what, desc, None, err)
     if c.size == 1:
         return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op, kind)
+    return _buckets(c, lst, axes, table, outs, op, out is None, xp, async_op)
+
+
+def _buckets(c: Any, lst: ListOf, axes: List[int], table: List[Tuple[int, ...]], outs: List[Any], op: str,
+             fresh: bool, xp: Any, async_op: bool) -> Any:
+    """Reduce-scatter a checked list: one group per dtype, each in buckets of at most ``c.bucket_bytes``.
+
+    ``fresh``: no ``out`` was given (a uniform list may come back as the rows of one new array).
+    """
+    arrays, kind = lst.arrays, lst.kind
     shape = lst.shape  # one shape: each array's block extents and trailing size are one value
     total = arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))
     transport = c.transport_of(kind, total)  # collective on first GPU use
@@ -192,7 +202,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
         else:
             groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
         # One bucket of all arrays, one shape, split along axis 0, no out, no widening: one relayout each way.
-        uniform = len(groups) == 1 and len(groups_of) == 1 and out is None and not plan.widen \
+        uniform = len(groups) == 1 and len(groups_of) == 1 and fresh and not plan.widen \
             and shape is not None and axes[0] == 0
         if not uniform and not results:
             results.extend([None] * len(arrays))
