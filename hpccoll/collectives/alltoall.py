@@ -147,15 +147,15 @@ def _alike(parts: int, send_counts: Sequence[int], itemsize: int, even: bool) ->
     return parts * parts * send_counts[0] * itemsize if even else 0
 
 
-def _own(x: Any, sa: int, ca: int, sizes: Sizes, j: int) -> int:
-    """The extent along ``concat_axis`` of the block this rank sends to rank ``j``."""
-    return sizes[j] if sa == ca else x.shape[ca]
+def _sent(x: Any, sa: int, ca: int, sizes: Sizes, parts: int) -> Sizes:
+    """The extents along ``concat_axis`` of the blocks this rank sends to ranks 0, 1, ..., ``parts - 1``."""
+    return tuple(sizes) if sa == ca else (x.shape[ca],) * parts
 
 
 def _own_recv(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Sizes, name: str) -> Sizes:
     """``recv_sizes`` checked, including the block this rank sends itself (local, no communication)."""
     recv_sizes = sizes_of(recv_sizes, c.size, "recv_sizes")
-    mine, rank = _own(x, sa, ca, sizes, c.rank), c.rank
+    mine, rank = _sent(x, sa, ca, sizes, c.size)[c.rank], c.rank
     if recv_sizes[rank] != mine:
         source = f"sizes[{rank}]" if sa == ca else f"{name}.shape[{ca}]"
         raise ArgumentError(
@@ -232,13 +232,14 @@ def _exchange(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[i
               key: int, what: str) -> Tuple[List[Sizes], bool]:
     """``result[i][r]``: the extent along array i's ``concat_axis`` of what rank r sends this rank; and
     whether every pair of ranks moves the same count (every rank's ``key`` the same, not -1)."""
-    if c.size == 1:
-        return [(_own(a, sa, ca, t, 0),) for a, sa, ca, t in zip(arrays, sas, cas, table)], False
-    rows = [[_own(a, sa, ca, t, j) for a, sa, ca, t in zip(arrays, sas, cas, table)] + [key] for j in range(c.size)]
-    signature = hash(tuple(_signature(a, sa, ca, t) for a, sa, ca, t in zip(arrays, sas, cas, table)))
-    received = exchange_rows(c, rows, signature, what)
+    parts = c.size
+    sent = [_sent(a, sa, ca, t, parts) for a, sa, ca, t in zip(arrays, sas, cas, table)]
+    if parts == 1:
+        return sent, False
+    signature = hash(tuple([_signature(a, sa, ca, t) for a, sa, ca, t in zip(arrays, sas, cas, table)]))
+    received = exchange_rows(c, [[row[j] for row in sent] + [key] for j in range(parts)], signature, what)
     k = len(arrays)
-    return [tuple(row[i] for row in received) for i in range(k)], _same_key([row[k] for row in received])
+    return [tuple([row[i] for row in received]) for i in range(k)], _same_key([row[k] for row in received])
 
 
 def _same_key(keys: Sequence[int]) -> bool:
@@ -265,8 +266,8 @@ def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int
     trusted, or (``None``) learned with one small exchange.
     """
     k = len(arrays)
-    local = None if err else ([[_own(a, sa, ca, t, j) for j in range(c.size)]
-                               for a, sa, ca, t in zip(arrays, sas, cas, table)], recv_sizes, key)
+    local = None if err else ([list(_sent(a, sa, ca, t, c.size)) for a, sa, ca, t in zip(arrays, sas, cas, table)],
+                              recv_sizes, key)
     everyone = settle(c, what, desc, local, err)
     if everyone is None and recv_sizes is None:
         return _exchange(c, arrays, sas, cas, table, key, what)

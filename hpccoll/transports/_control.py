@@ -9,9 +9,8 @@ package, beside them.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Callable, List, Sequence, Tuple
-
-import numpy as np
 
 from .._errors import MismatchError
 from .._faults import watched
@@ -50,27 +49,23 @@ def exchange_extents(c: Any, arrays: Sequence[Any], axes: Sequence[int], what: s
     in detail instead.
     """
     k = len(arrays)
-    signature = hash(tuple(
+    signature = hash(tuple([
         (ord(a.dtype.char), a.dtype.itemsize, a.ndim, ax) + a.shape[:ax] + a.shape[ax + 1 :]
         for a, ax in zip(arrays, axes)
-    ))
-    mine = np.array([*(a.shape[ax] for a, ax in zip(arrays, axes)), signature], dtype=np.int64)
-    table = np.empty((c.size, k + 1), dtype=np.int64)
-    run(c, "Allgather", mine, table, what=f"{what}'s size exchange")
-    rows = table.tolist()
-    for rank, row in enumerate(rows):
-        if row[k] != rows[0][k]:
-            a = arrays[0]
-            have = f"dtype {a.dtype}, shape {a.shape}, axis {axes[0]}" if k == 1 else f"{k} arrays"
-            raise MismatchError(
-                f"{what}: ranks 0 and {rank} disagree on the dtype, the number of dimensions or the extents "
-                f"other than along the gather axis (this rank has {have}); set HPCCOLL_CHECK=1 for a detailed "
-                "report"
-            )
-    return list(zip(*rows))[:k]
+    ]))
+    rows, odd = _signed_rows(c, "Allgather", [*(a.shape[ax] for a, ax in zip(arrays, axes)), signature], k, what)
+    if odd:
+        a = arrays[0]
+        have = f"dtype {a.dtype}, shape {a.shape}, axis {axes[0]}" if k == 1 else f"{k} arrays"
+        raise MismatchError(
+            f"{what}: ranks 0 and {odd} disagree on the dtype, the number of dimensions or the extents "
+            f"other than along the gather axis (this rank has {have}); set HPCCOLL_CHECK=1 for a detailed "
+            "report"
+        )
+    return list(zip(*rows))
 
 
-def exchange_rows(c: Any, rows: Sequence[Sequence[int]], signature: int, what: str) -> List[Tuple[int, ...]]:
+def exchange_rows(c: Any, rows: Sequence[Sequence[int]], signature: int, what: str) -> List[List[int]]:
     """What every rank addressed to this one: ``result[r]`` is rank r's ``rows[this rank]``.
 
     One ``Alltoall`` of ``k + 1`` int64 per pair of ranks: ``rows[j]`` (``k``
@@ -80,16 +75,29 @@ def exchange_rows(c: Any, rows: Sequence[Sequence[int]], signature: int, what: s
     same message on every rank. Check mode reports the difference in detail.
     """
     k = len(rows[0])
-    send = np.empty((c.size, k + 1), dtype=np.int64)
-    send[:, :k] = rows
-    send[:, k] = signature
-    table = np.empty_like(send)
-    run(c, "Alltoall", send, table, what=f"{what}'s size exchange")
-    signatures = table[:, k].tolist()
-    for rank, other in enumerate(signatures):
-        if other != signatures[0]:
-            raise MismatchError(
-                f"{what}: ranks 0 and {rank} disagree on the dtype, the number of dimensions, the axes, the split "
-                "sizes or the extents that must match; set HPCCOLL_CHECK=1 for a detailed report"
-            )
-    return [tuple(row) for row in table[:, :k].tolist()]
+    received, odd = _signed_rows(c, "Alltoall", [v for row in rows for v in (*row, signature)], k, what)
+    if odd:
+        raise MismatchError(
+            f"{what}: ranks 0 and {odd} disagree on the dtype, the number of dimensions, the axes, the split "
+            "sizes or the extents that must match; set HPCCOLL_CHECK=1 for a detailed report"
+        )
+    return received
+
+
+def _signed_rows(c: Any, name: str, values: List[int], k: int, what: str) -> Tuple[List[List[int]], int]:
+    """Run ``name`` (``Allgather`` or ``Alltoall``) on int64 ``values``: rows of ``k`` ints and a signature each.
+
+    Returns the ``k`` ints received from each rank, and the first rank whose
+    signature differs from rank 0's (0 when none does): the same on every
+    rank, since every rank receives every rank's signature. ``array('q')``
+    buffers: a few times cheaper to build and read than NumPy's at this size.
+    """
+    width = k + 1
+    table = array("q", bytes(8 * width * c.size))
+    run(c, name, array("q", values), table, what=f"{what}'s size exchange")
+    flat = table.tolist()
+    signatures = flat[k::width]
+    odd = 0
+    if signatures.count(signatures[0]) != len(signatures):
+        odd = next(r for r, other in enumerate(signatures) if other != signatures[0])
+    return [flat[i : i + k] for i in range(0, len(flat), width)], odd
