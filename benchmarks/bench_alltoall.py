@@ -16,9 +16,8 @@ medians of same-round ratios):
   pairs (``HostMPI._pairwise``; ``MPI_Alltoallv`` above
   ``HostMPI.pairwise_max_ranks`` ranks), blocking and ``async_op=True``, vs raw
   ``Alltoall`` and vs raw ``Alltoallv``; ``pairs``: the same messages in raw mpi4py
-  (one ``Sendrecv`` per partner, one after another, at 2 ranks and for blocks of
-  ``HostMPI.pairwise_step_bytes`` and more; else ``Irecv``/``Isend`` per peer at
-  once; the own block copied) vs raw ``Alltoall``, and ``fixed``: given minus pairs, what hpccoll's
+  (``Sendrecv`` at 2 ranks, ``Irecv``/``Isend`` per peer at more, the own block
+  copied) vs raw ``Alltoall``, and ``fixed``: given minus pairs, what hpccoll's
   Python adds to the data path;
 - uneven blocks (rank r sends 2x, 0.5x, 1x ... of S/P), sizes given, vs raw ``Alltoallv``;
 - ``split_axis=1, concat_axis=0`` of a (64, S/512) array (a transpose: blocks
@@ -51,7 +50,6 @@ from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
 from hpccoll.collectives.alltoall import recv_extents  # noqa: E402
-from hpccoll.transports.host_mpi import HostMPI  # noqa: E402
 from bench_quick import Timer, human, parse_bytes  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -74,19 +72,16 @@ def data_cases(raw, comm, n):
     sdu, rdu = [sum(send_u[:j]) for j in range(P)], [sum(recv_u[:j]) for j in range(P)]
     x2 = np.random.default_rng(rank).standard_normal((64, P * k // 64)) if k % 64 == 0 else None
 
-    steps = P == 2 or k * 8 >= HostMPI.pairwise_step_bytes  # which form of the pairs hpccoll takes blocking
-
     def pairs():  # the data path of "given" in raw mpi4py: hpccoll's Python is all that "given" adds to it
-        if steps:  # one partner at a time
-            for i in range(1, P):
-                j, r = (rank + i) % P, (rank - i) % P
-                raw.Sendrecv([x[j * k :], k, D], j, 3, [out[r * k :], k, D], r, 3)
-            out[rank * k : (rank + 1) * k] = x[rank * k : (rank + 1) * k]
-            return
-        requests = [raw.Irecv([out[r * k :], k, D], r, 3) for r in range(P) if r != rank]
-        requests += [raw.Isend([x[j * k :], k, D], j, 3) for j in range(P) if j != rank]
+        if P == 2:
+            other = 1 - rank
+            raw.Sendrecv([x[other * k :], k, D], other, 3, [out[other * k :], k, D], other, 3)
+        else:
+            requests = [raw.Irecv([out[r * k :], k, D], r, 3) for r in range(P) if r != rank]
+            requests += [raw.Isend([x[j * k :], k, D], j, 3) for j in range(P) if j != rank]
         out[rank * k : (rank + 1) * k] = x[rank * k : (rank + 1) * k]
-        MPI.Request.Waitall(requests)
+        if P != 2:
+            MPI.Request.Waitall(requests)
 
     out2 = np.empty((P * 64, k // 64))
     return {

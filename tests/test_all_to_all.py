@@ -110,15 +110,7 @@ def _recorder(run, names):
     return record
 
 
-#: (HostMPI.pairwise_max_ranks, HostMPI.pairwise_step_bytes) for each road of the calls not known even
-ROADS = {"pairs": (8, 1 << 62), "steps": (8, 0), "Alltoallv": (0, 0)}
-
-
-def _road(monkeypatch, road):
-    """Send this test's blocking calls that are not known even down ``road`` (two ranks: steps for pairs)."""
-    most, step = ROADS[road]
-    monkeypatch.setattr(HostMPI, "pairwise_max_ranks", most)
-    monkeypatch.setattr(HostMPI, "pairwise_step_bytes", step)
+ROADS = {"pairs": 8, "Alltoallv": 0}  # HostMPI.pairwise_max_ranks for each road of the calls not known even
 
 
 @pytest.mark.parametrize("road", sorted(ROADS))
@@ -134,31 +126,13 @@ def test_mpi_calls(comm, pattern, axes, road, monkeypatch):
     split and the received extents are global, so they tell.
     """
     names = []
-    _road(monkeypatch, road)
+    monkeypatch.setattr(HostMPI, "pairwise_max_ranks", ROADS[road])
     monkeypatch.setattr(_control, "run", _recorder(_control.run, names))  # the size exchange
-    blocking = HostMPI._blocking
-    inside = []  # the pairs' forms (all at once, step by step, two ranks' swap) recorded once, as "pairs"
-
-    def record(self, name, *args):
-        if not inside:
-            names.append(name)
-        return blocking(self, name, *args)
-
-    def pairs(form):
-        def run(self, *args):
-            if not inside:
-                names.append("pairs")
-            inside.append(form)
-            try:
-                return form(self, *args)
-            finally:
-                inside.pop()
-
-        return run
-
-    monkeypatch.setattr(HostMPI, "_blocking", record)
-    for name in ("_pairwise", "_steps", "_swap"):
-        monkeypatch.setattr(HostMPI, name, pairs(getattr(HostMPI, name)))
+    blocking, pairwise = HostMPI._blocking, HostMPI._pairwise
+    pairs = {"Sendrecv": "pairs"}  # two ranks, blocking: the pairs are one Sendrecv
+    monkeypatch.setattr(HostMPI, "_blocking",
+                        lambda self, name, *args: (names.append(pairs.get(name, name)), blocking(self, name, *args)))
+    monkeypatch.setattr(HostMPI, "_pairwise", lambda self, *args: (names.append("pairs"), pairwise(self, *args))[1])
     x, sizes, recv, want = case(comm, (0, 3) if axes == (0, 0) else (0, 0), *axes, pattern, np.int32, seed=1)
     kw = dict(split_axis=axes[0], concat_axis=axes[1], sizes=sizes)
     learned = hpccoll.all_to_all(x, comm, **kw)
@@ -167,7 +141,6 @@ def test_mpi_calls(comm, pattern, axes, road, monkeypatch):
     assert_same(learned, want)
     assert_same(given, want)
     if comm.size > 1:
-        road = "Alltoallv" if road == "Alltoallv" else "pairs"  # all at once or step by step
         data = "Alltoall" if even else road
         assert names == ["exchange Alltoall", data, road if axes == (0, 0) else data]
     even_extents = hpccoll.all_to_all(np.ones((2, 2 * comm.size)), comm, split_axis=1, recv_sizes=[2] * comm.size)
@@ -183,7 +156,7 @@ def test_mpi_calls(comm, pattern, axes, road, monkeypatch):
 def test_both_roads(comm, dtype, axes, async_op, road, monkeypatch):
     """Calls not known even, by point-to-point pairs and by MPI_Alltoallv: every dtype, blocks of 0 included,
     blocking or not, with ``out=`` (straight into place) and without."""
-    _road(monkeypatch, road)
+    monkeypatch.setattr(HostMPI, "pairwise_max_ranks", ROADS[road])
     for pattern in ("uneven", "empty-last"):
         x, sizes, recv, want = case(comm, (0, 0, 2), *axes, pattern, dtype, seed=5)
         kw = dict(split_axis=axes[0], concat_axis=axes[1], sizes=sizes, recv_sizes=recv, async_op=async_op)
@@ -201,7 +174,7 @@ def test_both_roads(comm, dtype, axes, async_op, road, monkeypatch):
 def test_large_blocks_in_flight_together(comm, road, monkeypatch):
     """Blocks past MPI's eager limit (rendezvous), zero-sized ones, and two calls in flight at once on one
     communicator (each receives its own blocks: pairs match in the order the calls started)."""
-    _road(monkeypatch, road)
+    monkeypatch.setattr(HostMPI, "pairwise_max_ranks", ROADS[road])
     P, me = comm.size, comm.rank
     rows = [[(40000 * (1 + (r + j) % 3)) if (r + j) % 4 != 3 else 0 for j in range(P)] for r in range(P)]  # 0.3-1 MB
     xs = [np.arange(sum(rows[r]), dtype=np.float64) + 1e6 * r for r in range(P)]
@@ -212,19 +185,6 @@ def test_large_blocks_in_flight_together(comm, road, monkeypatch):
     assert_same(second.wait(), -want)
     assert_same(first.wait(), want)
     assert_same(hpccoll.all_to_all(xs[me], comm, sizes=rows[me]), want)  # learned: the size exchange first
-
-
-def test_ranks_choosing_steps_or_all_at_once_match(comm, monkeypatch):
-    """Each rank picks the blocking pairs' form by its own block sizes: steps on some ranks, all at once on
-    others, empty blocks skipped alike at both ends; three calls in a row each get their own blocks."""
-    monkeypatch.setattr(HostMPI, "pairwise_step_bytes", 0 if comm.rank % 2 == 0 else 1 << 62)
-    P, me = comm.size, comm.rank
-    for call in range(3):
-        rows = [[(9000 * (1 + (r + j + call) % 3)) if (r * j + call) % 3 != 1 else 0 for j in range(P)] for r in range(P)]
-        xs = [np.arange(sum(rows[r]), dtype=np.float64) + 1e6 * r + 1e9 * call for r in range(P)]
-        want = np.concatenate([np.split(xs[r], np.cumsum(rows[r])[:-1])[me] for r in range(P)])
-        recv = [rows[r][me] for r in range(P)]
-        assert_same(hpccoll.all_to_all(xs[me], comm, sizes=rows[me], recv_sizes=recv), want)
 
 
 # --------------------------------------------------------------------------- out= and argument errors

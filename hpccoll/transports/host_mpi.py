@@ -36,15 +36,6 @@ class HostMPI(Transport):
     #: on every rank: a rank in ``MPI_Alltoallv`` and one posting pairs would
     #: hang. 0 turns the pairs off.
     pairwise_max_ranks = 8
-    #: Blocking pairs go one partner at a time (:meth:`_steps`, MPICH's own
-    #: algorithm for large blocks) between two ranks, and among more when this
-    #: rank's blocks average at least this many bytes; smaller ones are all
-    #: posted at once (:meth:`_pairwise`). At 4 ranks and 256 KiB blocks the
-    #: steps took 0.98-1.04x raw ``MPI_Alltoall``, all at once 1.17-1.20x; at
-    #: 64 KiB blocks 0.93-0.98x and 0.85-0.88x (docs/bench/alltoall.md). Each
-    #: rank may choose differently: both forms move one message each way per
-    #: non-empty pair, skipped alike at both ends, so they match each other.
-    pairwise_step_bytes = 1 << 17
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
@@ -107,13 +98,10 @@ class HostMPI(Transport):
 
     def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
                   even: bool = False) -> None:
-        parts = self.comm.size
-        if even or parts > self.pairwise_max_ranks:
+        if even or self.comm.size > self.pairwise_max_ranks:
             self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts, even))
-        elif parts == 2:
+        elif self.comm.size == 2:
             self._swap(send, recv, send_counts, recv_counts)
-        elif sum(send_counts) * send.itemsize >= self.pairwise_step_bytes * parts:
-            self._steps(send, recv, send_counts, recv_counts)
         else:
             self._pairwise(send, recv, send_counts, recv_counts).wait()
 
@@ -148,47 +136,18 @@ class HostMPI(Transport):
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
         return MPIPending(_Requests(requests), None, self.comm, "the all-to-all's point-to-point pairs")
 
-    def _steps(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
-        """:meth:`_pairwise` one partner at a time, blocking: at step i one ``Sendrecv`` to rank+i and from
-        rank-i (a ``Send`` or a ``Recv`` alone where one of the two blocks is empty), then the own block copied.
-
-        Between two ranks it is one ``Sendrecv`` (one call into MPI where the
-        pairs make three; :meth:`_swap` makes it without the loop). No step can wait forever: at step i every rank's
-        messages go to and come from ranks that are at step i too, and a rank
-        that only sends there receives nothing from the rank sending to it, so
-        no cycle of sends is left waiting.
-        """
-        rank = self.comm.rank
-        t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
-        for j, r in zip(self._targets, self._sources):
-            n, m = send_counts[j], recv_counts[r]
-            if n and m:
-                self._blocking("Sendrecv", ([send, (n, sum(send_counts[:j])), t], j, _PAIRWISE_TAG,
-                                            [recv, (m, sum(recv_counts[:r])), t], r, _PAIRWISE_TAG), None)
-            elif n:
-                self._blocking("Send", ([send, (n, sum(send_counts[:j])), t], j, _PAIRWISE_TAG), None)
-            elif m:
-                self._blocking("Recv", ([recv, (m, sum(recv_counts[:r])), t], r, _PAIRWISE_TAG), None)
-        n = send_counts[rank]
-        if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
-            sent, got = sum(send_counts[:rank]), sum(recv_counts[:rank])
-            recv[got : got + n] = send[sent : sent + n]
-
     def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
-        """:meth:`_steps` between two ranks, 0.45 us a call cheaper where both blocks to move are non-empty."""
+        """:meth:`_pairwise` between two ranks, blocking: one ``Sendrecv`` (one call into MPI where the
+        pairs make three; it matches the other rank's pairs as well), then the own block copied."""
         rank = self.comm.rank
         other = 1 - rank
-        n, m = send_counts[other], recv_counts[other]
-        if not (n and m):
-            return self._steps(send, recv, send_counts, recv_counts)  # a Send or a Recv alone, or nothing
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = (0, send_counts[0]), (0, recv_counts[0])  # where blocks 0 and 1 start
-        outgoing, incoming = [send, (n, sent[other]), t], [recv, (m, got[other]), t]
+        outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (recv_counts[other], got[other]), t]
         self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG), None)
         n = send_counts[rank]
         if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
-        return None
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
