@@ -25,6 +25,12 @@ medians of same-round ratios):
 
 ``raw/raw`` times the raw call twice per round: the noise floor of the ratios.
 
+(c) At more than 2 ranks: the pairs' two forms in raw mpi4py (all ``Irecv`` and
+``Isend`` at once then ``Waitall``, or one ``Sendrecv`` per partner in turn)
+against raw ``Alltoall`` on the same buffers, by block size: whether the
+blocking pairs should go one partner at a time for large blocks, as MPICH's
+``Alltoall`` does (they measured no better: hpccoll posts them all at once).
+
 (b) One forward 2-D FFT of an N x N complex128 array distributed by rows:
 ``examples/pencil_fft.py``'s ``PencilFFT2`` (NumPy's FFTs, one all_to_all)
 against mpi4py-fft's ``PFFT`` (slab decomposition, its FFTW backend and its
@@ -40,6 +46,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import statistics
 import sys
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -139,6 +146,45 @@ def part_a(raw, comm, timer, sizes, say):
     return rows
 
 
+def pair_forms(raw, k):
+    """The pairs' two forms in raw mpi4py for ``k`` float64 per block, on the same buffers as a raw ``Alltoall``."""
+    P, rank = raw.size, raw.rank
+    x, out = np.random.default_rng(rank).standard_normal(k * P), np.empty(k * P)
+
+    def own():
+        out[rank * k : (rank + 1) * k] = x[rank * k : (rank + 1) * k]
+
+    def at_once():
+        requests = [raw.Irecv([out[r * k :], k, D], r, 3) for r in range(P) if r != rank]
+        requests += [raw.Isend([x[j * k :], k, D], j, 3) for j in range(P) if j != rank]
+        own()
+        MPI.Request.Waitall(requests)
+
+    def steps():
+        for i in range(1, P):
+            j, r = (rank + i) % P, (rank - i) % P
+            raw.Sendrecv([x[j * k :], k, D], j, 3, [out[r * k :], k, D], r, 3)
+        own()
+
+    return {"raw": lambda: raw.Alltoall([x, D], [out, D]), "at_once": at_once, "steps": steps}
+
+
+def part_c(raw, timer, say):
+    """Which form of the pairs (all at once, or one partner at a time) is faster, by block size."""
+    say("\n# (c) the pairs' two forms in raw mpi4py vs raw Alltoall, by block size (float64, ratios paired)")
+    header = f"{'block':>10}{'raw A2A us':>12}{'at once':>9}{'steps':>8}"
+    say(header)
+    say("-" * len(header))
+    rows = []
+    for block in (1 << 10, 1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 20):
+        timer.run(pair_forms(raw, block // 8), block * raw.size)
+        row = {"block_bytes": block, "raw": statistics.median(timer.samples["raw"]) * 1e6,
+               "at_once/raw": timer.ratio("at_once", "raw"), "steps/raw": timer.ratio("steps", "raw")}
+        rows.append(row)
+        say(f"{human(block):>10}{row['raw']:>12.1f}{row['at_once/raw']:>9.3f}{row['steps/raw']:>8.3f}")
+    return rows
+
+
 def load_example():
     spec = importlib.util.spec_from_file_location("pencil_fft", HERE.parent / "examples" / "pencil_fft.py")
     module = importlib.util.module_from_spec(spec)
@@ -203,6 +249,8 @@ def main(argv=None) -> int:
     lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
     sizes = [s for s in ((1 << 10) << (2 * k) for k in range(10)) if lo <= s <= hi]
     results = {"a": part_a(raw, comm, timer, sizes, say)}
+    if comm.size > 2:  # two ranks have one partner: both forms are one exchange
+        results["c"] = part_c(raw, timer, say)
     if args.fft_n:
         results["b"] = part_b(raw, comm, timer, args.fft_n, say)
     if args.json and comm.rank == 0:
