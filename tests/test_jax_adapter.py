@@ -93,18 +93,19 @@ def _all_to_all_case(P, r, axes):
     """(x shape, sizes, recv_sizes) of rank r: uneven blocks, empty ones from P = 3, extents differing by rank."""
     sa, ca = axes
     rows = uneven(P)
-    if sa == ca:  # every rank splits its own way: rank q sends rank r its sizes[r]
+    shape = [2, 2, 3]
+    if sa % 3 == ca % 3:  # every rank splits its own way: rank q sends rank r its sizes[r]
         split = lambda q: rows[q:] + rows[:q]  # noqa: E731
-        return (sum(split(r)), 2, 3), split(r), [split(q)[r] for q in range(P)]
+        shape[sa] = sum(split(r))
+        return tuple(shape), split(r), [split(q)[r] for q in range(P)]
     sizes = hpccoll.split_sizes(2 * P + 1, P)  # one split on every rank; rank q's extent along ca is rows[q]
-    shape = [2, 2, 2]
     shape[sa], shape[ca] = 2 * P + 1, rows[r]
     return tuple(shape), sizes, rows
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("axes", [(0, 0), (1, 0), (0, 2)])
+@pytest.mark.parametrize("axes", [(0, 0), (1, 1), (1, 0), (0, 2), (-1, -3)])
 def test_all_to_all_every_dtype_uneven_axes(comm, mode, dtype, axes, lowering):
     sa, ca = axes
     shape, sizes, recv_sizes = _all_to_all_case(comm.size, comm.rank, axes)
@@ -116,6 +117,16 @@ def test_all_to_all_every_dtype_uneven_axes(comm, mode, dtype, axes, lowering):
     assert_same(host(y), want)
     if mode == "eager":  # recv_sizes=None: learned with one exchange, as hpccoll.all_to_all learns them
         assert_same(host(hcj.all_to_all(jnp.asarray(x), comm, split_axis=sa, concat_axis=ca, sizes=sizes)), want)
+
+
+def test_all_to_all_learns_extents_eagerly_and_its_gradient_reuses_them(comm):
+    """recv_sizes=None: one exchange in the forward; the gradient is hpccoll's adjoint with the learned extents."""
+    shape, sizes, recv_sizes = _all_to_all_case(comm.size, comm.rank, (0, 0))
+    x = make(shape, np.float64, seed=70 + comm.rank)
+    w = make((sum(recv_sizes),) + shape[1:], np.float64, seed=80 + comm.rank)
+    g = jax.grad(lambda v: jnp.sum(jnp.asarray(w) * hcj.all_to_all(v, comm, sizes=sizes)))(jnp.asarray(x))
+    np.testing.assert_allclose(host(g), hpccoll.all_to_all_adjoint(w, comm, sizes=sizes, recv_sizes=recv_sizes),
+                               rtol=1e-13, atol=1e-13)
 
 
 def test_all_gather_discovers_uneven_sizes_eagerly(comm):
@@ -427,7 +438,7 @@ def test_checkpoint_is_refused_by_jax_naming_it(comm):
         (lambda c, v: hcj.all_to_all(v, c, concat_axis=1, recv_sizes=[1] * c.size), hpccoll.ArgumentError,
          r"concat_axis: expected an int in \[-1, 0\] for a 1-D array; got 1"),
         (lambda c, v: hcj.all_to_all(v, c, sizes=[3] * c.size, recv_sizes=[1] * c.size), hpccoll.ArgumentError,
-         "sizes: expected"),
+         r"^sizes: expected ints summing to x.shape\[0\] == 2"),
         (lambda c, v: hcj.all_reduce(v, c, cotangent="both"), hpccoll.ArgumentError,
          "cotangent: expected 'varying' or 'replicated'; got 'both'"),
         (lambda c, v: hcj.all_reduce(v.astype(jnp.int32), c, op="avg"), hpccoll.DTypeError, "avg"),
@@ -445,6 +456,16 @@ def test_errors_are_hpccolls_before_any_communication(comm, mode, call, exc, mat
     v = jnp.ones(2)
     f = (lambda: call(comm, v)) if mode == "eager" else (lambda: jax.jit(lambda u: call(comm, u))(v))
     raises_everywhere(comm, exc, match, f)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_all_to_all_own_recv_size_checked_before_tracing(comm, mode):
+    """recv_sizes[rank] must be the block this rank sends itself: ArgumentError (naming the rank) when traced."""
+    f = lambda v: hcj.all_to_all(v, comm, recv_sizes=[3] * comm.size)  # noqa: E731
+    with pytest.raises(hpccoll.ArgumentError, match=rf"^recv_sizes: expected recv_sizes\[{comm.rank}\] == "
+                       rf"sizes\[{comm.rank}\] == \d on rank {comm.rank} \(the block it sends itself\); got 3"):
+        run(mode, f, jnp.ones(2 * comm.size))
+    assert all_ranks(comm, True)
 
 
 def test_sizes_required_under_jit_and_bad_input(comm):

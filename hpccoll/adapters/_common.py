@@ -11,7 +11,7 @@ from .._api import PAIR, all_reduce
 from .._arrays import split_sizes
 from .._comm import Communicator
 from .._core.validate import COTANGENTS, axis_of, block_sizes, sizes_of
-from ..collectives.alltoall import recv_extents
+from ..collectives.alltoall import own_recv_sizes, recv_extents
 from .._errors import ArgumentError
 from ..transports._control import exchange_extents
 
@@ -90,8 +90,8 @@ def all_to_all_sizes(x: Any, comm: Communicator, split_axis: int, concat_axis: i
     shape = tuple(np.shape(x))
     sa, ca = axis_of(split_axis, len(shape), "split_axis"), axis_of(concat_axis, len(shape), "concat_axis")
     sizes = block_sizes(sizes, shape[sa], comm.size, f"x.shape[{sa}]")
-    if recv_sizes is not None:
-        return sizes, sizes_of(recv_sizes, comm.size, "recv_sizes")
+    if recv_sizes is not None:  # checked here, before any tracing or communication, like the core call
+        return sizes, own_recv_sizes(recv_sizes, comm, x, sa, ca, sizes, "x")
     return sizes, recv_extents(comm, x, sa, ca, sizes, "all_to_all")
 
 

@@ -51,7 +51,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, pack, wire_flat
 from ..transports._control import exchange_rows
 
-__all__ = ["all_to_all", "recv_extents"]
+__all__ = ["all_to_all", "own_recv_sizes", "recv_extents"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -114,7 +114,7 @@ def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_siz
         sizes = block_sizes(sizes, x.shape[sa], c.size, f"x.shape[{sa}]")
         key = _key([s * prod(shape_without(x.shape, sa)) for s in sizes])
         if recv_sizes is not None:
-            recv_sizes = _own_recv(recv_sizes, c, x, sa, ca, sizes, "x")
+            recv_sizes = own_recv_sizes(recv_sizes, c, x, sa, ca, sizes, "x")
             out = _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes)
         if c.check:
             desc = _descriptor([x], [sa], [ca], [sizes])
@@ -152,7 +152,7 @@ def _sent(x: Any, sa: int, ca: int, sizes: Sizes, parts: int) -> Sizes:
     return tuple(sizes) if sa == ca else (x.shape[ca],) * parts
 
 
-def _own_recv(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Sizes, name: str) -> Sizes:
+def own_recv_sizes(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Sizes, name: str) -> Sizes:
     """``recv_sizes`` checked, including the block this rank sends itself (local, no communication)."""
     recv_sizes = sizes_of(recv_sizes, c.size, "recv_sizes")
     mine, rank = _sent(x, sa, ca, sizes, c.size)[c.rank], c.rank
@@ -306,7 +306,7 @@ def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_s
         send_counts = [sum(u * t[j] for u, t in zip(unit, table)) for j in range(c.size)]
         if recv_sizes is not None:
             for i, (a, sa, ca, t) in enumerate(zip(arrays, sas, cas, table)):
-                recv_sizes = _own_recv(recv_sizes, c, a, sa, ca, t, f"x[{i}]")
+                recv_sizes = own_recv_sizes(recv_sizes, c, a, sa, ca, t, f"x[{i}]")
         outs = outs_of(out, len(arrays))
         if recv_sizes is not None:
             outs = _outs(outs, arrays, sas, cas, table, [recv_sizes] * len(arrays), c.rank, xp)
