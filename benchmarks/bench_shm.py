@@ -39,7 +39,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -137,32 +137,32 @@ def gather_cases(raw, shm, mpi, n: int, P: int, rank: int) -> Dict[str, Once]:
 def scatter_cases(raw, shm, mpi, n: int, P: int, rank: int) -> Dict[str, Once]:
     full = np.random.default_rng(rank).standard_normal(n)
     out = np.empty(n // P)
-    s = shm.shared_empty(n)
-    s[...] = full
     D = MPI.DOUBLE
-    return {
-        "raw": timed(lambda: raw.Reduce_scatter_block([full, D], [out, D], MPI.SUM)),
-        "raw_again": timed(lambda: raw.Reduce_scatter_block([full, D], [out, D], MPI.SUM)),
-        "private": timed(lambda: hpccoll.reduce_scatter(full, shm, out=out)),
-        "mpi": timed(lambda: hpccoll.reduce_scatter(full, mpi, out=out)),
-        "auto": timed(lambda: hpccoll.reduce_scatter(full, AUTO, out=out)),
-        "shared": timed(lambda: hpccoll.reduce_scatter(s, shm, out=out)),
-    }
+    return _reduction_cases(lambda: raw.Reduce_scatter_block([full, D], [out, D], MPI.SUM), hpccoll.reduce_scatter,
+                            full, out, out, shm, mpi)
 
 
 def reduce_cases(raw, shm, mpi, n: int, P: int, rank: int) -> Dict[str, Once]:
     x = np.random.default_rng(rank).standard_normal(n)
     out = np.empty(n)
-    s = shm.shared_empty(n)
-    s[...] = x
     D = MPI.DOUBLE
+    return _reduction_cases(lambda: raw.Allreduce([x, D], [out, D], MPI.SUM), hpccoll.all_reduce,
+                            x, out, "shared", shm, mpi)
+
+
+def _reduction_cases(raw_call: Callable[[], Any], collective: Callable[..., Any], x: np.ndarray, out: np.ndarray,
+                     shared_out: Any, shm, mpi) -> Dict[str, Once]:
+    """A reduction's rows: the raw call (twice: the noise floor), ``collective`` on ``x`` over the shm, mpi and
+    auto communicators into ``out``, and on a node-shared copy of ``x`` into ``shared_out``."""
+    s = shm.shared_empty(x.size)
+    s[...] = x
     return {
-        "raw": timed(lambda: raw.Allreduce([x, D], [out, D], MPI.SUM)),
-        "raw_again": timed(lambda: raw.Allreduce([x, D], [out, D], MPI.SUM)),
-        "private": timed(lambda: hpccoll.all_reduce(x, shm, out=out)),
-        "mpi": timed(lambda: hpccoll.all_reduce(x, mpi, out=out)),
-        "auto": timed(lambda: hpccoll.all_reduce(x, AUTO, out=out)),
-        "shared": timed(lambda: hpccoll.all_reduce(s, shm, out="shared")),
+        "raw": timed(raw_call),
+        "raw_again": timed(raw_call),
+        "private": timed(lambda: collective(x, shm, out=out)),
+        "mpi": timed(lambda: collective(x, mpi, out=out)),
+        "auto": timed(lambda: collective(x, AUTO, out=out)),
+        "shared": timed(lambda: collective(s, shm, out=shared_out)),
     }
 
 
