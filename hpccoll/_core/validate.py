@@ -25,7 +25,6 @@ __all__ = [
     "axis_of",
     "axes_of",
     "sizes_of",
-    "plain_sizes",
     "plain_total",
     "block_sizes",
     "check_out",
@@ -43,7 +42,6 @@ __all__ = [
     "with_extent",
     "is_array_list",
     "list_types",
-    "prepare_list",
     "ListOf",
     "survey_list",
     "one_array",
@@ -82,11 +80,6 @@ def axes_of(lst: "ListOf", axis: Any) -> List[int]:
     return [per[d] for d in ndims]
 
 
-def plain_sizes(sizes: Any, parts: int) -> bool:
-    """Whether ``sizes`` is already a list or tuple of ``parts`` non-negative Python ints (no checks owed)."""
-    return plain_total(sizes, parts) >= 0
-
-
 def plain_total(sizes: Any, parts: int) -> int:
     """``sum(sizes)`` when ``sizes`` is a list or tuple of ``parts`` non-negative Python ints, else -1 (one pass)."""
     if type(sizes) not in SEQUENCES or len(sizes) != parts:
@@ -101,7 +94,7 @@ def plain_total(sizes: Any, parts: int) -> int:
 
 def sizes_of(sizes: Any, parts: int, name: str = "sizes") -> Tuple[int, ...]:
     """``sizes`` as a tuple of ``parts`` non-negative ints; :class:`ArgumentError` otherwise."""
-    if plain_sizes(sizes, parts):
+    if plain_total(sizes, parts) >= 0:  # already plain: no checks owed
         return tuple(sizes)
     try:
         vals = tuple(map(operator.index, sizes))
@@ -293,11 +286,6 @@ def survey_list(xs: Sequence[Any], types: Set[type], keep: bool = False) -> List
     shapes = list(map(_shape_of, arrays))
     shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
     return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)
-
-
-def prepare_list(xs: Sequence[Any]) -> Tuple[List[Any], str]:
-    """A list form's arrays and their library, each dtype checked once (not once per array)."""
-    return _checked(xs, set(map(type, xs)), True)[:2]
 
 
 def _checked(xs: Sequence[Any], types: Set[type], keep: bool) -> Tuple[List[Any], str, Set[np.dtype]]:

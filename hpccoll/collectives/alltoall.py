@@ -22,28 +22,27 @@ everything and raises the errors.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from .._arrays import flat, module_of, prod, split_sizes
 from .._core.launch import done, launch
 from .._core.validate import (
-    SEQUENCES,
     axis_of,
     block,
     block_sizes,
     check_out,
-    is_array_list,
+    list_types,
     one_array,
     outs_of,
     may_share,
     plain_out,
     plain_total,
-    prepare_list,
     settle,
     shape_without,
     sizes_of,
+    survey_list,
     with_extent,
 )
 from .._dtypes import movement_dtype, wire_of
@@ -66,8 +65,8 @@ def all_to_all(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, re
                 and (split_axis == 0 or split_axis == -x.ndim) and (concat_axis == 0 or concat_axis == -x.ndim) \
                 and x.flags.c_contiguous:
             return _common(x, c, sizes, recv_sizes, out, what, async_op)
-    elif type(x) in SEQUENCES and is_array_list(x):
-        return _many(x, c, split_axis, concat_axis, sizes, recv_sizes, out, what, async_op)
+    elif (types := list_types(x)) is not None:
+        return _many(x, types, c, split_axis, concat_axis, sizes, recv_sizes, out, what, async_op)
     return _one(x, c, split_axis, concat_axis, sizes, recv_sizes, out, what, async_op)
 
 
@@ -285,8 +284,8 @@ def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int
 # --------------------------------------------------------------------------- lists
 
 
-def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
-          async_op: bool) -> Any:
+def _many(xs: Any, types: Set[type], c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any,
+          what: str, async_op: bool) -> Any:
     err = desc = None
     send_counts = [-1]
     arrays: List[Any] = []
@@ -294,7 +293,8 @@ def _many(xs: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_s
     cas: List[int] = []
     table: List[Sizes] = []
     try:
-        arrays, kind = prepare_list(xs)
+        lst = survey_list(xs, types, async_op)
+        arrays, kind = lst.arrays, lst.kind
         xp = module_of(kind)
         sas = [axis_of(split_axis, a.ndim, "split_axis") for a in arrays]
         cas = [axis_of(concat_axis, a.ndim, "concat_axis") for a in arrays]
