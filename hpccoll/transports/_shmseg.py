@@ -81,7 +81,8 @@ def split_node(mpi: Any) -> Any:
     return mpi.Split(me % -(-mpi.Get_size() // k) if cyclic else me // k, me)
 
 
-def _round_up(n: int, to: int) -> int:
+def round_up(n: int, to: int) -> int:
+    """``n`` rounded up to a multiple of ``to``."""
     return -(-n // to) * to
 
 
@@ -100,7 +101,7 @@ class Block:
     def __init__(self, node_mpi: Any, nbytes: int) -> None:
         from mpi4py import MPI
 
-        nbytes = _round_up(max(int(nbytes), 64), 64)
+        nbytes = round_up(max(int(nbytes), 64), 64)
         win = MPI.Win.Allocate_shared(nbytes if node_mpi.Get_rank() == 0 else 0, 1, comm=node_mpi)
         buf, _ = win.Shared_query(0)
         win.Lock_all(MPI.MODE_NOCHECK)
@@ -165,7 +166,6 @@ class Node:
         if self.rank == 0:
             ctl[...] = 0
         self.mpi.Barrier()
-        self.ctl = ctl
         self.counters = ctl[:, 0]
         self.fence = self.control.sync
         #: Per parity, every rank's descriptor line (8 int64): written before a sync, read after it.
@@ -276,7 +276,7 @@ class Segment:
     def __init__(self, node: Node, sid: int, capacity: int) -> None:
         self.sid = sid
         self.rank = node.rank
-        self.header = _round_up(node.size * 8, 64)
+        self.header = round_up(node.size * 8, 64)
         self.capacity = capacity
         self.block = Block(node.mpi, self.header + capacity)
         self.address = self.block.address + self.header
@@ -386,7 +386,7 @@ class Pool:
             if f:
                 self.segments.pop(f).free()
         if sid < 0:
-            seg = Segment(self.node, self.next_sid, _round_up(nbytes, 64))
+            seg = Segment(self.node, self.next_sid, round_up(nbytes, 64))
             self.segments[seg.sid] = seg
             self.next_sid += 1
             self.node.sync("a new shared segment")  # every header slot initialised before any rank releases

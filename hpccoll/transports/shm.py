@@ -44,7 +44,7 @@ from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError
 from ._mpitypes import displacements as offsets, mpi_datatype, mpi_op
-from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, split_node
+from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, round_up, split_node
 from ._state import remembered
 
 __all__ = ["SharedMemory", "SHARED", "shared_transport", "shared_empty", "holder_of"]
@@ -73,11 +73,6 @@ class SharedMemory(Transport):
     chosen_because = ("node-shared memory where it measured faster (every rank on one node; all-reduce from "
                       "256 KiB, reduce-scatter from 1 MiB, all-gather 1-4 MiB; host MPI for the rest)")
     in_place = True
-    #: The smallest message (bytes of the gathered result of an all-gather, of the whole array of a
-    #: reduction: a size every rank computes alike) that shm moves faster than the ``mpi`` transport,
-    #: measured with private inputs and outputs at 2 and 4 ranks on this project's machine
-    #: (docs/bench/shm.md): ``auto`` offers shm the messages from there on.
-    min_bytes = 256 << 10
     #: Per primitive, the ``[low, high)`` message sizes where shm measured faster (docs/bench/shm.md);
     #: when ``auto`` chose shm, messages outside them, all-to-alls and the non-blocking forms go to
     #: host MPI (``HPCCOLL_TRANSPORT=shm`` moves every blocking message through shared memory). A
@@ -85,6 +80,11 @@ class SharedMemory(Transport):
     #: transfers do (into shared memory, then out by each of the P ranks: P + 1 against P), which shows
     #: once the blocks outgrow the caches.
     wins = {"allgatherv": (1 << 20, 4 << 20), "reduce_scatter": (1 << 20, 1 << 62), "allreduce": (256 << 10, 1 << 62)}
+    #: The smallest message (bytes of the gathered result of an all-gather, of the whole array of a
+    #: reduction: a size every rank computes alike) that shm moves faster than the ``mpi`` transport,
+    #: measured with private inputs and outputs at 2 and 4 ranks on this project's machine
+    #: (docs/bench/shm.md): ``auto`` offers shm the messages from there on.
+    min_bytes = min(low for low, _ in wins.values())
     #: Most scratch bytes per rank and per half: larger messages travel in rounds. 1 MiB (this machine's
     #: L2 per core) measured best: a 16 MiB all-reduce ran 1.99x (2 ranks) and 2.25x (4 ranks) raw MPI's
     #: speed with 1 MiB rounds, 1.08x and 1.46x with 16 MiB ones (``bench_shm.py --chunks``).
@@ -193,7 +193,7 @@ class SharedMemory(Transport):
         if self._stage is None or self._stage.nbytes < nbytes:
             if self._stage is not None:
                 self._stage.free()
-            self._stage = Block(self.node.mpi, max(-(-nbytes // _MIN_SLOT) * _MIN_SLOT, _MIN_SLOT))
+            self._stage = Block(self.node.mpi, round_up(max(nbytes, 1), _MIN_SLOT))
         return self._stage.u8[:nbytes].view(dtype)
 
     def _piece(self, lines: Any, q: int, packed: int, start: int, count: int, dtype: np.dtype) -> np.ndarray:
@@ -528,7 +528,7 @@ class SharedMemory(Transport):
             synced = False
         starts, end = [], 0
         for nbytes, itemsize in layout:
-            end = -(-end // itemsize) * itemsize
+            end = round_up(end, itemsize)
             starts.append(end)
             end += nbytes
         seg = self.pool.obtain(end, "shared_empty", synced)
@@ -686,7 +686,7 @@ def _combine(ufunc: Any, srcs: List[np.ndarray], out: np.ndarray) -> None:
 def _split(n: int, parts: int, itemsize: int) -> List[int]:
     """``n`` elements in ``parts`` blocks, each a whole number of 64-byte lines where it can be."""
     unit = max(1, 64 // itemsize)
-    per = -(-(-(-n // parts)) // unit) * unit
+    per = round_up(-(-n // parts), unit)  # the ceiling of n / parts, in whole lines
     return [max(0, min(per, n - q * per)) for q in range(parts)]
 
 
