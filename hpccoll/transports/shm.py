@@ -420,7 +420,8 @@ class SharedMemory(Transport):
             self._leaders("Reduce_scatter", [partial, t], [result, mine, t], node_counts, mpi_op(op))
         node.sync("reduce_scatter (waiting for the node leader)")
         at = pos[g] - node_displs[node.index]
-        out = recv[sum(counts[:g]) : sum(counts[:g]) + counts[g]] if send is None else recv
+        start = sum(counts[:g])
+        out = recv[start : start + counts[g]] if send is None else recv
         out[...] = result[at : at + counts[g]]
         node.sync("reduce_scatter (staging free again)")
 
@@ -432,8 +433,8 @@ class SharedMemory(Transport):
         called once every rank has arrived (a result segment agreed then).
         """
         node = self.node
-        blocks = _split(src.size, node.size, src.itemsize)
-        start = offsets(blocks)[node.rank]
+        blocks, mine = _node_block(src.size, node, src.itemsize)
+        start = mine.start
         target = [dest]
 
         def ready() -> None:
@@ -588,10 +589,9 @@ class SharedMemory(Transport):
         node = self.node
         seg = self.pool.obtain(result.nbytes, "shared result")
         flat = result.reshape(-1)
-        blocks = _split(flat.size, node.size, flat.itemsize)
-        start = offsets(blocks)[node.rank]
+        _, mine = _node_block(flat.size, node, flat.itemsize)
         out = seg.data[: result.nbytes].view(result.dtype)
-        out[start : start + blocks[node.rank]] = flat[start : start + blocks[node.rank]]
+        out[mine] = flat[mine]
         node.sync("shared result written")
         return seg.array(0, result.shape, result.dtype, writeable=False)
 
@@ -610,9 +610,7 @@ class SharedMemory(Transport):
 
         dest = self._allreduce_into(send, self._locate(send), op, obtain=obtain)
         if divide > 1:
-            blocks = _split(dest.size, node.size, dest.itemsize)
-            start = offsets(blocks)[node.rank]
-            part = dest[start : start + blocks[node.rank]]
+            part = dest[_node_block(dest.size, node, dest.itemsize)[1]]
             part /= part.dtype.type(divide)
             node.sync("all_reduce (shared result divided)")
         return holder[0].array(0, shape, dtype, writeable=False)
@@ -681,6 +679,13 @@ def _combine(ufunc: Any, srcs: List[np.ndarray], out: np.ndarray) -> None:
     ufunc(srcs[0], srcs[1], out=out)
     for s in srcs[2:]:
         ufunc(out, s, out=out)
+
+
+def _node_block(n: int, node: Node, itemsize: int) -> Tuple[List[int], slice]:
+    """The node's split of ``n`` elements (:func:`_split`), and this node rank's block of it."""
+    blocks = _split(n, node.size, itemsize)
+    start = sum(blocks[: node.rank])
+    return blocks, slice(start, start + blocks[node.rank])
 
 
 def _split(n: int, parts: int, itemsize: int) -> List[int]:
