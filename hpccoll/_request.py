@@ -38,7 +38,13 @@ class Request:
 
     The input and output buffers belong to the collective until :meth:`wait`
     returns (or :meth:`test` returns ``True``): do not modify the input or
-    read the output before then.
+    read the output before then. The request holds a reference to every
+    buffer it handed the transport (the input or its packed copy, the output
+    or its receive buffer) until it completes: MPI may read and write them
+    until then, and mpi4py keeps no reference of its own for most
+    non-blocking collectives (``Iallreduce``, ``Iallgatherv``,
+    ``Ireduce_scatter(_block)``, as of mpi4py 4.1). Dropping the caller's
+    own references before :meth:`wait` is safe.
 
     Examples
     --------
@@ -47,13 +53,14 @@ class Request:
     >>> total = req.wait()                                      # doctest: +SKIP
     """
 
-    __slots__ = ("_pending", "_finish", "_result", "_done")
+    __slots__ = ("_pending", "_finish", "_result", "_done", "_owned")
 
-    def __init__(self, pending: Sequence[Pending], finish: Callable[[], Any]) -> None:
+    def __init__(self, pending: Sequence[Pending], finish: Callable[[], Any], owned: Any = None) -> None:
         self._pending = list(pending)
         self._finish = finish
         self._result: Any = None
         self._done = False
+        self._owned = owned  # what the transport was handed, alive until completion
 
     @classmethod
     def completed(cls, result: Any) -> "Request":
@@ -67,6 +74,7 @@ class Request:
         self._done = True
         self._pending = []
         self._finish = None
+        self._owned = None
 
     def test(self) -> bool:
         """Whether the collective has completed (finishing it if so); never blocks."""

@@ -9,41 +9,58 @@ import numpy as np
 from .._request import DONE, Pending, Request
 from ..transports._cuda import get_runtime
 
-__all__ = ["launch", "start", "finish_all", "done", "then", "scratch", "SCRATCH_BYTES"]
+__all__ = ["launch", "Batch", "done", "then", "scratch", "SCRATCH_BYTES"]
 
 
 def launch(transport: Any, primitive: str, args: tuple, finish: Callable[[], Any], async_op: bool) -> Any:
-    """Run a transport primitive; blocking: ``finish()``, else a :class:`Request` that finishes later."""
+    """Run a transport primitive; blocking: ``finish()``, else a :class:`Request` that finishes later
+    (and owns ``args``, the buffers MPI may still read and write, until then)."""
     if not async_op:
         getattr(transport, primitive)(*args)
         return finish()
-    return Request([getattr(transport, "i" + primitive)(*args)], transport.bind_finish(finish))
+    return Request([getattr(transport, "i" + primitive)(*args)], transport.bind_finish(finish), args)
 
 
-def start(transport: Any, primitive: str, args: tuple, async_op: bool) -> Pending:
-    """Run a primitive (blocking) or start it (``async_op``); a :class:`Pending` either way."""
-    if async_op:
-        return getattr(transport, "i" + primitive)(*args)
-    getattr(transport, primitive)(*args)
-    return DONE
+class Batch:
+    """The transport calls of one list collective: run or started one by one, finished together.
 
-
-def finish_all(transport: Any, pending: Sequence[Pending], finishers: Sequence[Callable[[], None]], results: Any,
-               async_op: bool) -> Any:
-    """``results`` once every pending call completed and every finisher ran (a Request if ``async_op``).
-
-    The finishers are bound to ``transport`` like :func:`launch`'s (``Transport.bind_finish``).
+    ``async_op``: each call is started, and the :class:`Request` that
+    :meth:`finish` returns owns every call's arguments (packed send buffers,
+    receive buffers) until it completes. Blocking: each call runs at once.
+    Either way the finishers run after the last call, bound to ``transport``
+    like :func:`launch`'s (``Transport.bind_finish``).
     """
-    def finish() -> Any:
-        for f in finishers:
-            f()
-        return results
 
-    if async_op:
-        return Request(list(pending), transport.bind_finish(finish))
-    for p in pending:
-        p.wait()
-    return finish()
+    __slots__ = ("transport", "async_op", "pending", "owned", "finishers")
+
+    def __init__(self, transport: Any, async_op: bool) -> None:
+        self.transport = transport
+        self.async_op = async_op
+        self.pending: List[Pending] = []
+        self.owned: List[tuple] = []
+        self.finishers: List[Callable[[], None]] = []
+
+    def start(self, primitive: str, args: tuple, finish: Callable[[], None]) -> None:
+        """Run (or start) ``primitive(*args)``; ``finish`` runs once every call of the batch is done."""
+        if self.async_op:
+            self.pending.append(getattr(self.transport, "i" + primitive)(*args))
+            self.owned.append(args)
+        else:
+            getattr(self.transport, primitive)(*args)
+        self.finishers.append(finish)
+
+    def finish(self, results: Any) -> Any:
+        """``results`` once every finisher ran (a :class:`Request` if ``async_op``)."""
+        finishers = self.finishers
+
+        def finish() -> Any:
+            for f in finishers:
+                f()
+            return results
+
+        if self.async_op:
+            return Request(self.pending, self.transport.bind_finish(finish), self.owned)
+        return finish()
 
 
 def done(result: Any, async_op: bool, kind: str = "numpy") -> Any:

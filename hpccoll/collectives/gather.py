@@ -16,7 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from .._arrays import flat, module_of, prod
-from .._core.launch import done, finish_all, launch, scratch, start
+from .._core.launch import Batch, done, launch, scratch
 from .._core.validate import (
     axes_of,
     axis_of,
@@ -228,7 +228,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
             xp.copyto(o, a)
         return done(outs, async_op, kind)
     transport = c.transport_of(kind, total)
-    pending, finishers = [], []
+    batch = Batch(transport, async_op)
     for idx in groups:
         if uniform:
             counts = [unit[0] * len(idx) * n for n in table[0]]
@@ -238,9 +238,9 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
         group = arrays if len(idx) == len(arrays) else [arrays[i] for i in idx]
         send = _send_bytes(group, xp, pair[0][: counts[c.rank]] if pair else None)
         recv = pair[1][: sum(counts)] if pair else xp.empty(sum(counts), _BYTES)
-        pending.append(start(transport, "allgatherv", (send, recv, counts), async_op))
-        finishers.append(_unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
-    return finish_all(transport, pending, finishers, outs, async_op)
+        batch.start("allgatherv", (send, recv, counts),
+                    _unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
+    return batch.finish(outs)
 
 
 def _check_extents(lst: ListOf, axes: List[int], sizes: Tuple[int, ...], c: Any) -> None:

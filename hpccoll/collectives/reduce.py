@@ -17,7 +17,7 @@ from typing import Any, Callable, List, Optional, Sequence, Set
 import numpy as np
 
 from .._arrays import flat, module_of
-from .._core.launch import done, finish_all, launch, scratch, start
+from .._core.launch import Batch, done, launch, scratch
 from .._core.validate import (
     check_out,
     list_types,
@@ -165,7 +165,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         for i, a in enumerate(arrays):
             groups.setdefault(a.dtype, []).append(i)
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
-    pending, finishers = [], []
+    batch = Batch(transport, async_op)
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce)
         if plan.widen:
@@ -187,9 +187,9 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
             send = concat(arrays if len(idx) == n else [arrays[i] for i in idx], plan.wire, plan.widen, xp,
                           pair[0][:size] if pair else None)
             recv = pair[1][:size].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
-            pending.append(start(transport, "allreduce", (send, recv, plan.op), async_op))
-            finishers.append(_unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows))
-    return finish_all(transport, pending, finishers, results, async_op)
+            batch.start("allreduce", (send, recv, plan.op),
+                        _unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows))
+    return batch.finish(results)
 
 
 def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Set, Tuple
 import numpy as np
 
 from .._arrays import module_of, prod, split_sizes
-from .._core.launch import done, finish_all, launch, scratch, start
+from .._core.launch import Batch, done, launch, scratch
 from .._core.validate import (
     axes_of,
     axis_of,
@@ -192,7 +192,7 @@ def _buckets(c: Any, lst: ListOf, axes: List[int], table: List[Tuple[int, ...]],
         inner = [prod(shape_without(shape, axes[0]))] * len(arrays)
     else:
         inner = [prod(shape_without(s, ax)) for s, ax in zip(lst.shapes, axes)]
-    pending, finishers = [], []
+    batch = Batch(transport, async_op)
     results: List[Any] = []  # the rows of one new array, or filled array by array
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce)
@@ -217,10 +217,10 @@ def _buckets(c: Any, lst: ListOf, axes: List[int], table: List[Tuple[int, ...]],
             send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
             recv = pair[0][: counts[c.rank] * plan.wire.itemsize].view(plan.wire) if pair else \
                 xp.empty(counts[c.rank], plan.wire)
-            pending.append(start(transport, "reduce_scatter", (send, recv, counts, plan.op), async_op))
-            finishers.append(_unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp,
-                                       uniform, pair is not None))
-    return finish_all(transport, pending, finishers, results, async_op)
+            batch.start("reduce_scatter", (send, recv, counts, plan.op),
+                        _unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp, uniform,
+                                  pair is not None))
+    return batch.finish(results)
 
 
 def _tables(lst: ListOf, axes: List[int], sizes: Any, parts: int) -> List[Tuple[int, ...]]:
