@@ -2,8 +2,9 @@
 
 The transports see only *wire* dtypes and the four wire ops ``sum``, ``prod``,
 ``max`` and ``min``. Everything else (bool as 0/1 bytes, 16-bit floats widened
-to float32, ``avg`` as a sum followed by a division) is decided here, once,
-for every transport.
+to float32, 8- and 16-bit integer sums widened to 32 bits where a transport's
+MPI saturates them, ``avg`` as a sum followed by a division) is decided here,
+once, for every transport.
 """
 
 from __future__ import annotations
@@ -143,10 +144,15 @@ class ReducePlan(NamedTuple):
 _BOOL_OPS = {"sum": "max", "max": "max", "prod": "min", "min": "min"}
 
 
-_PLANS: Dict[Tuple[np.dtype, str, frozenset], Union[ReducePlan, DTypeError]] = {}
+_PLANS: Dict[Tuple[np.dtype, str, frozenset, frozenset], Union[ReducePlan, DTypeError]] = {}
+
+#: The 32-bit integer each small integer's sum is widened to (wrapped back to it like NumPy afterwards).
+_WIDE_INT = {np.dtype(n): np.dtype(w) for n, w in
+             (("int8", "int32"), ("int16", "int32"), ("uint8", "uint32"), ("uint16", "uint32"))}
 
 
-def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset()) -> ReducePlan:
+def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset(),
+                saturates: frozenset = frozenset()) -> ReducePlan:
     """Choose the wire dtype and op for reducing ``dtype`` with ``op`` (cached).
 
     Parameters
@@ -158,17 +164,21 @@ def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset()) -> Re
     native : frozenset of str
         16-bit float dtype names the transport reduces natively; others are
         widened to float32 (never reduced in a type the transport lacks).
+    saturates : frozenset of numpy.dtype
+        Integer dtypes whose sums the transport saturates
+        (``Transport.saturates``): their sums are widened to 32 bits, whose
+        two's-complement sum wraps, and cast back, which wraps like NumPy.
 
     Raises
     ------
     DTypeError
         For ``avg`` on bool or integers, and ``max``/``min`` on complex.
     """
-    key = (dtype, op, native)
+    key = (dtype, op, native, saturates)
     plan = _PLANS.get(key)
     if plan is None:
         try:
-            plan = _make_plan(dtype, op, native)
+            plan = _make_plan(dtype, op, native, saturates)
         except DTypeError as exc:
             plan = exc
         _PLANS[key] = plan
@@ -184,6 +194,8 @@ _DIRECT: Dict[str, Dict[np.dtype, Optional[ReducePlan]]] = {}
 
 def direct_plan(dtype: np.dtype, op: str) -> Optional[ReducePlan]:
     """The plan for ``(dtype, op)`` when it reduces without widening on a host transport, else ``None``.
+
+    The caller checks the transport's ``saturates`` itself (a saturated sum widens).
 
     ``op`` is a name as the caller wrote it (``"sum"``, ``"SUM"``, ...). Two
     dictionary lookups once known: the collectives' common-case branches use
@@ -203,7 +215,7 @@ def direct_plan(dtype: np.dtype, op: str) -> Optional[ReducePlan]:
     return plan
 
 
-def _make_plan(dtype: np.dtype, op: str, native: frozenset) -> ReducePlan:
+def _make_plan(dtype: np.dtype, op: str, native: frozenset, saturates: frozenset) -> ReducePlan:
     key = check_dtype(dtype)
     divide = op == "avg"
     wire_op = "sum" if divide else op
@@ -218,6 +230,8 @@ def _make_plan(dtype: np.dtype, op: str, native: frozenset) -> ReducePlan:
                 f"op='avg': expected a floating or complex dtype; got {key} "
                 "(integer averages would need a rounding rule: sum, then divide yourself)"
             )
+        if op == "sum" and dtype in saturates:
+            return ReducePlan(_WIDE_INT[dtype], op, True, False)
         return ReducePlan(dtype, op, False, False)
     if key in _COMPLEX and op in ("max", "min"):
         raise DTypeError(f"op={op!r}: expected a real dtype (complex numbers are not ordered); got {key}")

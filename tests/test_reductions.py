@@ -132,3 +132,82 @@ def test_reduce_scatter_in_place(comm, pattern, axis, op, async_op):
     got = hpccoll.reduce_scatter(x, comm, op=op, axis=axis, sizes=sizes, out=mine, async_op=async_op)
     assert (got.wait() if async_op else got) is mine
     assert_close(mine, want)
+
+
+# --------------------------------------------------------------------------- small-integer sums wrap on every MPI
+
+SMALL_INTS = ["int8", "uint8", "int16", "uint16"]
+
+
+def _wrapping_stack(comm, dtype, n):
+    """Values near the top of ``dtype`` (a few near the bottom): any two ranks' sum overflows."""
+    info = np.iinfo(dtype)
+    stack = np.full((comm.size, n), info.max - 3, dtype=dtype)
+    stack[:, 1::3] = info.min + 5 if info.min else info.max // 2 + 7
+    stack += np.arange(comm.size, dtype=dtype)[:, None]
+    return stack
+
+
+@pytest.mark.parametrize("dtype", SMALL_INTS)
+def test_small_integer_sums_wrap_in_every_form(comm, dtype, monkeypatch):
+    """Open MPI's vector kernels saturate 8/16-bit sums of >= 64 elements (ompi#8045); hpccoll wraps like NumPy.
+
+    Every form: the common branches, ``out=``, in place, uneven blocks, lists, non-blocking and shm.
+    """
+    p, n = comm.size, 96 * comm.size
+    stack = _wrapping_stack(comm, dtype, n)
+    want = np.add.reduce(stack, axis=0, dtype=dtype)
+    x = stack[comm.rank]
+    sizes = [(3 * r + 2) % 4 * 32 for r in range(p)]
+    sizes[-1] += n - sum(sizes)
+    lo = sum(sizes[: comm.rank])
+    mine = want[lo : lo + sizes[comm.rank]]
+    got = {
+        "all_reduce": (hpccoll.all_reduce(x, comm), want),
+        "all_reduce out=": (hpccoll.all_reduce(x, comm, out=np.empty_like(x)), want),
+        "reduce_scatter": (hpccoll.reduce_scatter(x, comm), want[96 * comm.rank : 96 * (comm.rank + 1)]),
+        "reduce_scatter uneven": (hpccoll.reduce_scatter(x, comm, sizes=sizes), mine),
+        "all_reduce async": (hpccoll.all_reduce(x, comm, async_op=True).wait(), want),
+        "reduce_scatter async": (hpccoll.reduce_scatter(x, comm, async_op=True).wait(),
+                                 want[96 * comm.rank : 96 * (comm.rank + 1)]),
+        "all_reduce list": (hpccoll.all_reduce([x, x[:64]], comm)[1], want[:64]),
+        "reduce_scatter list": (hpccoll.reduce_scatter([x, x[: 64 * p]], comm)[1],
+                                want[: 64 * p][64 * comm.rank : 64 * (comm.rank + 1)]),
+        "all_gather adjoint": (hpccoll.all_gather_adjoint(x, comm), want[96 * comm.rank : 96 * (comm.rank + 1)]),
+    }
+    inplace = x.copy()
+    got["all_reduce in place"] = (hpccoll.all_reduce(inplace, comm, out=inplace), want)
+    with hpccoll.Communicator(transport="shm") if p > 1 else hpccoll.Communicator() as c:
+        got["all_reduce shm"] = (hpccoll.all_reduce(x, c), want)
+        got["reduce_scatter shm"] = (hpccoll.reduce_scatter(x, c), want[96 * comm.rank : 96 * (comm.rank + 1)])
+    bad = sorted(k for k, (g, w) in got.items() if not (g.dtype == w.dtype and np.array_equal(g, w)))
+    assert MPI.COMM_WORLD.allreduce(bad, op=MPI.SUM) == bad * p, f"{dtype} sums differ from NumPy's wrap: {bad}"
+
+
+def test_saturating_sums_are_widened_to_32_bits(comm, monkeypatch):
+    """A transport that declares saturated sums gets them as 32-bit integers (and the result wraps back);
+    other ops keep their dtype. Checked on every MPI by declaring it on this run's transport."""
+    t = comm.transport_of("numpy", 1)
+    monkeypatch.setattr(t, "saturates", frozenset(np.dtype(d) for d in SMALL_INTS))
+    seen = []
+    real = t.allreduce
+    monkeypatch.setattr(t, "allreduce", lambda send, recv, op: (seen.append((recv.dtype, op)), real(send, recv, op)))
+    stack = _wrapping_stack(comm, "int16", 8)
+    for op, wire in (("sum", np.int32), ("max", np.int16), ("prod", np.int16)):
+        seen.clear()
+        got = hpccoll.all_reduce(stack[comm.rank], comm, op=op)
+        want = (np.add if op == "sum" else np.maximum if op == "max" else np.multiply).reduce(stack, axis=0,
+                                                                                              dtype=np.int16)
+        assert got.dtype == np.int16 and np.array_equal(got, want), op
+        assert comm.size == 1 or seen == [(np.dtype(wire), op)], (op, seen)
+
+
+def test_the_saturation_probe_agrees_with_the_library():
+    """``saturating_sums`` says what this MPI does: a 4096-element MPI_SUM of int8 maxima wraps or saturates."""
+    from hpccoll.transports._mpitypes import library, saturating_sums
+
+    a = np.full(4096, 127, np.int8)
+    b = a.copy()
+    MPI.SUM.Reduce_local(a, b)
+    saturates = bool((b == 127).all())
+    assert (np.dtype(np.int8) in saturating_sums()) == (saturates or library().startswith("Open MPI"))

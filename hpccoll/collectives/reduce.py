@@ -56,7 +56,7 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
     """The common case, or ``None`` when the general branch must decide."""
     t = c.transport_of("numpy", x.nbytes)
     plan = direct_plan(x.dtype, op) if not t.native_reduce else None
-    if plan is None:
+    if plan is None or (t.saturates and x.dtype in t.saturates):
         return None
     wire = plan.wire
     if out is None:
@@ -104,7 +104,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
             xp.copyto(out, x)
         return done(out, async_op, kind)
     transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
-    plan = reduce_plan(x.dtype, op, transport.native_reduce)
+    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates)
     in_place = out is x or (xp.may_share_memory(out, x) and same_block(out, x, _ALL))
     if in_place and not plan.widen and out.flags.c_contiguous:
         recv = as_wire(flat(out, xp), plan.wire)
@@ -167,7 +167,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
     batch = Batch(transport, async_op)
     for dtype, members in groups.items():
-        plan = reduce_plan(dtype, op, transport.native_reduce)
+        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates)
         if plan.widen:
             wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
         else:  # the wire dtype has the array's itemsize

@@ -77,7 +77,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         inner, oshape = 1, (mine,)
     else:
         inner, oshape = prod(shape[1:]), (mine,) + shape[1:]
-    if plan is None or not mine * inner:
+    if plan is None or not mine * inner or (t.saturates and dtype in t.saturates):
         return None
     wire = plan.wire
     as_is = len(shape) == 1 and dtype is wire  # x and out are already the wire buffers
@@ -127,7 +127,7 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
         xp.copyto(out, x)
         return done(out, async_op, kind)
     transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
-    plan = reduce_plan(x.dtype, op, transport.native_reduce)
+    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates)
     trail = prod(shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
     if out is x or xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked)
@@ -195,7 +195,7 @@ def _buckets(c: Any, lst: ListOf, axes: List[int], table: List[Tuple[int, ...]],
     batch = Batch(transport, async_op)
     results: List[Any] = []  # the rows of one new array, or filled array by array
     for dtype, members in groups.items():
-        plan = reduce_plan(dtype, op, transport.native_reduce)
+        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates)
         if shape is not None:
             each = arrays[0].size * plan.wire.itemsize
             groups_of = buckets([each] * len(members), c.bucket_bytes, each * len(members))

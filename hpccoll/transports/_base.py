@@ -9,9 +9,9 @@ once, above the transports, in :mod:`hpccoll.collectives`; no module outside
 this package calls an MPI or NCCL collective.
 
 A transport declares what it can do: the array kind it serves, its place in
-``auto``'s order, a collective probe, and three optional capabilities the
+``auto``'s order, a collective probe, and optional capabilities the
 collectives consult (:attr:`~Transport.in_place`,
-:attr:`~Transport.native_reduce`, :meth:`~Transport.allgather_into`).
+:attr:`~Transport.native_reduce`, :attr:`~Transport.saturates`, :meth:`~Transport.allgather_into`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ class Transport(abc.ABC):
     min_bytes: ClassVar[int] = 0
     #: 16-bit float dtype names reduced natively (others are widened to float32).
     native_reduce: ClassVar[FrozenSet[str]] = frozenset()
+    #: Integer dtypes whose sums this transport saturates where NumPy wraps (Open MPI's 8- and
+    #: 16-bit sums): the collectives widen those sums to 32 bits. A set of ``numpy.dtype``.
+    saturates: ClassVar[FrozenSet[Any]] = frozenset()
     #: Whether ``allgatherv`` and ``reduce_scatter`` accept ``send=None`` (in
     #: place); without it the caller copies the input first.
     in_place: ClassVar[bool] = False

@@ -9,11 +9,11 @@ duplicated types. Derived datatypes (inner-axis blocks) are built on these.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, FrozenSet, List, Sequence
 
 import numpy as np
 
-__all__ = ["mpi_datatype", "mpi_op", "displacements", "committed", "buffer_address"]
+__all__ = ["mpi_datatype", "mpi_op", "displacements", "committed", "buffer_address", "saturating_sums", "library"]
 
 _DATATYPES: Dict[np.dtype, Any] = {}
 _OPS: Dict[str, Any] = {}
@@ -63,3 +63,49 @@ def buffer_address(a: Any) -> int:
 
 
 _get_address: Any = None
+
+
+#: The integer dtypes whose MPI_SUM could saturate instead of wrapping (8 and 16 bits).
+SMALL_INTS = ("int8", "uint8", "int16", "uint16")
+_SATURATING: Any = None
+
+
+def library() -> str:
+    """The first line of ``MPI_Get_library_version`` (``"Open MPI v5.0.11, ..."``, ``"MPICH Version: ..."``)."""
+    from mpi4py import MPI
+
+    return MPI.Get_library_version().strip().splitlines()[0].strip()
+
+
+def saturating_sums() -> FrozenSet[np.dtype]:
+    """The 8- and 16-bit integer dtypes whose ``MPI_SUM`` saturates in this MPI library (decided once).
+
+    Open MPI's vectorised reduction kernels (``op/avx``) saturate sums of
+    8- and 16-bit integers where NumPy wraps (upstream open-mpi/ompi#8045,
+    closed as won't fix): 4 x int16 of 16385 sum to 32767 there, to -16 in
+    NumPy. The collectives widen those dtypes' sums to 32 bits (as 16-bit
+    floats are widened to float32) and wrap the result back like NumPy.
+
+    Every rank must decide alike (ranks reducing in different wire dtypes
+    would exchange different byte counts), so the answer comes from the
+    library's name where it is known to saturate -- all of Open MPI, whatever
+    kernels each node's CPU selects -- and otherwise from a local,
+    communication-free probe (``MPI.SUM.Reduce_local`` on 4096 elements, the
+    same kernels the collectives run), which depends only on the library.
+    """
+    global _SATURATING
+    if _SATURATING is None:
+        from mpi4py import MPI
+
+        if library().startswith("Open MPI"):
+            found = set(SMALL_INTS)
+        else:
+            found = set()
+            for name in SMALL_INTS:
+                top = np.iinfo(name).max
+                a, b = np.full(4096, top, name), np.full(4096, top, name)
+                MPI.SUM.Reduce_local(a, b)
+                if (b != np.add(a, a, dtype=name)).any():
+                    found.add(name)
+        _SATURATING = frozenset(np.dtype(n) for n in found)
+    return _SATURATING

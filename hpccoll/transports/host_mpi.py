@@ -8,7 +8,7 @@ from .._faults import watched
 from .._request import Pending
 from ._base import Transport
 from ._control import run
-from ._mpitypes import _DATATYPES, _OPS, committed, displacements, mpi_datatype, mpi_op
+from ._mpitypes import _DATATYPES, _OPS, committed, displacements, mpi_datatype, mpi_op, saturating_sums
 
 __all__ = ["HostMPI", "MPIPending"]
 
@@ -40,6 +40,7 @@ class HostMPI(Transport):
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
         self._mpi = comm.mpi  # the private duplicate: fixed for the Communicator's life
+        self.saturates = saturating_sums()
         rank, parts = comm.rank, comm.size
         # _pairwise's partners: receive from rank-1, rank-2, ...; send to rank+1, rank+2, ...
         self._sources = [(rank - step) % parts for step in range(1, parts)]

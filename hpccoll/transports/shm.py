@@ -107,6 +107,7 @@ class SharedMemory(Transport):
         self.everything = comm.transport == self.name
         #: The ``mpi`` transport of the same communicator, for what shm leaves to host MPI.
         self.host: Transport = comm.transport_instance("mpi")
+        self.saturates = self.host.saturates  # what shm does not move itself, host MPI reduces
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:

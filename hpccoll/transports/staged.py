@@ -57,6 +57,7 @@ class Staged(Transport):
         rt = self._rt = get_runtime()
         self._capturing = capture_query(rt)
         self._host = HostMPI(comm)
+        self.saturates = self._host.saturates  # the staged copies are reduced by host MPI
         self._pinned: Dict[str, Any] = {}
         self._views: Dict[str, Tuple[int, Any, Any]] = {}  # slot -> (nbytes, dtype, typed view), reused
         self._record = event_recorder(rt)
