@@ -77,7 +77,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         inner, oshape = 1, (mine,)
     else:
         inner, oshape = prod(shape[1:]), (mine,) + shape[1:]
-    if plan is None or not mine * inner or (t.saturates and dtype in t.saturates):
+    if plan is None or not mine * inner or (t.saturates and plan.op == "sum" and dtype in t.saturates):
         return None
     wire = plan.wire
     as_is = len(shape) == 1 and dtype is wire  # x and out are already the wire buffers
