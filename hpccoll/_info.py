@@ -43,6 +43,7 @@ def collect(comm: Any) -> Dict[str, Any]:
 
     import hpccoll
     from .transports import transport_classes
+    from .transports._mpitypes import quirks
 
     levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
               MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
@@ -72,6 +73,7 @@ def collect(comm: Any) -> Dict[str, Any]:
         "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
         "mpi_standard": "%d.%d" % MPI.Get_version(),
         "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
+        "mpi_quirks": quirks(),
         "ranks": comm.size,
         "hosts": per_host,
         "gpu": _gpu(),
@@ -90,6 +92,8 @@ def report(info: Dict[str, Any]) -> str:
     lines.append(f"  library: {info['mpi_library']} (MPI {info['mpi_standard']}), thread level: {info['thread_level']}")
     hosts = ", ".join(f"{h}: {n}" for h, n in info["hosts"].items())
     lines.append(f"  ranks: {info['ranks']} on {len(info['hosts'])} host(s) ({hosts})")
+    lines.append("  quirks worked around:" + ("" if info["mpi_quirks"] else " none known"))
+    lines.extend(f"    - {q}" for q in info["mpi_quirks"])
     lines.append("GPU")
     gpu = info["gpu"]
     if gpu.get("reason"):

@@ -13,7 +13,8 @@ from typing import Any, Dict, FrozenSet, List, Sequence
 
 import numpy as np
 
-__all__ = ["mpi_datatype", "mpi_op", "displacements", "committed", "buffer_address", "saturating_sums", "library"]
+__all__ = ["mpi_datatype", "mpi_op", "displacements", "committed", "buffer_address", "saturating_sums", "library",
+           "unowned_nonblocking", "quirks"]
 
 _DATATYPES: Dict[np.dtype, Any] = {}
 _OPS: Dict[str, Any] = {}
@@ -109,3 +110,66 @@ def saturating_sums() -> FrozenSet[np.dtype]:
                     found.add(name)
         _SATURATING = frozenset(np.dtype(n) for n in found)
     return _SATURATING
+
+
+_UNOWNED: Any = None
+
+
+def unowned_nonblocking() -> List[str]:
+    """The non-blocking MPI calls hpccoll uses whose mpi4py request keeps no reference to its buffers.
+
+    Probed once on ``MPI.COMM_SELF`` (local, no other rank involved): a
+    buffer referenced only by the call is freed while the request is still
+    pending. hpccoll's :class:`~hpccoll.Request` holds every buffer it hands
+    MPI until completion, so this is worked around whatever the answer.
+    """
+    global _UNOWNED
+    if _UNOWNED is None:
+        import gc
+        import weakref
+
+        from mpi4py import MPI
+
+        me = MPI.COMM_SELF
+        calls = {
+            "Iallreduce": lambda x, r: me.Iallreduce(x, r),
+            "Iallgatherv": lambda x, r: me.Iallgatherv(x, [r, [4]]),
+            "Ireduce_scatter": lambda x, r: me.Ireduce_scatter(x, r, [4]),
+            "Ireduce_scatter_block": lambda x, r: me.Ireduce_scatter_block(x, r),
+            "Ialltoallv": lambda x, r: me.Ialltoallv([x, [4]], [r, [4]]),
+        }
+        found = []
+        for name, call in calls.items():
+            x, r = np.ones(4), np.empty(4)
+            ref = weakref.ref(x)
+            request = call(x, r)
+            del x
+            gc.collect()
+            if ref() is None:
+                found.append(name)
+            request.Wait()
+        _UNOWNED = found
+    return _UNOWNED
+
+
+def quirks() -> List[str]:
+    """What this MPI library and mpi4py do differently from other MPIs, and what hpccoll does about it."""
+    out = []
+    sat = sorted(d.name for d in saturating_sums())
+    if sat:
+        out.append(f"MPI_SUM saturates {', '.join(sat)} (Open MPI's vector kernels, open-mpi/ompi#8045): "
+                   "hpccoll sums them as 32-bit integers and wraps the result back, like NumPy")
+    unowned = unowned_nonblocking()
+    if unowned:
+        import mpi4py
+
+        out.append(f"mpi4py {mpi4py.__version__} keeps no reference to the buffers of {', '.join(unowned)}: "
+                   "hpccoll's requests hold every buffer (and packed copy) until they complete")
+    if library().startswith("Open MPI"):
+        out.append("MPI_Reduce_scatter and MPI_Ireduce_scatter (uneven blocks) reduce in different orders "
+                   "(coll/tuned against libnbc): float and complex results of the blocking and non-blocking "
+                   "reduce_scatter may differ in the last bits (docs/reliability.md, reduction order)")
+        out.append("mpiexec refuses root and more ranks than cores unless told: OMPI_ALLOW_RUN_AS_ROOT=1 "
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe "
+                   "(the Makefile and the tests' launcher set them)")
+    return out
