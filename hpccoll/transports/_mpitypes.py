@@ -168,8 +168,9 @@ def quirks() -> List[str]:
     if library().startswith("Open MPI"):
         out.append("MPI_Reduce_scatter and MPI_Ireduce_scatter (uneven blocks) reduce in different orders "
                    "(coll/tuned against libnbc): float and complex results of the blocking and non-blocking "
-                   "reduce_scatter may differ in the last bits (docs/reliability.md, reduction order)")
+                   "reduce_scatter may differ in the last bits (docs/mpi.md, reduction order)")
         out.append("mpiexec refuses root and more ranks than cores unless told: OMPI_ALLOW_RUN_AS_ROOT=1 "
-                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe "
-                   "(the Makefile and the tests' launcher set them)")
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, and PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe "
+                   "(Open MPI 5) or OMPI_MCA_rmaps_base_oversubscribe=1 (4.x); the Makefile and the tests' "
+                   "launcher set them")
     return out
