@@ -82,14 +82,14 @@ def test_single_array_calls_keep_their_buffers(comm, watched):
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size == 1, reason="one rank: nothing is handed to MPI")
-@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
 def test_list_calls_keep_their_packed_buffers(comm, watched, collective, monkeypatch):
     monkeypatch.setattr(comm, "bucket_bytes", 64)  # several buckets, each packed into its own buffer
     p = comm.size
     shapes, dtypes = [(2 * p, 3), (p,), (3 * p, 2)], ["float32", "int64", "float64"]
     stacks = [_stack(comm, s, d, 10 + k) for k, (s, d) in enumerate(zip(shapes, dtypes))]
     xs = [s[comm.rank].copy() for s in stacks]
-    req = getattr(hpccoll, collective)(xs, comm, async_op=True)
+    req = getattr(hpccoll, collective)(xs, comm, async_op=True)  # all_to_all: block j of each array to rank j
     xs[:] = [np.full_like(x, 7) for x in xs]  # the caller replaces its arrays: the packed copies must live on
     alive, got = _alive_until_wait(comm, watched, req)
     assert all_ranks(comm, alive), "a packed buffer handed to MPI was freed before wait()"
@@ -99,8 +99,11 @@ def test_list_calls_keep_their_packed_buffers(comm, watched, collective, monkeyp
         elif collective == "reduce_scatter":
             n = s.shape[1] // p
             assert_close(g, reference(s, "sum")[n * comm.rank : n * (comm.rank + 1)])
-        else:
+        elif collective == "all_gather":
             assert_same(g, np.concatenate(list(s)))
+        else:
+            n = s.shape[1] // p
+            assert_same(g, np.concatenate([s[r][n * comm.rank : n * (comm.rank + 1)] for r in range(p)]))
 
 
 def test_request_lets_go_after_completion(comm):
