@@ -328,9 +328,7 @@ def all_reduce_adjoint(
         refuse(c, "all_reduce_adjoint", early)
     if cotangent == "varying":
         return reduce.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
-    if many:  # replicated: no communication but the check, array by array
-        return done([reduce.replicated_adjoint(yi, c, op, oi, False) for yi, oi in zip(y, outs)], async_op)
-    return reduce.replicated_adjoint(y, c, op, out, async_op)
+    return reduce.replicated_adjoint(y if not many else list(y), c, op, outs if many else out, async_op)
 
 
 def all_to_all(

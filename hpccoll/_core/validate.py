@@ -205,9 +205,17 @@ def outs_of(out: Any, n: int) -> list:
     return list(out)
 
 
-def settle(c: Any, what: str, desc: Any, local: Any, err: Optional[HpccollError]) -> Optional[list]:
-    """Raise a local error, or (check mode) agree with the other ranks first; every rank's ``local``."""
+def settle(c: Any, what: str, desc: Any, local: Any, err: Optional[HpccollError],
+           async_op: bool = False) -> Optional[list]:
+    """Raise a local error, or (check mode) agree with the other ranks first; every rank's ``local``.
+
+    Check mode compares ``async_op`` with the descriptor: MPI never matches a
+    blocking collective with a non-blocking one, so one rank's
+    ``async_op=True`` among blocking calls would hang instead.
+    """
     if c.check and c.size > 1:
+        if desc is not None:
+            desc = {**desc, "async_op": bool(async_op)}
         return c.agree(what, desc, local, err)
     if err is not None:
         raise err

@@ -119,7 +119,7 @@ def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_siz
             desc = _descriptor([x], [sa], [ca], [sizes])
     except HpccollError as e:
         err = e
-    table, settled = _settle(c, [x], [sa], [ca], [sizes], recv_sizes, key, desc, err, what)
+    table, settled = _settle(c, [x], [sa], [ca], [sizes], recv_sizes, key, desc, err, what, async_op)
     even = settled if even is None else even
     if recv_sizes is None:
         recv_sizes = table[0]
@@ -255,7 +255,7 @@ def _descriptor(arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], t
 
 def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes],
             recv_sizes: Optional[Sizes], key: int, desc: Any, err: Optional[HpccollError],
-            what: str) -> Tuple[List[Sizes], bool]:
+            what: str, async_op: bool) -> Tuple[List[Sizes], bool]:
     """Raise a local error (check mode: on every rank); then every array's receive extents, one per rank,
     and whether every pair of ranks moves the same count (the same verdict on every rank).
 
@@ -267,7 +267,7 @@ def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int
     k = len(arrays)
     local = None if err else ([list(_sent(a, sa, ca, t, c.size)) for a, sa, ca, t in zip(arrays, sas, cas, table)],
                               recv_sizes, key)
-    everyone = settle(c, what, desc, local, err)
+    everyone = settle(c, what, desc, local, err, async_op)
     if everyone is None and recv_sizes is None:
         return _exchange(c, arrays, sas, cas, table, key, what)
     if everyone is None:  # even only where global facts say so: axes differ, one split, one extent per rank
@@ -314,7 +314,8 @@ def _many(xs: Any, types: Set[type], c: Any, split_axis: Any, concat_axis: Any, 
             desc = _descriptor(arrays, sas, cas, table)
     except HpccollError as e:
         err = e
-    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what)
+    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what,
+                              async_op)
     if recv_sizes is None:
         outs = _late(c, what, lambda: _outs(outs, arrays, sas, cas, table, recv_table, c.rank, xp))
     if c.size == 1:

@@ -112,7 +112,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
     except HpccollError as e:
         err = e
     if c.check and c.size > 1:
-        sizes, out = _agree(x, c, xp, ax, sizes, out, what, err)
+        sizes, out = _agree(x, c, xp, ax, sizes, out, what, err, async_op)
     elif err is not None:
         raise err
     elif sizes is None:
@@ -140,13 +140,13 @@ def _out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) 
 
 
 def _agree(x: Any, c: Any, xp: Any, ax: int, sizes: Any, out: Any, what: str,
-           err: Optional[HpccollError]) -> Tuple[Any, Any]:
+           err: Optional[HpccollError], async_op: bool) -> Tuple[Any, Any]:
     """Check mode: compare the call across ranks (and learn the extents); the sizes and out to use."""
     desc = None if err else {
         "collective": "all_gather", "dtype": x.dtype.name, "ndim": x.ndim, "axis": ax,
         "shape except axis": shape_without(x.shape, ax), "sizes": sizes,
     }
-    extents = c.agree(what, desc, None if err else x.shape[ax], err)
+    extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
     if sizes is None:
         sizes = tuple(extents)
         try:
@@ -201,7 +201,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
                     "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(lst.arrays, axes)]}
     except HpccollError as e:
         err = e
-    table = _table(lst, axes, sizes, c, desc, what, err)
+    table = _table(lst, axes, sizes, c, desc, what, err, async_op)
     arrays, kind = lst.arrays, lst.kind
     xp = module_of(kind)
     # Bytes per index along the axis, and each array's share of the message: one value for arrays alike.
@@ -254,10 +254,10 @@ def _check_extents(lst: ListOf, axes: List[int], sizes: Tuple[int, ...], c: Any)
 
 
 def _table(lst: Optional[ListOf], axes: List[int], sizes: Any, c: Any, desc: Any, what: str,
-           err: Optional[HpccollError]) -> List[Tuple[int, ...]]:
+           err: Optional[HpccollError], async_op: bool) -> List[Tuple[int, ...]]:
     """Every rank's extent of each array (``table[i][rank]``): agreed in check mode, exchanged, or ``sizes``."""
     local = None if err or not c.check else [s[ax] for s, ax in zip(lst.shapes, axes)]
-    extents = settle(c, what, desc, local, err)
+    extents = settle(c, what, desc, local, err, async_op)
     arrays = lst.arrays  # settle raised if the survey failed
     if extents is not None:  # check mode: every rank's extents, array by array
         table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]

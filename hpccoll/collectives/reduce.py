@@ -98,7 +98,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
             desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
     except HpccollError as e:
         err = e
-    settle(c, what, desc, None, err)
+    settle(c, what, desc, None, err, async_op)
     if c.size == 1:
         if out is not x:
             xp.copyto(out, x)
@@ -149,7 +149,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
             desc = {"collective": "all_reduce", "op": op, "arrays": [(a.dtype.name, a.shape) for a in arrays]}
     except HpccollError as e:
         err = e
-    settle(c, what, desc, None, err)
+    settle(c, what, desc, None, err, async_op)
     if c.size == 1:
         return done([_copy_into(o, a) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
     n = len(arrays)
@@ -241,27 +241,38 @@ def _copy_into(out: Any, x: Any) -> Any:
 
 
 def replicated_adjoint(y: Any, c: Any, op: str, out: Any, async_op: bool) -> Any:
-    """``all_reduce_adjoint(..., cotangent="replicated")`` of one array: ``y`` (``y / P`` for avg), no traffic.
+    """``all_reduce_adjoint(..., cotangent="replicated")`` of one array or a list: ``y`` (``y / P`` for avg),
+    no traffic.
 
-    ``op`` is already known to be linear. In check mode the ranks compare a
-    digest of ``y`` first: a replicated cotangent that differs raises
+    ``op`` is already known to be linear; a list comes with its ``out`` list
+    (``outs_of``). In check mode the ranks compare one digest per array, in
+    one exchange for the whole call (whatever the list's length): a
+    replicated cotangent that differs, or lists of different lengths, raise
     :class:`~hpccoll.MismatchError` on every rank.
     """
+    many = isinstance(y, list)
+    ys, outs = (list(y), list(out)) if many else ([y], [out])
     err = None
+    modules = []
     try:
-        y, _, xp = one_array(y, "y")
-        if op == "avg":
-            reduce_plan(y.dtype, op)  # avg on bool or integers raises, as in the forward
-        out = check_out(out, y.shape, y.dtype, y, xp, lambda o: same_block(o, y, _ALL))
+        for i, (yi, oi) in enumerate(zip(ys, outs)):
+            name = f"y[{i}]" if many else "y"
+            yi, _, xp = one_array(yi, name)
+            if op == "avg":
+                reduce_plan(yi.dtype, op)  # avg on bool or integers raises, as in the forward
+            ys[i] = yi
+            outs[i] = check_out(oi, yi.shape, yi.dtype, yi, xp, lambda o, yi=yi: same_block(o, yi, _ALL))
+            modules.append(xp)
     except HpccollError as e:
         err = e
-    desc = {"replicated cotangent": _digest(y)} if c.check and c.size > 1 and err is None else None
+    desc = {"replicated cotangent": [_digest(yi) for yi in ys]} if c.check and c.size > 1 and err is None else None
     settle(c, "all_reduce_adjoint", desc, None, err)
-    if out is not y:
-        xp.copyto(out, y)
-    if op == "avg" and c.size > 1:
-        divide(out, c.size)
-    return done(out, async_op)
+    for yi, oi, xp in zip(ys, outs, modules):
+        if oi is not yi:
+            xp.copyto(oi, yi)
+        if op == "avg" and c.size > 1:
+            divide(oi, c.size)
+    return done(outs if many else outs[0], async_op)
 
 
 def _digest(y: Any) -> str:

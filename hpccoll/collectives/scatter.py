@@ -122,7 +122,7 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
                     "op": op, "sizes": sizes}
     except HpccollError as e:
         err = e
-    settle(c, what, desc, None, err)
+    settle(c, what, desc, None, err, async_op)
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op, kind)
@@ -166,7 +166,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
                     "arrays": [(a.dtype.name, a.shape, ax) for a, ax in zip(arrays, axes)]}
     except HpccollError as e:
         err = e
-    settle(c, what, desc, None, err)
+    settle(c, what, desc, None, err, async_op)
     if c.size == 1:
         return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op, kind)
     return _buckets(c, lst, axes, table, outs, op, out is None, xp, async_op)
