@@ -24,14 +24,18 @@ as large). ``traced`` must stay within it; ``rss`` shows what MPI adds.
 datatypes, check mode (errors raised and caught included), ``Communicator``
 splits and raw mpi4py communicators that are split, used and freed, runs
 ``--calls`` rounds after a warm-up, twice: once watching ``VmRSS`` and an MPI
-handle probe (MPICH hands out the lowest free handle slot; a fresh datatype's
-and communicator's handle grows only if hpccoll leaves objects behind), once
+handle probe (MPI reuses freed handle slots before it grows its tables, so a
+fresh datatype's and communicator's handle grows only if hpccoll leaves objects
+behind; Open MPI's datatypes are gauged by the C heap instead, see
+``handle_probe``), once
 watching tracemalloc's current size.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import gc
 import json
 import sys
@@ -122,17 +126,65 @@ def measure_peak(comm: hpccoll.Communicator, nbytes: int) -> List[Dict[str, Any]
 
 
 def handle_probe(count: int = 16) -> Tuple[int, int]:
-    """The largest handle value among ``count`` fresh datatypes and communicators (then freed).
+    """Gauges of the MPI datatypes and communicators alive, each up to a constant: ``(datatypes, communicators)``.
 
-    MPICH hands out the lowest free slot of its handle tables, so these stay put
-    unless something keeps slots occupied: a leak of datatypes or communicators.
+    Each is the largest handle value among ``count`` fresh datatypes and
+    communicators (then freed). MPICH reuses the free slots of its handle
+    tables before it grows them, and Open MPI hands out the lowest free slot of
+    its Fortran handle tables, so these stay put unless something keeps slots
+    occupied: a leak.
+    Open MPI gives a *datatype* its Fortran slot only when the handle is first
+    converted (``MPI_Type_c2f``), so a leaked datatype holds none; there the
+    datatype gauge is the C heap in use (glibc's ``mallinfo2``, after a garbage
+    collection) in units of what one fresh datatype takes, which a leaked
+    datatype (or any other C memory left behind) grows.
     """
     types = [MPI.BYTE.Create_contiguous(1) for _ in range(count)]
     comms = [MPI.COMM_SELF.Dup() for _ in range(count)]
     probe = max(t.py2f() & 0xFFFFFFFF for t in types), max(c.py2f() & 0xFFFFFFFF for c in comms)
     for obj in types + comms:
         obj.Free()
+    if "Open MPI" in MPI.Get_library_version():
+        probe = _heap_in_datatypes(count), probe[1]
     return probe
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+@functools.lru_cache(maxsize=None)
+def _mallinfo2() -> Callable[[], _Mallinfo2]:
+    try:
+        call = ctypes.CDLL(None).mallinfo2  # glibc 2.33 or later
+    except AttributeError:
+        raise RuntimeError("handle_probe: Open MPI's datatypes are counted by glibc's mallinfo2, "
+                           "which this C library lacks") from None
+    call.restype = _Mallinfo2
+    return call
+
+
+def _heap_bytes() -> int:
+    """Bytes of C heap in use (``malloc`` arenas; Python's small objects live outside them), after a collection."""
+    gc.collect()
+    return _mallinfo2()().uordblks
+
+
+@functools.lru_cache(maxsize=None)
+def _datatype_bytes(count: int) -> int:
+    """The heap one fresh datatype takes (measured once, so that every reading uses the same unit)."""
+    before = _heap_bytes()
+    types = [MPI.BYTE.Create_contiguous(1) for _ in range(count)]
+    taken = _heap_bytes() - before
+    for t in types:
+        t.Free()
+    return max(taken // count, 1)
+
+
+def _heap_in_datatypes(count: int) -> int:
+    unit = _datatype_bytes(count)  # before the reading: the first measurement may grow MPI's tables
+    return _heap_bytes() // unit
 
 
 def mixed_calls(comm: hpccoll.Communicator, checked: hpccoll.Communicator, i: int) -> None:

@@ -8,7 +8,6 @@ of those losses over ranks is computed with NumPy from the global data.
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ from mpi4py import MPI
 import hpccoll
 from conftest import make
 from hpccoll.testing import dottest
+from launch import child_env
 
 pytestmark = pytest.mark.mpi
 
@@ -361,5 +361,4 @@ def test_import_hpccoll_imports_no_framework():
         "import sys, hpccoll; bad = [m for m in ('hpccoll.adapters', 'torch', 'autograd', 'scipy', 'jax', 'cupy')"
         " if m in sys.modules]; assert not bad, bad"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPIR_", "OMPI_", "PMIX_"))}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, env=child_env(), timeout=60)

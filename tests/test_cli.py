@@ -1,15 +1,14 @@
 """`python -m hpccoll info` and `bench`: run in-process at the suite's rank count, output parsed."""
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 from mpi4py import MPI
 
 from hpccoll.__main__ import main
+from launch import run_mpiexec
 
 pytestmark = pytest.mark.mpi
 
@@ -84,12 +83,6 @@ def test_usage_and_bad_arguments(capsys):
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
 def test_module_under_mpiexec():
-    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.exists():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_"))}
-    proc = subprocess.run([str(mpiexec), "-n", "2", sys.executable, "-m", "mpi4py", "-m", "hpccoll", "bench",
-                           "-c", "allgather", "-e", "64", "-n", "2"], capture_output=True, text=True, timeout=120,
-                          env=env)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_mpiexec(2, [sys.executable, "-m", "mpi4py", "-m", "hpccoll", "bench", "-c", "allgather", "-e", "64",
+                           "-n", "2"], timeout=120)
     assert "# Out of bounds values : 0 OK" in proc.stdout

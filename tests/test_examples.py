@@ -1,13 +1,13 @@
 """Every example runs: in-process at the suite's rank count, and once under mpiexec as documented."""
 
 import importlib.util
-import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 from mpi4py import MPI
+
+from launch import run_mpiexec
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
@@ -49,15 +49,7 @@ def test_launch_line_in_header(script):
                          ids=["quickstart.py", "pencil_fft.py", "shared_field.py"])
 def test_runs_under_mpiexec(script):
     """The core example under its documented launch line (the adapter examples: test_examples_adapters.py)."""
-    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.exists():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_"))}
-    proc = subprocess.run(
-        [str(mpiexec), "-n", "2", sys.executable, "-m", "mpi4py", str(script)],
-        capture_output=True, text=True, timeout=180, env=env,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_mpiexec(2, [sys.executable, "-m", "mpi4py", str(script)], timeout=180)
     assert "passed" in proc.stdout or "ok" in proc.stdout.lower(), proc.stdout
     assert "FAILED" not in proc.stdout, proc.stdout
 

@@ -8,13 +8,13 @@ example compares itself with a serial computation and exits non-zero on a mismat
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from mpi4py import MPI
+
+from launch import run_mpiexec
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 
@@ -33,24 +33,13 @@ def _needs(name):
         pytest.importorskip(module)
 
 
-def _mpi_free_env():
-    """This environment without the variables of the MPI job the test itself may run in."""
-    prefixes = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPI_LOCAL")
-    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-
-
 @pytest.mark.skipif(MPI.COMM_WORLD.Get_size() > 1, reason="launches its own mpiexec -n 2; run from the serial suite")
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_at_two_ranks(name):
     _needs(name)
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.exists():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
     _, flags, expected = EXAMPLES[name]
-    cmd = [str(mpiexec), "-n", "2", sys.executable, "-m", "mpi4py", str(EXAMPLES_DIR / name), *flags]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_mpi_free_env())
-    report = f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, report
+    proc = run_mpiexec(2, [sys.executable, "-m", "mpi4py", str(EXAMPLES_DIR / name), *flags], timeout=120)
+    report = f"$ {' '.join(proc.args)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert "P=2" in proc.stdout and expected in proc.stdout, report
     assert proc.stdout.rstrip().endswith("OK"), report
 

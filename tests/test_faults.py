@@ -6,8 +6,6 @@ collective around it.
 """
 
 import os
-import pathlib
-import subprocess
 import sys
 import textwrap
 import time
@@ -20,6 +18,7 @@ import hpccoll
 from conftest import all_ranks, raises_everywhere
 from hpccoll import ArgumentError
 from hpccoll._faults import TIMEOUT_EXIT_CODE, timeout_from_env
+from launch import run_mpiexec
 
 #: The issue's bound: the whole job exits non-zero within this many seconds instead of hanging.
 LIMIT = 30.0
@@ -33,17 +32,9 @@ def launch(body, *, module=True, env=None, n=2):
     The code goes on the command line, not in a file under pytest's tmp_path: on a machine where several
     suites run at once (as root), pytest rotates /tmp/pytest-of-root/ under the others' feet.
     """
-    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.exists():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_", "HPCCOLL_"))}
-    clean.update(env or {})
-    cmd = [str(mpiexec), "-n", str(n), sys.executable] + (["-m", "mpi4py"] if module else []) + ["-c", textwrap.dedent(body)]
+    args = [sys.executable] + (["-m", "mpi4py"] if module else []) + ["-c", textwrap.dedent(body)]
     start = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * LIMIT, env=clean)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the job hung for {3 * LIMIT:.0f} s: {exc.stdout!r} {exc.stderr!r}")
+    proc = run_mpiexec(n, args, env=env, drop=("HPCCOLL_",), timeout=3 * LIMIT, check=False)  # a hang fails the test
     return proc.returncode, time.monotonic() - start, proc.stdout + proc.stderr
 
 

@@ -1,15 +1,15 @@
 """The ``shm`` transport: node-shared memory collectives, shared inputs and results, lifetimes, faults.
 
-Runs at any rank count (1-4 in ``make test``). The multi-node logic is tested
-by launching ``mpiexec -n 4`` with ``HPCCOLL_NODE_SIZE=2`` (two simulated
-nodes, leaders over real MPI) from the serial run, over this file and the
-``mpi`` transport's own test files.
+Runs at any rank count (1-4 in ``make test``); every result is compared with a
+NumPy reference computed from the global data. The multi-node logic is tested
+by launching jobs with simulated nodes (``HPCCOLL_NODE_SIZE``, leaders over real
+MPI) from the serial run, over this file and the ``mpi`` transport's own test
+files: 4 ranks as two nodes of 2 (in blocks and dealt cyclically), 3 ranks as
+uneven nodes of 2 and 1, and 3 ranks as single-rank nodes.
 """
 
 import hashlib
-import os
 import pathlib
-import subprocess
 import sys
 import textwrap
 
@@ -20,6 +20,7 @@ from mpi4py import MPI
 import hpccoll
 from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, all_ranks, assert_close, assert_same, make, raises_everywhere, reference
 from hpccoll.transports.shm import SharedMemory
+from launch import run_mpiexec
 
 pytestmark = pytest.mark.mpi
 
@@ -31,13 +32,6 @@ serial_only = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its o
 @pytest.fixture(scope="module")
 def shm():
     c = hpccoll.Communicator(transport="shm")
-    yield c
-    c.free()
-
-
-@pytest.fixture(scope="module")
-def mpi():
-    c = hpccoll.Communicator(transport="mpi")
     yield c
     c.free()
 
@@ -107,8 +101,8 @@ def test_auto_leaves_several_nodes_to_mpi(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int32], ids=["f8", "i4"])
-def test_auto_large_messages_match_mpi(mpi, dtype, monkeypatch):
-    """Under auto the sizes shm wins go through it (in place too) with the mpi transport's results."""
+def test_auto_large_messages_go_through_shm(dtype, monkeypatch):
+    """Under auto the sizes shm wins go through it (in place too), with NumPy's results."""
     monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
     monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
     mine, moved = SharedMemory._mine, set()
@@ -121,23 +115,26 @@ def test_auto_large_messages_match_mpi(mpi, dtype, monkeypatch):
 
     monkeypatch.setattr(SharedMemory, "_mine", recording)
     with hpccoll.Communicator() as c:
-        P, n = c.size, (1 << 20) // np.dtype(dtype).itemsize  # 1 MiB per rank
-        x = make((n,), dtype, seed=c.rank)
-        full = make((n * P,), dtype, seed=10 + c.rank)
-        gathered, want_g = hpccoll.all_gather(x, c), hpccoll.all_gather(x, mpi)
+        P, r, n = c.size, c.rank, (1 << 20) // np.dtype(dtype).itemsize  # 1 MiB per rank
+        pieces = np.stack([make((n,), dtype, seed=q) for q in range(P)])  # rank q's input to all_gather
+        stack = np.stack([make((n * P,), dtype, seed=10 + q) for q in range(P)])  # and to the reductions
+        x, full = pieces[r], stack[r]
+        gathered = hpccoll.all_gather(x, c)
         own = np.empty(n * P, dtype)
-        own[c.rank * n:(c.rank + 1) * n] = x
-        hpccoll.all_gather(own[c.rank * n:(c.rank + 1) * n], c, out=own)  # in place
-        rs, want_rs = hpccoll.reduce_scatter(full, c), hpccoll.reduce_scatter(full, mpi)
-        ar, want_ar = hpccoll.all_reduce(full, c), hpccoll.all_reduce(full, mpi)
+        own[r * n:(r + 1) * n] = x
+        hpccoll.all_gather(own[r * n:(r + 1) * n], c, out=own)  # in place
+        rs = hpccoll.reduce_scatter(full, c)
+        ar = hpccoll.all_reduce(full, c)
         y = full.copy()
         hpccoll.all_reduce(y, c, out=y)
-    assert_same(gathered, want_g)
-    assert_same(own, want_g)
-    assert_close(rs, want_rs)
+        same = same_everywhere(c, ar)
+    want_ar = reference(stack, "sum")
+    assert_same(gathered, pieces.reshape(-1))
+    assert_same(own, pieces.reshape(-1))
+    assert_close(rs, want_ar[r * n:(r + 1) * n])
     assert_close(ar, want_ar)
     assert_close(y, want_ar)
-    assert same_everywhere(mpi, ar)
+    assert same
     if P > 1:  # shm moved the all-gathers (1-4 MiB gathered up to 3 ranks), reduce-scatters and all-reduces
         assert moved == {"allreduce", "reduce_scatter"} | ({"allgatherv"} if P < 4 else set()), moved
 
@@ -162,11 +159,10 @@ def test_bad_node_size_is_refused_everywhere(monkeypatch):
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "in-place"])
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_all_gather_matches_mpi_bit_for_bit(shm, mpi, dtype, pattern, in_place):
+def test_all_gather_bit_for_bit(shm, dtype, pattern, in_place):
     sizes = SIZE_PATTERNS[pattern](shm.size)
     full = make((sum(sizes), 3), dtype, seed=3)
     x = block(full, sizes, shm.rank).copy()
-    want = hpccoll.all_gather(x, mpi, sizes=sizes)
     if in_place:
         out = np.zeros_like(full)
         mine = block(out, sizes, shm.rank)
@@ -176,7 +172,6 @@ def test_all_gather_matches_mpi_bit_for_bit(shm, mpi, dtype, pattern, in_place):
     else:
         got = hpccoll.all_gather(x, shm)
     assert_same(got, full)
-    assert_same(got, want)
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "in-place"])
@@ -474,58 +469,92 @@ def mapping_of(address):
 
 
 def test_adjoints_and_operators_accept_shared_arrays(shm):
-    sizes = SIZE_PATTERNS["uneven"](shm.size)
-    x = shm_copy(shm, make((sizes[shm.rank], 2), np.float64, seed=shm.rank))
+    """Shared arrays through the operators and adjoints: NumPy's results from the global data, and the dot tests."""
+    P, r = shm.size, shm.rank
+    sizes = SIZE_PATTERNS["uneven"](P)
+    full = np.concatenate([make((sizes[q], 2), np.float64, seed=q) for q in range(P)])
+    cts = np.stack([make(full.shape, np.float64, seed=100 + q) for q in range(P)])  # a different cotangent per rank
+    x = shm_copy(shm, block(full, sizes, r))
     op = hpccoll.AllGather(shm, sizes=sizes)
     y = op(x)
     g = hpccoll.all_gather(x, shm, sizes=sizes, out="shared")  # freezes x: the operator still reads it
-    ct = make(g.shape, np.float64, seed=100 + shm.rank)
-    np.testing.assert_allclose(op.H(shm_copy(shm, ct)), hpccoll.all_gather_adjoint(ct, shm, sizes=sizes))
-    np.testing.assert_array_equal(y, g)
-    hpccoll.testing.dottest(op, x, shm_copy(shm, ct))
-    a = hpccoll.all_reduce(shm_copy(shm, ct), shm, out="shared")
-    np.testing.assert_allclose(hpccoll.all_reduce_adjoint(a, shm), a * shm.size)
-    hpccoll.testing.dottest(hpccoll.AllReduce(shm), a, shm_copy(shm, ct + 1))
-    np.testing.assert_allclose(hpccoll.reduce_scatter_adjoint(x, shm, sizes=sizes), g)
+    h = op.H(shm_copy(shm, cts[r]))
+    hpccoll.testing.dottest(op, x, shm_copy(shm, cts[r]))
+    a = hpccoll.all_reduce(shm_copy(shm, cts[r]), shm, out="shared")
+    a_adjoint = hpccoll.all_reduce_adjoint(a, shm)
+    hpccoll.testing.dottest(hpccoll.AllReduce(shm), a, shm_copy(shm, cts[r] + 1))
+    rs_adjoint = hpccoll.reduce_scatter_adjoint(x, shm, sizes=sizes)
     rs = hpccoll.ReduceScatter(shm, sizes=sizes)
-    hpccoll.testing.dottest(rs, g, shm_copy(shm, make((sizes[shm.rank], 2), np.float64, seed=7 + shm.rank)))
+    hpccoll.testing.dottest(rs, g, shm_copy(shm, make((sizes[r], 2), np.float64, seed=7 + r)))
+    total = cts.sum(axis=0)
+    assert_same(y, full)
+    assert_same(g, full)
+    assert_close(h, block(total, sizes, r))  # all_gather's adjoint: the sum of the cotangents, this rank's rows
+    assert_close(a, total)
+    assert_close(a_adjoint, total * P)  # every rank's cotangent is the same a
+    assert_same(rs_adjoint, full)
 
 
 # --------------------------------------------------------------------------- hierarchical and faults (own jobs)
 
 
 def launch(args, env, timeout=600, n=4):
-    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.exists():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_", "HPCCOLL_"))}
-    clean.update(env)
-    proc = subprocess.run([str(mpiexec), "-n", str(n), sys.executable, "-m", "mpi4py"] + args,
-                          capture_output=True, text=True, timeout=timeout, env=clean, cwd=TESTS)
+    """``python -m mpi4py args`` under ``mpiexec -n n`` in tests/, none of the suite's HPCCOLL_ settings inherited."""
+    proc = run_mpiexec(n, [sys.executable, "-m", "mpi4py", *args], env=env, drop=("HPCCOLL_",), timeout=timeout,
+                       cwd=TESTS, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
 
+#: The collectives' own tests (NumPy references from the global data), run through shm on simulated nodes.
+COLLECTIVE_TESTS = ["test_shm.py", "test_all_gather.py", "test_reductions.py"]
+
+#: ranks, HPCCOLL_NODE_SIZE, test files: the nodes it makes.
+SIMULATED_NODES = {
+    "4-ranks-2-nodes-of-2": (4, "2", COLLECTIVE_TESTS),  # {0, 1} {2, 3}
+    "4-ranks-2-nodes-of-2-cyclic": (4, "2,cyclic", ["test_shm.py"]),  # {0, 2} {1, 3}: not rank order
+    "3-ranks-nodes-of-2-and-1": (3, "2", COLLECTIVE_TESTS),  # {0, 1} {2}: uneven nodes
+    "3-ranks-nodes-of-2-and-1-cyclic": (3, "2,cyclic", ["test_shm.py"]),  # {0, 2} {1}: uneven, not rank order
+    "3-ranks-single-rank-nodes": (3, "1", COLLECTIVE_TESTS),  # {0} {1} {2}: leaders only
+}
+
+
 @serial_only
-@pytest.mark.parametrize("layout", ["2", "2,cyclic"], ids=["blocks", "cyclic"])
-def test_hierarchical_two_simulated_nodes(layout):
-    """4 ranks as 2 nodes of 2: this file and the mpi transport's collective tests, all through shm."""
-    files = ["test_shm.py"] + (["test_all_gather.py", "test_reductions.py"] if layout == "2" else [])
+@pytest.mark.parametrize("case", sorted(SIMULATED_NODES))
+def test_hierarchical_simulated_nodes(case):
+    """Simulated nodes: this file and the mpi transport's collective tests, all through shm."""
+    n, layout, files = SIMULATED_NODES[case]
     status, output = launch(["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", *files],
-                            {"HPCCOLL_NODE_SIZE": layout, "HPCCOLL_TRANSPORT": "shm"})
+                            {"HPCCOLL_NODE_SIZE": layout, "HPCCOLL_TRANSPORT": "shm"}, n=n)
     assert status == 0, output[-4000:]
     assert " passed" in output and " failed" not in output, output[-2000:]
 
 
-def test_simulated_nodes_topology(monkeypatch):
+def simulated_members(size, k, cyclic):
+    """The simulated nodes' ranks, each node's in rank order, nodes ordered by their lowest rank."""
+    count = -(-size // k)
+    if cyclic:
+        return [[r for r in range(size) if r % count == j] for j in range(count)]
+    return [list(range(j * k, min((j + 1) * k, size))) for j in range(count)]
+
+
+@pytest.mark.parametrize("layout", ["1", "2", "3", "2,cyclic", "3,cyclic"])
+def test_simulated_nodes_topology(monkeypatch, layout):
     from hpccoll.transports._shmseg import Node
 
-    monkeypatch.setenv("HPCCOLL_NODE_SIZE", "2")
+    monkeypatch.setenv("HPCCOLL_NODE_SIZE", layout)
+    k, cyclic = int(layout.split(",")[0]), "," in layout
     with hpccoll.Communicator(transport="shm") as c:
         node = Node(c)
         try:
-            want = [list(range(k, min(k + 2, c.size))) for k in range(0, c.size, 2)]
-            assert node.members == want and node.contiguous and node.multi == (c.size > 2)
-            assert (node.leaders is not None) == (node.multi and c.rank % 2 == 0)
+            want = simulated_members(c.size, k, cyclic)
+            mine = next(m for m in want if c.rank in m)
+            flat = [r for m in want for r in m]
+            assert node.members == want and node.index == want.index(mine), (node.members, want)
+            assert node.size == len(mine) and node.rank == mine.index(c.rank)
+            assert node.contiguous == (flat == list(range(c.size))) and node.multi == (len(want) > 1)
+            assert (node.leaders is not None) == (node.multi and c.rank == mine[0])
+            if node.leaders is not None:
+                assert node.leaders.Get_size() == len(want) and node.leaders.Get_rank() == want.index(mine)
         finally:
             node.free()
 
