@@ -9,12 +9,15 @@ or one case by hand:
     mpiexec -n 2 python -m mpi4py benchmarks/mismatch.py --run NAME [--check]
 
 In every case the *last* rank calls the collective differently from the others
-(another dtype, shape, axis, op, ``sizes``, or another collective altogether).
+(another dtype, shape, axis, op, ``sizes``, list length, blocking or not, or
+another collective altogether), for every collective including all_to_all, as
+one array, as a list of arrays and non-blocking (``async_op=True``).
 Each rank reports (one JSON line, and a file for the table): whether its call returned or raised, and whether
 what it returned equals the answer it would have got had every rank made its
 call. The table classifies the job:
 
-- ``error everywhere``: every rank raised (the check mode's promise);
+- ``error everywhere``: every rank raised the same exception type (the check mode's promise);
+- ``errors differ by rank``: every rank raised, not all the same type (e.g. an MPI error on one);
 - ``abort (rank r raised)``: some ranks raised, so ``python -m mpi4py`` aborted the
   job; had the exception been caught (a test, a ``try``), the other ranks would hang;
 - ``abort (MPI: ...)``: MPI itself stopped the job with a fatal error (MPICH: a
@@ -38,12 +41,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
-# name -> (description, call); call(comm, odd) returns (result, the answer had every rank made this rank's call)
-Case = Callable[..., Tuple[np.ndarray, np.ndarray]]
+# name -> (description, call); call(comm, odd) returns (result, the answer had every rank made this rank's call);
+# a list form's are lists, a non-blocking call's its request's result
+Case = Callable[..., Tuple[Any, Any]]
 CASES: Dict[str, Tuple[str, Case]] = {}
 
 
@@ -215,6 +219,172 @@ def _(c, odd):
     return _hc().all_reduce(_seq(4, c.rank), c), sum(_seq(4, r) for r in range(c.size))
 
 
+# --------------------------------------------------------------------------- all_to_all
+
+
+def _a2a_want(c, n: int, dt: str = "float64", shape=None) -> np.ndarray:
+    """Block ``c.rank`` (2 elements along axis 0) of every rank's ``_seq``, concatenated: the equal-axes answer."""
+    xs = [_seq(n, r, dt) if shape is None else _seq(n, r, dt).reshape(shape) for r in range(c.size)]
+    return np.concatenate([x[2 * c.rank : 2 * c.rank + 2] for x in xs])
+
+
+@case("dtype/all_to_all", "float32 on the last rank, float64 elsewhere, recv_sizes given")
+def _(c, odd):
+    dt = "float32" if odd else "float64"
+    return _hc().all_to_all(_seq(2 * c.size, c.rank, dt), c, recv_sizes=[2] * c.size), _a2a_want(c, 2 * c.size, dt)
+
+
+@case("dtype/all_to_all/discover", "float32 on the last rank, float64 elsewhere, recv_sizes=None")
+def _(c, odd):
+    dt = "float32" if odd else "float64"
+    return _hc().all_to_all(_seq(2 * c.size, c.rank, dt), c), _a2a_want(c, 2 * c.size, dt)
+
+
+@case("shape/all_to_all", "(2P, 4) on the last rank, (2P, 3) elsewhere, recv_sizes given")
+def _(c, odd):
+    shape = (2 * c.size, 3 + odd)
+    x = _seq(shape[0] * shape[1], c.rank).reshape(shape)
+    return _hc().all_to_all(x, c, recv_sizes=[2] * c.size), _a2a_want(c, shape[0] * shape[1], shape=shape)
+
+
+@case("axis/all_to_all", "concat_axis 1 on the last rank, 0 elsewhere, (2P, 2P) arrays, recv_sizes given")
+def _(c, odd):
+    P, ca = c.size, int(odd)
+    xs = [_seq(4 * P * P, r).reshape(2 * P, 2 * P) for r in range(P)]
+    recv = [2 * P] * P if odd else [2] * P  # axes differing: each rank's extent along concat_axis
+    want = np.concatenate([x[2 * c.rank : 2 * c.rank + 2] for x in xs], axis=ca)
+    return _hc().all_to_all(xs[c.rank], c, concat_axis=ca, recv_sizes=recv), want
+
+
+@case("sizes-differ/all_to_all", "split (0 -> 1) [3, 1, 2, ...] on the last rank, [2]*P elsewhere, recv_sizes given")
+def _(c, odd):
+    sizes = [2] * c.size
+    if odd:
+        sizes[0], sizes[1] = 3, 1
+    xs = [_seq(4 * c.size, r).reshape(2 * c.size, 2) for r in range(c.size)]
+    lo = sum(sizes[: c.rank])
+    want = np.concatenate([x[lo : lo + sizes[c.rank]] for x in xs], axis=1)
+    got = _hc().all_to_all(xs[c.rank], c, split_axis=0, concat_axis=1, sizes=sizes, recv_sizes=[2] * c.size)
+    return got, want
+
+
+@case("recv_sizes-lie/all_to_all", "the last rank's recv_sizes claim 3 elements from rank 0, which sends 2")
+def _(c, odd):
+    recv = [2 + (r == 0 and odd) for r in range(c.size)]
+    return _hc().all_to_all(_seq(2 * c.size, c.rank), c, recv_sizes=recv), _a2a_want(c, 2 * c.size)
+
+
+@case("collective/all_to_all+all_gather", "all_gather (sizes given) on the last rank, all_to_all (recv_sizes given) elsewhere")
+def _(c, odd):
+    x = _seq(2 * c.size, c.rank)
+    if odd:
+        return _hc().all_gather(x, c, sizes=[2 * c.size] * c.size), np.concatenate([_seq(2 * c.size, r) for r in range(c.size)])
+    return _hc().all_to_all(x, c, recv_sizes=[2] * c.size), _a2a_want(c, 2 * c.size)
+
+
+# --------------------------------------------------------------------------- lists of arrays
+
+
+@case("dtype/all_reduce/list", "[float64, float32] on the last rank, [float64, float64] elsewhere")
+def _(c, odd):
+    dt = "float32" if odd else "float64"
+    xs = [_seq(4, c.rank), _seq(4, c.rank, dt)]
+    return _hc().all_reduce(xs, c), [sum(_seq(4, r) for r in range(c.size)), sum(_seq(4, r, dt) for r in range(c.size))]
+
+
+@case("length/all_reduce/list", "3 arrays on the last rank, 2 elsewhere")
+def _(c, odd):
+    k = 2 + odd
+    return _hc().all_reduce([_seq(4, c.rank)] * k, c), [sum(_seq(4, r) for r in range(c.size))] * k
+
+
+@case("length/all_gather/list/discover", "3 arrays on the last rank, 2 elsewhere, sizes=None")
+def _(c, odd):
+    k = 2 + odd
+    return _hc().all_gather([_seq(2, c.rank)] * k, c), [np.concatenate([_seq(2, r) for r in range(c.size)])] * k
+
+
+@case("shape/all_gather/list/discover", "the last rank's second array (2, 2), (2, 1) elsewhere, sizes=None")
+def _(c, odd):
+    xs = [_seq(2, c.rank), _seq(4 if odd else 2, c.rank).reshape(2, -1)]
+    want = [np.concatenate([_seq(2, r) for r in range(c.size)]),
+            np.concatenate([_seq(4 if odd else 2, r).reshape(2, -1) for r in range(c.size)])]
+    return _hc().all_gather(xs, c), want
+
+
+@case("length/all_to_all/list/discover", "3 arrays on the last rank, 2 elsewhere, recv_sizes=None")
+def _(c, odd):
+    k = 2 + odd
+    return _hc().all_to_all([_seq(2 * c.size, c.rank)] * k, c), [_a2a_want(c, 2 * c.size)] * k
+
+
+@case("sizes-differ/reduce_scatter/list", "sizes=[3, 1, 2, ...] on the last rank, [2]*P elsewhere, two arrays")
+def _(c, odd):
+    sizes = [2] * c.size
+    if odd:
+        sizes[0], sizes[1] = 3, 1
+    total = sum(_seq(2 * c.size, r) for r in range(c.size))
+    lo = sum(sizes[: c.rank])
+    return _hc().reduce_scatter([_seq(2 * c.size, c.rank)] * 2, c, sizes=sizes), [total[lo : lo + sizes[c.rank]]] * 2
+
+
+@case("length/all_reduce_adjoint/replicated-list", "a replicated cotangent: 2 arrays on the last rank, 1 elsewhere")
+def _(c, odd):
+    ys = [_seq(4, 0)] * (1 + odd)
+    return _hc().all_reduce_adjoint(ys, c, cotangent="replicated"), ys
+
+
+# --------------------------------------------------------------------------- non-blocking calls (async_op=True)
+
+
+@case("dtype/all_reduce/async", "float32 on the last rank, float64 elsewhere, async_op=True")
+def _(c, odd):
+    dt = "float32" if odd else "float64"
+    return _hc().all_reduce(_seq(4, c.rank, dt), c, async_op=True).wait(), sum(_seq(4, r, dt) for r in range(c.size))
+
+
+@case("op/all_reduce/async", "max on the last rank, sum elsewhere, async_op=True")
+def _(c, odd):
+    stack = np.stack([_seq(4, r) for r in range(c.size)])
+    got = _hc().all_reduce(_seq(4, c.rank), c, op="max" if odd else "sum", async_op=True).wait()
+    return got, stack.max(0) if odd else stack.sum(0)
+
+
+@case("sizes-differ/all_gather/async", "the last rank passes sizes[0] = 3, the others 2, async_op=True")
+def _(c, odd):
+    sizes = [2] * c.size
+    if odd:
+        sizes[0] = 3
+    got = _hc().all_gather(_seq(2, c.rank), c, sizes=sizes, async_op=True).wait()
+    return got, np.concatenate([_seq(s, r) for r, s in enumerate(sizes)])
+
+
+@case("shape/all_to_all/async/discover", "(2P, 4) on the last rank, (2P, 3) elsewhere, recv_sizes=None, async_op=True")
+def _(c, odd):
+    shape = (2 * c.size, 3 + odd)
+    x = _seq(shape[0] * shape[1], c.rank).reshape(shape)
+    return _hc().all_to_all(x, c, async_op=True).wait(), _a2a_want(c, shape[0] * shape[1], shape=shape)
+
+
+@case("async+blocking/all_reduce", "async_op=True on the last rank, blocking elsewhere")
+def _(c, odd):
+    got = _hc().all_reduce(_seq(4, c.rank), c, async_op=bool(odd))
+    return (got.wait() if odd else got), sum(_seq(4, r) for r in range(c.size))
+
+
+@case("async+blocking/all_to_all", "async_op=True on the last rank, blocking elsewhere, recv_sizes given")
+def _(c, odd):
+    got = _hc().all_to_all(_seq(2 * c.size, c.rank), c, recv_sizes=[2] * c.size, async_op=bool(odd))
+    return (got.wait() if odd else got), _a2a_want(c, 2 * c.size)
+
+
+def _right(got, want) -> bool:
+    """``got`` equals ``want`` (arrays, or lists of them), shapes included."""
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(_right(g, w) for g, w in zip(got, want))
+    return bool(got.shape == want.shape and np.array_equal(got, want))
+
+
 def run_case(name: str, check: bool, out: str) -> int:
     """Run one case on this rank (under mpiexec); write what happened to ``out/RANK.json``."""
     hpccoll = _hc()
@@ -224,7 +394,7 @@ def run_case(name: str, check: bool, out: str) -> int:
     try:
         got, want = CASES[name][1](comm, odd)
         report["returned"] = True
-        report["right"] = bool(got.shape == want.shape and np.array_equal(got, want))
+        report["right"] = _right(got, want)
     except Exception as exc:  # noqa: BLE001 - the point is to see what is raised
         report["returned"] = False
         report["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -239,8 +409,8 @@ def run_case(name: str, check: bool, out: str) -> int:
 def classify(results: List[dict], size: int, rc: int, hung: bool, fatal: str) -> str:
     """A few words for what the job did (see the module docstring)."""
     raised = [r["rank"] for r in results if not r["returned"]]
-    if len(raised) == size:
-        return "error everywhere"
+    if len(raised) == size:  # the same exception type on every rank, or not (the messages may name the rank)
+        return "error everywhere" if len({r["error"].split(":")[0] for r in results}) == 1 else "errors differ by rank"
     if hung:
         return f"hang (after an error on rank {raised[0]})" if raised else "hang"
     if raised:

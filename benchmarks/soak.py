@@ -6,9 +6,11 @@ Launch (4 ranks, check mode on, is the reference setting):
 
 Every rank draws the same case from one random stream (rank 0's seed,
 broadcast): a collective or adjoint (all_gather, reduce_scatter, all_reduce,
-their adjoints, the replicated all-reduce cotangent, an in-place all_reduce),
-a dtype (every supported one), an op, 0-D to 4-D shapes with zero extents,
-an axis, uneven shards, a memory layout for the input and for ``out=``,
+all_to_all, their adjoints, the replicated all-reduce cotangent, an in-place
+all_reduce), a dtype (every supported one), an op, 0-D to 4-D shapes with
+zero extents, an axis (all_to_all: a split and a concat axis, equal or not),
+uneven shards (all_to_all: a split per rank when the axes are equal, with
+``sizes`` and ``recv_sizes`` each given or learned), a memory layout for the input and for ``out=``,
 derived-datatype gathers forced on for small arrays (one round in four), and
 now and then a deliberate cross-rank mismatch that check mode must report
 with the same error on every rank. Each rank builds the global data with a
@@ -43,7 +45,7 @@ import hpccoll  # noqa: E402
 from conftest import DTYPES, LAYOUTS, assert_close, assert_same, forced_datatypes, layout, make, reference  # noqa: E402
 
 KINDS = ["all_gather", "all_gather_adjoint", "reduce_scatter", "reduce_scatter_adjoint", "all_reduce",
-         "all_reduce in place", "all_reduce_adjoint", "all_reduce_adjoint replicated"]
+         "all_reduce in place", "all_reduce_adjoint", "all_reduce_adjoint replicated", "all_to_all", "all_to_all_adjoint"]
 MISMATCH_EVERY = 25  # about one round in this many is a deliberate cross-rank mismatch (check mode only)
 
 
@@ -62,11 +64,14 @@ class Case:
         if self.kind.endswith("adjoint") or self.kind.endswith("replicated"):
             ops = [op for op in ops if self.dtype.kind != "b"] or ops  # bool sums are OR: no true adjoint, still checked
         self.op = ops[rng.integers(len(ops))]
-        gathers = self.kind in ("all_gather", "all_gather_adjoint", "reduce_scatter", "reduce_scatter_adjoint")
+        gathers = self.kind in ("all_gather", "all_gather_adjoint", "reduce_scatter", "reduce_scatter_adjoint",
+                                "all_to_all", "all_to_all_adjoint")
         ndim = int(rng.integers(1 if gathers else 0, 5))
         side = [3, 6, 16, 64, 256][rng.integers(5)] if ndim <= 2 else [3, 5][rng.integers(2)]
         self.shape = tuple(int(rng.integers(0, side + 1)) for _ in range(ndim))
         self.axis = int(rng.integers(-ndim, ndim)) if ndim else 0
+        self.concat_axis = int(rng.integers(-ndim, ndim)) if ndim else 0  # all_to_all's (self.axis: its split_axis)
+        self.pass_recv_sizes = bool(rng.integers(2))
         self.extents = [int(rng.integers(0, 5)) for _ in range(size)]  # uneven shards, zeros included
         self.pass_sizes = bool(rng.integers(2))
         self.x_layout = LAYOUTS[rng.integers(len(LAYOUTS))]
@@ -76,7 +81,8 @@ class Case:
         self.mismatch = int(rng.integers(MISMATCH_EVERY)) == 0
 
     def __str__(self) -> str:
-        return (f"{self.kind} {self.dtype} op={self.op} shape={self.shape} axis={self.axis} extents={self.extents} "
+        return (f"{self.kind} {self.dtype} op={self.op} shape={self.shape} axis={self.axis} "
+                f"concat_axis={self.concat_axis} recv_sizes given={self.pass_recv_sizes} extents={self.extents} "
                 f"sizes given={self.pass_sizes} layout={self.x_layout} out={self.out_layout} "
                 f"datatypes={self.datatypes} seed={self.seed}")
 
@@ -92,12 +98,60 @@ def block(a: np.ndarray, axis: int, sizes: List[int], rank: int) -> np.ndarray:
     return a[tuple(index)]
 
 
+def alltoall_reference(inputs: List[np.ndarray], sa: int, ca: int, splits: List[List[int]], rank: int) -> np.ndarray:
+    """Block ``rank`` of every rank's input (rank q's split along ``sa`` by ``splits[q]``), concatenated along ``ca``."""
+    return np.concatenate([block(x, sa, s, rank) for x, s in zip(inputs, splits)], axis=ca)
+
+
+def prepare_alltoall(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, Callable[[np.ndarray, Any], Any], np.ndarray, bool]:
+    """``prepare`` for all_to_all and its adjoint: every rank's input made on every rank, NumPy's blocks.
+
+    Axes equal: each rank q splits its own way (``table[q]``, extents 0-4, from
+    the case's seed). Axes differing: one split (``case.extents``) shared by
+    every rank, and each rank's own extent along ``concat_axis``. Not given,
+    ``sizes`` is numpy.array_split's; ``recv_sizes`` are learned (the forward)
+    or the forward's (the adjoint, whose default would be array_split's).
+    """
+    P, r, dt = c.size, c.rank, case.dtype
+    nd = len(case.shape)
+    sa, ca = case.axis % nd, case.concat_axis % nd
+    draw = np.random.default_rng(case.seed)
+    if sa == ca:
+        table = [[int(v) for v in draw.integers(0, 5, P)] for _ in range(P)]
+        along = [0] * P
+    else:
+        table = [list(case.extents)] * P
+        along = [int(v) for v in draw.integers(0, 5, P)]  # each rank's extent along concat_axis
+    shapes = []
+    for q in range(P):
+        shape = with_extent(case.shape, sa, sum(table[q]))
+        shapes.append(with_extent(shape, ca, along[q]) if sa != ca else shape)
+    if not case.pass_sizes:  # what the call will split by: array_split's of each rank's extent
+        table = [list(hpccoll.split_sizes(s[sa], P)) for s in shapes]
+    recv = [[table[q][j] if sa == ca else along[q] for q in range(P)] for j in range(P)]  # recv[j][q]: j's from q
+    xs = [make(shapes[q], dt, case.seed + 1 + q) for q in range(P)]
+    sizes = table[r] if case.pass_sizes else None
+    if case.kind == "all_to_all":
+        call = lambda x, out: hpccoll.all_to_all(  # noqa: E731
+            x, c, split_axis=case.axis, concat_axis=case.concat_axis, sizes=sizes,
+            recv_sizes=recv[r] if case.pass_recv_sizes else None, out=out)
+        return xs[r], call, alltoall_reference(xs, sa, ca, table, r), True
+    # the adjoint: cotangents of every rank's forward result, sent back (split along ca by recv, joined along sa)
+    ys = [make(alltoall_reference(xs, sa, ca, table, q).shape, dt, case.seed + 1 + P + q) for q in range(P)]
+    call = lambda x, out: hpccoll.all_to_all_adjoint(  # noqa: E731
+        x, c, split_axis=case.axis, concat_axis=case.concat_axis, sizes=sizes if case.pass_recv_sizes else None,
+        recv_sizes=recv[r], out=out)
+    return ys[r], call, alltoall_reference(ys, ca, sa, recv, r), True
+
+
 def prepare(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, Callable[[np.ndarray, Any], Any], np.ndarray, bool]:
     """(this rank's input, the call on (input, out), the expected result, whether the comparison is exact)."""
     P, r, dt, op = c.size, c.rank, case.dtype, case.op
     ax = case.axis % len(case.shape) if case.shape else 0
     kind, sizes = case.kind, case.extents
     given = sizes if case.pass_sizes else None
+    if kind in ("all_to_all", "all_to_all_adjoint"):
+        return prepare_alltoall(case, c)
     if kind == "all_gather":
         full = make(with_extent(case.shape, ax, sum(sizes)), dt, case.seed)
         return block(full, ax, sizes, r), lambda x, out: hpccoll.all_gather(x, c, axis=case.axis, sizes=given, out=out), full, True
@@ -132,13 +186,15 @@ def prepare(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, Callable[[
 def mismatched(case: Case, c: hpccoll.Communicator) -> Callable[[], Any]:
     """A call in which the last rank differs from the others (by the case's seed): check mode must catch it."""
     odd = c.rank == c.size - 1
-    which = case.seed % 4
+    which = case.seed % 5
     if which == 0:
         return lambda: hpccoll.all_reduce(np.ones(3, np.float32 if odd else np.float64), c)
     if which == 1:
         return lambda: hpccoll.reduce_scatter(np.ones(2 * c.size + odd), c)
     if which == 2:
         return lambda: hpccoll.all_reduce(np.ones(2), c, op="max" if odd else "sum")
+    if which == 3:
+        return lambda: hpccoll.all_to_all(np.ones((2 * c.size, 3 + odd)), c, recv_sizes=[2] * c.size)
     return lambda: (hpccoll.reduce_scatter if odd else hpccoll.all_gather)(np.ones(2 * c.size), c)
 
 

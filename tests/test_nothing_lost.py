@@ -1,10 +1,14 @@
-"""Nothing lost: ``out=`` never aliases the input, zero-size arrays, integer overflow, large counts."""
+"""Nothing lost: ``out=`` never aliases the input, zero-size arrays, integer overflow, large counts.
+
+Every collective and adjoint, all_to_all included (it has no in-place form: any overlap of ``out``
+with ``x`` is refused).
+"""
 
 import numpy as np
 import pytest
 
 import hpccoll
-from conftest import all_ranks, assert_same
+from conftest import all_ranks, assert_same, make
 from hpccoll import ArgumentError
 
 pytestmark = pytest.mark.mpi
@@ -55,6 +59,15 @@ OVERLAPS = [
     ("reduce_scatter_adjoint/y-inside-out", lambda c: (lambda y, out: hpccoll.reduce_scatter_adjoint(y, c, out=out))(*_window((2 * c.size, 3), slice(1, 3)))),
     ("all_reduce_adjoint/varying-reversed", lambda c: (lambda y: hpccoll.all_reduce_adjoint(y, c, out=y[::-1]))(np.ones(5))),
     ("all_reduce_adjoint/replicated-reversed", lambda c: (lambda y: hpccoll.all_reduce_adjoint(y, c, cotangent="replicated", out=y[::-1]))(np.ones(5))),
+    # all_to_all has no in-place form: out may not touch x at all, out=x included (before MPI with recv_sizes given,
+    # else right after the size exchange, on every rank alike)
+    ("all_to_all/out-is-x", lambda c: (lambda x: hpccoll.all_to_all(x, c, out=x))(np.ones((2 * c.size, 3)))),
+    ("all_to_all/out-is-x-recv-sizes", lambda c: (lambda x: hpccoll.all_to_all(x, c, recv_sizes=[2] * c.size, out=x))(np.ones((2 * c.size, 3)))),
+    ("all_to_all/shifted", lambda c: (lambda x, out: hpccoll.all_to_all(x, c, out=out))(*_shifted((2 * c.size, 3), (2 * c.size, 3), 1))),
+    ("all_to_all/transpose-window", lambda c: (lambda x, out: hpccoll.all_to_all(x, c, split_axis=1, concat_axis=0, recv_sizes=[2] * c.size, out=out))(
+        *_shifted((2, 3 * c.size), (2 * c.size, 3), 3 * c.size))),
+    ("all_to_all_adjoint/out-reversed", lambda c: (lambda y: hpccoll.all_to_all_adjoint(y, c, out=y[::-1]))(np.ones(2 * c.size))),
+    ("all_to_all_adjoint/out-strided", lambda c: (lambda b: hpccoll.all_to_all_adjoint(b[: 2 * c.size], c, sizes=[2] * c.size, out=b[::2][: 2 * c.size]))(np.ones(4 * c.size))),
 ]
 
 
@@ -109,6 +122,26 @@ def test_non_overlapping_views_of_one_buffer_are_fine(comm):
     assert_same(out, np.full((2, 3), comm.size * (comm.size + 1) / 2))
 
 
+@pytest.mark.parametrize("how", ["after", "interleaved"])
+@pytest.mark.parametrize("axes", [(0, 0), (1, 0)], ids=["equal", "transpose"])
+def test_all_to_all_beside_its_input_in_one_buffer(comm, axes, how):
+    """``x`` and ``out`` in one buffer without a shared element: every block lands, nothing of ``x`` changes."""
+    P, me = comm.size, comm.rank
+    sa, ca = axes
+    xs = [make((2 * P, 2 * P), "float64", 50 + r) for r in range(P)]  # every rank's input, made on every rank
+    want = np.concatenate([np.split(x, P, axis=sa)[me] for x in xs], axis=ca)
+    n, m = xs[me].size, want.size
+    if how == "after":
+        buf = np.zeros(n + m)
+        x, out = buf[:n].reshape(xs[me].shape), buf[n:].reshape(want.shape)
+    else:  # even and odd elements: the bounds overlap, the elements do not
+        buf = np.zeros(2 * max(n, m))
+        x, out = buf[0::2][:n].reshape(xs[me].shape), buf[1::2][:m].reshape(want.shape)
+    x[...] = xs[me]
+    got = hpccoll.all_to_all(x, comm, split_axis=sa, concat_axis=ca, out=out)
+    assert all_ranks(comm, got is out and np.array_equal(out, want) and np.array_equal(x, xs[me]))
+
+
 # --------------------------------------------------------------------------- zero-size arrays
 
 ZERO_SIZE = {
@@ -121,8 +154,14 @@ ZERO_SIZE = {
     "reduce_scatter_adjoint": lambda c, out: hpccoll.reduce_scatter_adjoint(np.zeros((0, 3)), c, out=out),
     "all_reduce_adjoint": lambda c, out: hpccoll.all_reduce_adjoint(np.zeros(0), c, out=out),
     "all_reduce_adjoint/replicated": lambda c, out: hpccoll.all_reduce_adjoint(np.zeros(0), c, cotangent="replicated", out=out),
+    "all_to_all": lambda c, out: hpccoll.all_to_all(np.zeros((0, 3)), c, out=out),
+    "all_to_all/inner": lambda c, out: hpccoll.all_to_all(np.zeros((2, 0)), c, split_axis=1, concat_axis=1, out=out),
+    "all_to_all/transpose": lambda c, out: hpccoll.all_to_all(np.zeros((0, 0)), c, split_axis=1, concat_axis=0, out=out),
+    "all_to_all/recv_sizes": lambda c, out: hpccoll.all_to_all(np.zeros((0, 3)), c, recv_sizes=[0] * c.size, out=out),
+    "all_to_all_adjoint": lambda c, out: hpccoll.all_to_all_adjoint(np.zeros((0, 3)), c, out=out),
 }
-ZERO_SHAPES = {"all_gather/inner": (2, 0), "reduce_scatter/empty-rows": (1, 0), "all_reduce": (2, 0)}
+ZERO_SHAPES = {"all_gather/inner": (2, 0), "reduce_scatter/empty-rows": (1, 0), "all_reduce": (2, 0),
+               "all_to_all/inner": (2, 0), "all_to_all/transpose": (0, 0)}
 
 
 @pytest.mark.parametrize("check", [False, True], ids=["plain", "check"])
@@ -278,3 +317,23 @@ def test_reduce_scatter_over_2_31_elements(comm):
     want = (got.size == BIG and first_wrong(got, sum(bases).astype(np.uint8)) is None) if comm.rank == 0 else got.size == 0
     assert all_ranks(comm, want)
     report(comm, "reduce_scatter uint8", start)
+
+
+@pytest.mark.large
+@pytest.mark.mpi(min_size=2)
+def test_all_to_all_over_2_31_elements(comm):
+    """Rank 0 sends 2^31 + 8 uint8 to rank 1 (a point-to-point pair, or Alltoallv, with a count past INT_MAX).
+
+    ``recv_sizes`` is learned: the size exchange carries the count past INT_MAX too.
+    """
+    start = need_memory(comm, 8)
+    base = np.arange(PERIOD, dtype=np.uint8)
+    me = comm.rank
+    sizes = [0] * comm.size
+    if me == 0:
+        sizes[1] = BIG
+    x = periodic(BIG, base) if me == 0 else np.empty(0, np.uint8)
+    got = hpccoll.all_to_all(x, comm, sizes=sizes)
+    del x
+    assert all_ranks(comm, (got.size == BIG and first_wrong(got, base) is None) if me == 1 else got.size == 0)
+    report(comm, "all_to_all uint8, rank 0 to rank 1", start)
