@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import re
+import threading
 
 import numpy as np
 import pytest
@@ -36,22 +36,29 @@ SIZE_PATTERNS = {
 }
 
 
+#: The seeds every rank must share, each from its variable or else drawn on rank 0: the GPU stand-in's random
+#: mode (tests/standin_cupy.py) and hypothesis (tests/test_properties.py: every rank draws the same examples).
+SEEDS = {"HPCCOLL_STANDIN_SEED": "GPU stand-in: random mode seed", "HPCCOLL_HYPOTHESIS_SEED": "hypothesis: seed"}
+
+
 def pytest_configure(config):
-    """Give every MPI rank its own tmp_path root: ranks cleaning one shared root race each other."""
+    """Give every MPI rank its own tmp_path root, and every rank the same seeds (collective)."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     if world.size > 1 and not config.option.basetemp:
         config.option.basetemp = os.path.join(tempfile.gettempdir(), f"hpccoll-pytest-rank{world.rank}")
-    # The GPU stand-in's random mode (tests/standin_cupy.py) draws from one seed, the same on every rank.
-    seed = os.environ.get("HPCCOLL_STANDIN_SEED", "").strip() or str(int.from_bytes(os.urandom(4), "little"))
-    os.environ["HPCCOLL_STANDIN_SEED"] = world.bcast(seed, root=0)
+    seeds = {name: os.environ.get(name, "").strip() or str(int.from_bytes(os.urandom(4), "little")) for name in SEEDS}
+    seeds = world.bcast(seeds, root=0)
+    for name, seed in seeds.items():  # rank 0's values, so every rank raises alike
+        if not seed.isdigit():
+            raise pytest.UsageError(f"{name}: expected a non-negative int; got {seed!r}")
+    os.environ.update(seeds)
 
 
 def pytest_report_header(config):
-    """Print the stand-in GPU's seed, so a failure in its random mode can be repeated."""
-    seed = os.environ["HPCCOLL_STANDIN_SEED"]
-    return f"GPU stand-in: random mode seed {seed} (repeat with HPCCOLL_STANDIN_SEED={seed})"
+    """Print the seeds, so that a failure in random data can be repeated."""
+    return [f"{what} {os.environ[name]} (repeat with {name}={os.environ[name]})" for name, what in SEEDS.items()]
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +69,15 @@ def comm():
 
 
 def make(shape, dtype, seed, kind="any"):
-    """Deterministic data of ``dtype``; ``kind='exact'`` keeps sums exact in 16-bit floats."""
+    """Deterministic data of ``dtype`` from ``seed``.
+
+    Floats are standard normal rounded to their own precision, 16-bit floats
+    included: their sums round, so a reduction in 16 bits (instead of hpccoll's
+    float32), a cast in the wrong place or a lost widening shows against the
+    reference. ``kind='exact'``: multiples of 1/4 in [-2, 2), exact in every
+    float type and so are sums of a few of them (for tests that compare
+    16-bit reductions bit for bit).
+    """
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     if dtype == np.bool_:
@@ -70,7 +85,7 @@ def make(shape, dtype, seed, kind="any"):
     if dtype.kind in "iu":
         lo = 0 if dtype.kind == "u" else -3
         return rng.integers(lo, 4, size=shape).astype(dtype)
-    if dtype.itemsize == 2 or kind == "exact":
+    if kind == "exact":
         return (rng.integers(-8, 8, size=shape) / 4).astype(dtype)
     if dtype.kind == "c":
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
@@ -130,55 +145,125 @@ def reference(stack, op):
 #: Machine epsilon and smallest subnormal of the 16-bit floats (bfloat16 has no np.finfo).
 EPS16 = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 TINY16 = {"float16": 2.0**-24, "bfloat16": 2.0**-133}
+#: Unit roundoff of float32, the type hpccoll reduces 16-bit floats in (hpccoll._dtypes.reduce_plan).
+U32 = 2.0**-24
 
 
 def tolerance(dtype):
-    """``rtol`` for comparing a reduction in ``dtype`` with the float64 reference."""
+    """``rtol`` for comparing a reduction in ``dtype`` with the float64 reference (see :func:`assert_close`)."""
     dtype = np.dtype(dtype)
     if dtype.kind in "biu":
         return 0.0
-    if dtype.itemsize == 2:  # a few units in the last place, relative to each value (see assert_close)
-        return 4 * EPS16[dtype.name]
+    if dtype.itemsize == 2:  # half a unit in the last place of each of the two rounded values
+        return EPS16[dtype.name] / 2
     return {4: 2e-6, 8: 1e-13}[dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize]
 
 
-def assert_close(got, want):
-    """Compare a reduction with its reference: exact for bool and integers, else by tolerance.
+def widening_error(stack, op):
+    """How far hpccoll's float32 reduction of 16-bit ``stack`` over its leading (rank) axis may be from the
+    exact result before it is rounded back (elementwise; zeros for other dtypes and for max and min).
 
-    16-bit floats are compared relative to each value's own magnitude (a fixed
-    absolute tolerance would leave small values unchecked); wider floats, whose
-    test data are O(1), with ``rtol = atol``.
+    Each of the P - 1 float32 additions rounds by at most ``U32`` of its partial sum, ``avg``'s division once
+    more, and the reference's float64 -> bfloat16 cast goes through float32 (ml_dtypes): together at most
+    ``gamma_P = P U32 / (1 - P U32)`` times the sum of the terms' magnitudes (over P for ``avg``; the
+    product's magnitude for ``prod``). Under cancellation that can exceed a unit in the last place of the
+    result. Pass it to :func:`assert_close` as ``slack`` (sliced like the reference).
     """
+    p = stack.shape[0]
+    if stack.dtype.itemsize != 2 or stack.dtype.kind in "iu" or op in ("max", "min"):
+        return np.zeros(stack.shape[1:])
+    gamma = p * U32 / (1 - p * U32)
+    wide = np.abs(stack.astype(np.float64))
+    if op == "prod":
+        return gamma * wide.prod(axis=0)
+    return gamma * wide.sum(axis=0) / (p if op == "avg" else 1)
+
+
+def assert_close(got, want, comm=None, *, slack=0.0):
+    """Compare a reduction with its float64 reference: exact for bool and integers, else by tolerance.
+
+    A 16-bit result ``g`` is hpccoll's float32 result rounded once, the
+    reference ``w`` the exact result rounded once; so ``|g - w| <= u (|g| +
+    |w|) + tiny + slack`` with ``u`` half the machine epsilon (one rounding
+    each), ``tiny`` the subnormal spacing and ``slack`` the float32 reduction's
+    own error (:func:`widening_error`; 0 by default: a sum of a few standard
+    normal 16-bit values is almost always exact in float32). In practice ``g``
+    equals ``w`` or is its neighbour. Wider floats, whose test data are O(1),
+    with ``rtol = atol`` (the reference is computed in their own dtype).
+
+    With ``comm`` the verdict is collective (see :func:`agree`).
+    """
+    __tracebackhide__ = True  # pytest shows the test's line, not this helper's
+    if comm is not None:
+        return agree(comm, lambda: assert_close(got, want, slack=slack))
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
     rtol = tolerance(want.dtype)
     if rtol == 0.0:
         np.testing.assert_array_equal(got, want)
-        return
+        return True
     wide = np.complex128 if want.dtype.kind == "c" else np.float64
     g, w = got.astype(wide), want.astype(wide)
     if want.dtype.itemsize == 2:
-        tiny = TINY16[want.dtype.name]
-        bad = ~((np.abs(g - w) <= rtol * np.abs(w) + tiny) | (np.isnan(g) & np.isnan(w)) | (g == w))
+        bound = rtol * (np.abs(g) + np.abs(w)) + TINY16[want.dtype.name] + slack
+        bad = ~((np.abs(g - w) <= bound) | (np.isnan(g) & np.isnan(w)) | (g == w))
         assert not bad.any(), (
-            f"{int(bad.sum())} of {bad.size} {want.dtype} values differ by more than rtol={rtol:.2g} of their "
-            f"magnitude: got {g[bad][:5]}, want {w[bad][:5]}"
+            f"{int(bad.sum())} of {bad.size} {want.dtype} values differ by more than a unit in the last place "
+            f"(+ slack): got {g[bad][:5]}, want {w[bad][:5]}, bound {np.broadcast_to(bound, bad.shape)[bad][:5]}"
         )
     else:
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
+    return True
 
 
-def assert_same(got, want):
-    """Exact comparison for pure data movement: same dtype, shape and bits."""
+def assert_same(got, want, comm=None):
+    """Exact comparison for pure data movement: same dtype, shape and bits (collective with ``comm``)."""
+    __tracebackhide__ = True  # pytest shows the test's line, not this helper's
+    if comm is not None:
+        return agree(comm, lambda: assert_same(got, want))
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
     np.testing.assert_array_equal(got.view(f"u{got.dtype.itemsize}") if got.dtype.itemsize <= 8 else got,
                                   want.view(f"u{want.dtype.itemsize}") if want.dtype.itemsize <= 8 else want)
+    return True
 
 
-def all_ranks(comm, ok):
-    """True only when ``ok`` holds on every rank, so a test fails on all ranks together."""
-    from mpi4py import MPI
+def agree(comm, ok, message=""):
+    """Check on every rank together: fail on every rank at once when ``ok`` fails on any (collective).
 
-    return comm.mpi.allreduce(bool(ok), op=MPI.LAND)
+    A plain ``assert`` failing on one rank leaves the other ranks waiting in
+    the next collective until the job is killed; every rank calls this
+    instead, passing or not, and each raises the same ``AssertionError``,
+    naming every failing rank with its message.
+
+    Parameters
+    ----------
+    comm : hpccoll.Communicator or mpi4py.MPI.Intracomm
+    ok : bool or callable
+        The verdict, or a check to run: it fails by raising (any exception:
+        its message is the rank's message) or by returning False.
+    message : str or callable
+        What failed on this rank (a callable is called only on failure).
+
+    Returns
+    -------
+    True, on every rank, when ``ok`` holds everywhere.
+    """
+    __tracebackhide__ = True  # pytest shows the test's line, not this helper's
+    try:
+        if callable(ok):
+            ok = ok()
+            ok = ok is None or bool(ok)
+        mine = None if ok else (message() if callable(message) else message) or "check failed"
+    except Exception as exc:  # noqa: BLE001 - this rank's failure, shared below
+        mine = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    everyone = getattr(comm, "mpi", comm).allgather(None if mine is None else str(mine)[:3000])
+    failed = [f"rank {r}: {m}" for r, m in enumerate(everyone) if m is not None]
+    if failed:
+        raise AssertionError(f"failed on {len(failed)} of {len(everyone)} ranks:\n" + "\n".join(failed))
+    return True
+
+
+#: The older name of :func:`agree` (``assert all_ranks(comm, ok)``), kept for the files that still use it.
+all_ranks = agree
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -191,33 +276,83 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
-def raises_everywhere(comm, exc, match, call):
-    """``call`` raises ``exc`` (its message matching ``match``), the same message on every rank.
+def raises_everywhere(comm, exc, match, call, *, same_message=True):
+    """``call()`` raises ``exc`` (its message matching the regex ``match``, unless None) on every rank: checked
+    with :func:`agree`.
 
-    Collective whatever happens: a rank that returns or raises something else
-    fails the test on every rank instead of leaving the others waiting.
-    Returns the message.
+    A rank that returns or raises something else fails the test on every rank
+    instead of leaving the others waiting. ``same_message``: the message is
+    also the same on every rank (say False where it names the rank).
+    Returns this rank's message.
     """
-    try:
-        call()
-        seen = ("returned", "", False)
-    except Exception as e:  # noqa: BLE001 - compared below, on every rank
-        seen = (type(e).__name__, str(e), isinstance(e, exc) and re.search(match, str(e)) is not None)
-    everyone = comm.mpi.allgather(seen)
-    assert all(ok for _, _, ok in everyone) and len({m for _, m, _ in everyone}) == 1, everyone
-    return everyone[0][1]
+    __tracebackhide__ = True  # pytest shows the test's line, not this helper's
+    seen = []
+
+    def check():
+        with pytest.raises(exc, match=match) as info:
+            call()
+        seen.append(str(info.value))
+
+    agree(comm, check)
+    if same_message:
+        everyone = getattr(comm, "mpi", comm).allgather(seen[0])
+        assert len(set(everyone)) == 1, f"the message differs between ranks: {everyone}"  # the same verdict everywhere
+    return seen[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    """``large`` tests (messages over 2^31 elements, many GiB) run only with HPCCOLL_TEST_LARGE=1 (make test-large).
+    """``large`` tests (messages over 2^31 elements, many GiB) run only with HPCCOLL_TEST_LARGE=1 (make test-large),
+    each with up to 25 minutes (setup.cfg's per-test timeout is for everything else).
 
     The decision depends on the environment only, so it is the same on every rank.
     """
     from hpccoll._comm import env_flag
 
+    large = [item for item in items if "large" in item.keywords]
     if env_flag("HPCCOLL_TEST_LARGE", False):
+        for item in large:
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(1500))
         return
     skip = pytest.mark.skip(reason="large: set HPCCOLL_TEST_LARGE=1 (make test-large) to run")
-    for item in items:
-        if "large" in item.keywords:
-            item.add_marker(skip)
+    for item in large:
+        item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's thread method (setup.cfg), saying first which test on which rank ran out of time.
+
+    ``-q`` prints no test names, and the stacks that pytest-timeout dumps name
+    functions, not parametrizations. Then pytest-timeout dumps the stacks and
+    ends this process, and mpiexec ends the other ranks, instead of the job
+    hanging in a collective until the Makefile's ``timeout`` kills it unnamed.
+    """
+    if settings.method != "thread":
+        return None
+    import pytest_timeout
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+
+    def expire():
+        capman = item.config.pluginmanager.getplugin("capturemanager")
+        if capman is not None:
+            capman.suspend_global_capture(item)
+        terminal = item.config.get_terminal_writer()
+        terminal.line(f"\nTIMEOUT on rank {world.rank} of {world.size}: {item.nodeid} ran past its {settings.timeout:g} s "
+                      "(its stacks follow; the job ends)", red=True, bold=True)
+        terminal.flush()
+        pytest_timeout.timeout_timer(item, settings)
+
+    timer = threading.Timer(settings.timeout, expire)
+    timer.name = f"pytest-timeout {item.nodeid}"
+    timer.daemon = True
+
+    def cancel():
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel
+    timer.start()
+    return True

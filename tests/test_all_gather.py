@@ -5,7 +5,7 @@ import pytest
 
 import hpccoll
 from hpccoll.transports.host_mpi import HostMPI
-from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_same, layout, make
+from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, agree, assert_same, layout, make, raises_everywhere
 
 pytestmark = pytest.mark.mpi
 
@@ -24,7 +24,7 @@ def shards(comm, shape, axis, sizes, dtype, seed=0):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_dtype(comm, dtype):
     x, full = shards(comm, (0, 3), 0, SIZE_PATTERNS["uneven"](comm.size), dtype)
-    assert_same(hpccoll.all_gather(x, comm), full)
+    assert_same(hpccoll.all_gather(x, comm), full, comm)
 
 
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
@@ -47,14 +47,14 @@ def test_axes_layouts_sizes(comm, shape, axis, pattern, how, strided, monkeypatc
     x = layout(x, how)
     before = x.copy()
     y = hpccoll.all_gather(x, comm, axis=axis)
-    assert_same(y, full)
-    assert_same(x, before)  # the input is never modified
-    assert not np.shares_memory(y, x)
+    assert_same(y, full, comm)
+    assert_same(x, before, comm)  # the input is never modified
+    agree(comm, not np.shares_memory(y, x), "the result shares memory with x")
     # the same with the sizes given (no discovery) and into a preallocated, non-contiguous out
     out = layout(np.empty_like(full), how)
     res = hpccoll.all_gather(x, comm, axis=axis, sizes=sizes, out=out)
-    assert res is out
-    assert_same(out, full)
+    agree(comm, res is out, "out= was not returned")
+    assert_same(out, full, comm)
 
 
 @pytest.mark.parametrize("dtype", ["int16", "complex64"])
@@ -62,8 +62,8 @@ def test_operator_and_sizes_given(comm, dtype):
     sizes = SIZE_PATTERNS["uneven"](comm.size)
     x, full = shards(comm, (2, 0, 3), 1, sizes, dtype)
     op = hpccoll.AllGather(comm, axis=1, sizes=sizes)
-    assert_same(op(x), full)
-    assert_same(op.forward(x), full)
+    assert_same(op(x), full, comm)
+    assert_same(op.forward(x), full, comm)
     assert op.H.H is op
 
 
@@ -72,10 +72,10 @@ def test_mpi4py_communicator_accepted(comm):
 
     x = np.full(2, comm.rank, dtype=np.int64)
     want = np.repeat(np.arange(comm.size), 2)
-    assert_same(hpccoll.all_gather(x, comm.mpi), want)
-    assert_same(hpccoll.all_gather(x, MPI.COMM_WORLD), want)
-    assert_same(hpccoll.all_gather(x), want)
-    assert_same(hpccoll.all_gather(x.tolist(), comm), want)  # array-likes become NumPy arrays
+    assert_same(hpccoll.all_gather(x, comm.mpi), want, comm)
+    assert_same(hpccoll.all_gather(x, MPI.COMM_WORLD), want, comm)
+    assert_same(hpccoll.all_gather(x), want, comm)
+    assert_same(hpccoll.all_gather(x.tolist(), comm), want, comm)  # array-likes become NumPy arrays
 
 
 def test_mismatched_other_dims_detected_without_check(comm):
@@ -83,9 +83,8 @@ def test_mismatched_other_dims_detected_without_check(comm):
     x = np.zeros((2, 3 if comm.rank == 0 else 4))
     if comm.size == 1:
         assert hpccoll.all_gather(x, comm).shape == (2, 3)
-    else:
-        with pytest.raises(hpccoll.MismatchError, match="disagree"):
-            hpccoll.all_gather(x, comm)
+    else:  # the message says what this rank has
+        raises_everywhere(comm, hpccoll.MismatchError, "disagree", lambda: hpccoll.all_gather(x, comm), same_message=False)
 
 
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
@@ -100,8 +99,8 @@ def test_in_place(comm, pattern, axis, async_op):
     block = out[:, lo : lo + sizes[comm.rank]] if axis == 1 else out[lo : lo + sizes[comm.rank]]
     block[...] = full[:, lo : lo + sizes[comm.rank]] if axis == 1 else full[lo : lo + sizes[comm.rank]]
     got = hpccoll.all_gather(block, comm, axis=axis, out=out, async_op=async_op)
-    assert (got.wait() if async_op else got) is out
-    assert_same(out, full)
+    agree(comm, (got.wait() if async_op else got) is out, "out= was not returned")
+    assert_same(out, full, comm)
     buf = np.zeros(2 * comm.size + 1)
-    with pytest.raises(hpccoll.ArgumentError, match="in-place layout"):  # overlaps, but not at its block
-        hpccoll.all_gather(buf[1:3], comm, out=buf[: 2 * comm.size], sizes=[2] * comm.size)
+    raises_everywhere(comm, hpccoll.ArgumentError, "in-place layout",  # overlaps, but not at its block
+                      lambda: hpccoll.all_gather(buf[1:3], comm, out=buf[: 2 * comm.size], sizes=[2] * comm.size))

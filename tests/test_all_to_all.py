@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hpccoll
-from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, assert_same, layout, make, raises_everywhere
+from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, agree, assert_same, layout, make, raises_everywhere
 from test_check_mode import checked  # noqa: F401 - the check-mode communicator fixture
 from hpccoll import ArgumentError, DTypeError, MismatchError
 from hpccoll.testing import dottest
@@ -59,7 +59,7 @@ AXES = [  # (shape, split_axis, concat_axis): extents at the two axes are replac
 @pytest.mark.parametrize("axes", [(0, 0), (1, 0), (0, 1)], ids=["equal", "1->0", "0->1"])
 def test_every_dtype(comm, dtype, axes):
     x, sizes, _, want = case(comm, (0, 0), *axes, "uneven", dtype)
-    assert_same(hpccoll.all_to_all(x, comm, split_axis=axes[0], concat_axis=axes[1], sizes=sizes), want)
+    assert_same(hpccoll.all_to_all(x, comm, split_axis=axes[0], concat_axis=axes[1], sizes=sizes), want, comm)
 
 
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
@@ -75,11 +75,10 @@ def test_axes_sizes_layouts(comm, shape, sa, ca, pattern, how, given):
     y = hpccoll.all_to_all(x, comm, **kw)
     out = layout(np.empty_like(want), how)
     res = hpccoll.all_to_all(x, comm, out=out, **kw)
-    assert_same(y, want)
-    assert_same(x, before)  # the input is never modified
-    assert not np.shares_memory(y, x)
-    assert res is out
-    assert_same(out, want)
+    assert_same(y, want, comm)
+    assert_same(x, before, comm)  # the input is never modified
+    agree(comm, not np.shares_memory(y, x) and res is out, "the result shares memory with x, or out= was not returned")
+    assert_same(out, want, comm)
 
 
 @pytest.mark.parametrize("how", ["F", "reversed"])
@@ -88,8 +87,8 @@ def test_other_layouts(comm, how, axes):
     x, sizes, _, want = case(comm, (0, 0, 2), *axes, "empty-last", np.complex64, seed=3)
     out = layout(np.empty_like(want), how)
     got = hpccoll.all_to_all(layout(x, how), comm, split_axis=axes[0], concat_axis=axes[1], sizes=sizes, out=out)
-    assert got is out
-    assert_same(out, want)
+    agree(comm, got is out, "out= was not returned")
+    assert_same(out, want, comm)
 
 
 def test_array_likes_and_mpi4py_communicators(comm):
@@ -97,9 +96,9 @@ def test_array_likes_and_mpi4py_communicators(comm):
 
     x = [10 * comm.rank + j for j in range(comm.size)]  # one element for every rank
     want = np.array([10 * r + comm.rank for r in range(comm.size)])
-    assert_same(hpccoll.all_to_all(x, comm), want)
-    assert_same(hpccoll.all_to_all(np.array(x), comm.mpi), want)
-    assert_same(hpccoll.all_to_all(np.array(x), MPI.COMM_WORLD), want)
+    assert_same(hpccoll.all_to_all(x, comm), want, comm)
+    assert_same(hpccoll.all_to_all(np.array(x), comm.mpi), want, comm)
+    assert_same(hpccoll.all_to_all(np.array(x), MPI.COMM_WORLD), want, comm)
 
 
 def _recorder(run, names):
@@ -138,15 +137,14 @@ def test_mpi_calls(comm, pattern, axes, road, monkeypatch):
     learned = hpccoll.all_to_all(x, comm, **kw)
     given = hpccoll.all_to_all(x, comm, recv_sizes=recv, out=np.empty_like(want), **kw)
     even = pattern == "even" and (axes == (0, 0) or comm.size == 1)  # axes differing: extents 1, 2, 0, ... differ
-    assert_same(learned, want)
-    assert_same(given, want)
-    if comm.size > 1:
-        data = "Alltoall" if even else road
-        assert names == ["exchange Alltoall", data, road if axes == (0, 0) else data]
+    assert_same(learned, want, comm)
+    assert_same(given, want, comm)
+    data = "Alltoall" if even else road
+    calls = ["exchange Alltoall", data, road if axes == (0, 0) else data]
+    agree(comm, comm.size == 1 or names == calls, lambda: f"MPI calls {names}, expected {calls}")
     even_extents = hpccoll.all_to_all(np.ones((2, 2 * comm.size)), comm, split_axis=1, recv_sizes=[2] * comm.size)
-    assert even_extents.shape == (2 * comm.size, 2)
-    if comm.size > 1:
-        assert names[-1] == "Alltoall"
+    agree(comm, even_extents.shape == (2 * comm.size, 2), lambda: f"shape {even_extents.shape}")
+    agree(comm, comm.size == 1 or names[-1] == "Alltoall", lambda: f"MPI calls {names}, expected Alltoall last")
 
 
 @pytest.mark.parametrize("road", sorted(ROADS))
@@ -165,9 +163,9 @@ def test_both_roads(comm, dtype, axes, async_op, road, monkeypatch):
         res = hpccoll.all_to_all(x, comm, out=out, **kw)
         if async_op:
             got, res = got.wait(), res.wait()
-        assert_same(got, want)
-        assert res is out
-        assert_same(out, want)
+        assert_same(got, want, comm)
+        agree(comm, res is out, "out= was not returned")
+        assert_same(out, want, comm)
 
 
 @pytest.mark.parametrize("road", sorted(ROADS))
@@ -182,9 +180,9 @@ def test_large_blocks_in_flight_together(comm, road, monkeypatch):
     recv = [rows[r][me] for r in range(P)]
     first = hpccoll.all_to_all(xs[me], comm, sizes=rows[me], recv_sizes=recv, async_op=True)
     second = hpccoll.all_to_all(-xs[me], comm, sizes=rows[me], recv_sizes=recv, out=np.empty(sum(recv)), async_op=True)
-    assert_same(second.wait(), -want)
-    assert_same(first.wait(), want)
-    assert_same(hpccoll.all_to_all(xs[me], comm, sizes=rows[me]), want)  # learned: the size exchange first
+    assert_same(second.wait(), -want, comm)
+    assert_same(first.wait(), want, comm)
+    assert_same(hpccoll.all_to_all(xs[me], comm, sizes=rows[me]), want, comm)  # learned: the size exchange first
 
 
 # --------------------------------------------------------------------------- out= and argument errors
@@ -200,15 +198,14 @@ def test_out_errors(comm):
         ([0.0] * 6, "out: expected a numpy.ndarray"),
         (x, "out: expected memory separate from the input"),
     ]:
-        with pytest.raises(ArgumentError, match=match):
-            hpccoll.all_to_all(x, comm, out=out)
+        raises_everywhere(comm, ArgumentError, match, lambda: hpccoll.all_to_all(x, comm, out=out))
     ro = good.copy()
     ro.flags.writeable = False
-    with pytest.raises(ArgumentError, match="out: expected a writeable array"):
-        hpccoll.all_to_all(x, comm, out=ro, recv_sizes=[2] * P)
+    raises_everywhere(comm, ArgumentError, "out: expected a writeable array",
+                      lambda: hpccoll.all_to_all(x, comm, out=ro, recv_sizes=[2] * P))
     big = np.zeros(4 * P * 3)
-    with pytest.raises(ArgumentError, match="separate from the input"):
-        hpccoll.all_to_all(big[: 2 * P * 3].reshape(2 * P, 3), comm, out=big[P * 3 : 3 * P * 3].reshape(2 * P, 3))
+    raises_everywhere(comm, ArgumentError, "separate from the input", lambda: hpccoll.all_to_all(
+        big[: 2 * P * 3].reshape(2 * P, 3), comm, out=big[P * 3 : 3 * P * 3].reshape(2 * P, 3)))
 
 
 def test_argument_errors(comm):
@@ -226,15 +223,13 @@ def test_argument_errors(comm):
         (dict(split_axis=1, sizes=[3] + [0] * (P - 1), recv_sizes=[1] * P),
          rf"recv_sizes: expected recv_sizes\[{me}\] == x.shape\[0\] == {2 * P}"),
     ]
-    for kw, match in cases:
-        with pytest.raises(ArgumentError, match=match):
-            hpccoll.all_to_all(x, comm, **kw)
-    with pytest.raises(ArgumentError, match="at least 1 dimension to split along split_axis"):
-        hpccoll.all_to_all(np.float64(1.0), comm)
-    with pytest.raises(DTypeError, match="x: expected a native-byte-order dtype"):
-        hpccoll.all_to_all(np.array(["a"] * P), comm)
-    with pytest.raises(ArgumentError, match="recv_sizes: expected"):
-        hpccoll.AllToAll(comm, recv_sizes=[1] * (P + 1))
+    for kw, match in cases:  # some messages name the rank
+        raises_everywhere(comm, ArgumentError, match, lambda: hpccoll.all_to_all(x, comm, **kw), same_message=False)
+    raises_everywhere(comm, ArgumentError, "at least 1 dimension to split along split_axis",
+                      lambda: hpccoll.all_to_all(np.float64(1.0), comm))
+    raises_everywhere(comm, DTypeError, "x: expected a native-byte-order dtype",
+                      lambda: hpccoll.all_to_all(np.array(["a"] * P), comm))
+    raises_everywhere(comm, ArgumentError, "recv_sizes: expected", lambda: hpccoll.AllToAll(comm, recv_sizes=[1] * (P + 1)))
 
 
 # --------------------------------------------------------------------------- lists, async
@@ -263,20 +258,20 @@ def test_lists(comm, axes, async_op):
                                recv_sizes=recv if axes != (0, 0) else None, async_op=async_op)
     if async_op:
         got, again = got.wait(), again.wait()
-    assert isinstance(got, list) and len(got) == 3 and again is not None
+    agree(comm, isinstance(got, list) and len(got) == 3 and again is not None, lambda: f"got {got!r}, {again!r}")
     for g, o, c in zip(got, outs, cases):
-        assert_same(g, c[3])
-        assert_same(o, c[3])
-    assert all(a is o for a, o in zip(again, outs))
-    assert hpccoll.all_to_all([], comm) == [] and P >= 1
+        assert_same(g, c[3], comm)
+        assert_same(o, c[3], comm)
+    agree(comm, all(a is o for a, o in zip(again, outs)), "out= was not returned")
+    agree(comm, hpccoll.all_to_all([], comm) == [], "an empty list did not give an empty list")
 
 
 def test_list_errors(comm):
     P = comm.size
-    with pytest.raises(ArgumentError, match=r"sizes: expected ints summing to x\[1\].shape\[0\]"):
-        hpccoll.all_to_all([np.ones(P), np.ones(P + 1)], comm, sizes=[1] * P)
-    with pytest.raises(ArgumentError, match="out: expected None or a list of 2 arrays"):
-        hpccoll.all_to_all([np.ones(P), np.ones(P)], comm, out=[np.ones(P)])
+    raises_everywhere(comm, ArgumentError, r"sizes: expected ints summing to x\[1\].shape\[0\]",
+                      lambda: hpccoll.all_to_all([np.ones(P), np.ones(P + 1)], comm, sizes=[1] * P))
+    raises_everywhere(comm, ArgumentError, "out: expected None or a list of 2 arrays",
+                      lambda: hpccoll.all_to_all([np.ones(P), np.ones(P)], comm, out=[np.ones(P)]))
 
 
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
@@ -285,12 +280,12 @@ def test_async(comm, pattern):
     req = hpccoll.all_to_all(x, comm, split_axis=1, concat_axis=0, sizes=sizes, recv_sizes=recv, async_op=True)
     while not req.test():
         pass
-    assert req.done
+    agree(comm, req.done, "req.done is False after req.test() returned True")
     out = np.empty_like(want)
     req2 = hpccoll.all_to_all(x, comm, split_axis=1, concat_axis=0, sizes=sizes, out=out, async_op=True)
-    assert req2.wait() is out
-    assert_same(req.wait(), want)
-    assert_same(out, want)
+    agree(comm, req2.wait() is out, "out= was not returned")
+    assert_same(req.wait(), want, comm)
+    assert_same(out, want, comm)
 
 
 def test_size_one_communicator(comm):
@@ -302,10 +297,10 @@ def test_size_one_communicator(comm):
         [w] = hpccoll.all_to_all([x], solo)
     finally:
         solo.free()
-    assert_same(y, x)
-    assert_same(z, x)
-    assert_same(w, x)
-    assert not np.shares_memory(y, x) and not np.shares_memory(w, x)
+    assert_same(y, x, comm)
+    assert_same(z, x, comm)
+    assert_same(w, x, comm)
+    agree(comm, not np.shares_memory(y, x) and not np.shares_memory(w, x), "a result shares memory with x")
 
 
 # --------------------------------------------------------------------------- mismatches
@@ -351,8 +346,8 @@ def test_check_mode_agrees_on_a_good_call(checked):  # noqa: F811
     x, sizes, recv, want = case(checked, (0, 0, 2), 2, 0, "uneven", np.int64, seed=4)
     got = hpccoll.all_to_all(x, checked, split_axis=2, concat_axis=0, sizes=sizes, recv_sizes=recv)
     got2 = hpccoll.all_to_all([x], checked, split_axis=2, concat_axis=0, sizes=sizes)
-    assert_same(got, want)
-    assert_same(got2[0], want)
+    assert_same(got, want, checked)
+    assert_same(got2[0], want, checked)
 
 
 # --------------------------------------------------------------------------- the adjoint
@@ -364,8 +359,8 @@ def test_adjoint_dot_test(comm, shape, sa, ca, dtype):
     x, sizes, recv, want = case(comm, shape, sa, ca, "uneven", dtype, seed=2)
     op = hpccoll.AllToAll(comm, split_axis=sa, concat_axis=ca, sizes=sizes, recv_sizes=recv)
     y = make(want.shape, dtype, seed=100 + comm.rank)
-    assert dottest(op, x, y)
-    assert_same(op.H(op(x)), x)  # a permutation: the adjoint is the inverse
+    assert dottest(op, x, y)  # collective: the same verdict on every rank
+    assert_same(op.H(op(x)), x, comm)  # a permutation: the adjoint is the inverse
     assert op.H.H is op and "AllToAll(split_axis" in repr(op)
 
 
@@ -382,5 +377,5 @@ def test_adjoint_learns_the_sizes(comm):
     assert hpccoll.adjoint_of(g).func is hpccoll.all_to_all
     assert hpccoll.adjoint_of(hpccoll.all_to_all) is hpccoll.all_to_all_adjoint
     assert hpccoll.adjoint_of(hpccoll.all_to_all_adjoint) is hpccoll.all_to_all
-    assert_same(back, x)
-    assert_same(g(f(x)), x)
+    assert_same(back, x, comm)
+    assert_same(g(f(x)), x, comm)

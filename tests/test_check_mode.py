@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hpccoll
-from conftest import all_ranks, raises_everywhere
+from conftest import agree, raises_everywhere
 from hpccoll import ArgumentError, MismatchError
 
 
@@ -80,14 +80,14 @@ def test_replicated_cotangent_that_varies(checked):
 def test_agreeing_calls_pass(checked):
     x = np.arange(3.0) + checked.rank
     got = hpccoll.all_gather(x, checked, sizes=[3] * checked.size)
-    assert all_ranks(checked, got.shape == (3 * checked.size,))
+    agree(checked, got.shape == (3 * checked.size,), lambda: f"shape {got.shape}")
     y = hpccoll.all_reduce_adjoint(np.ones(2), checked, cotangent="replicated")
-    assert all_ranks(checked, (y == 1).all())
+    agree(checked, (y == 1).all(), lambda: f"got {y}")
     # after a detected mismatch the communicator stays usable
     if checked.size > 1:  # the same branch on every rank
-        with pytest.raises(MismatchError):
-            hpccoll.all_reduce(np.ones(1 + (checked.rank == 0)), checked)
-    assert hpccoll.all_reduce(np.ones(2), checked)[0] == checked.size
+        raises_everywhere(checked, MismatchError, None, lambda: hpccoll.all_reduce(np.ones(1 + (checked.rank == 0)), checked))
+    total = hpccoll.all_reduce(np.ones(2), checked)
+    agree(checked, total[0] == checked.size, lambda: f"got {total}")
 
 
 @pytest.mark.mpi

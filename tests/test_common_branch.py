@@ -26,8 +26,8 @@ communicator's scratch buffers. These tests
   primitive and counts), and the watchdog on the common branch;
 - let ranks take different branches in one call.
 
-Checks are made on every rank together (:func:`everywhere`), so that a rank
-failing alone does not leave the others waiting in the next collective.
+Checks are made on every rank together (conftest's :func:`agree`), so that a
+rank failing alone does not leave the others waiting in the next collective.
 Tests named ``test_bug_*`` pin bugs found while writing this file; they fail
 until the bug is fixed (see their docstrings).
 """
@@ -44,12 +44,13 @@ from conftest import (
     DTYPE_IDS,
     DTYPES,
     SIZE_PATTERNS,
-    all_ranks,
+    agree,
     assert_close,
     layout,
     make,
     raises_everywhere,
     reference,
+    widening_error,
 )
 from hpccoll.collectives import gather, reduce, scatter
 from hpccoll.transports import _control, host_mpi
@@ -88,12 +89,6 @@ def plan_or_skip(c, dtype, op):
         pytest.skip("the general branch raises for this pair (tests/test_errors.py)")
 
 
-def everywhere(c, ok, detail=""):
-    """Assert ``ok`` on every rank together: a rank that fails alone must not leave the others in a collective."""
-    oks = c.mpi.allgather(bool(ok))
-    assert all(oks), f"false on rank(s) {[q for q, o in enumerate(oks) if not o]}; here: {detail}"
-
-
 def _bits(a):
     return (type(a).__name__, a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes())
 
@@ -101,46 +96,42 @@ def _bits(a):
 def same_bits(c, a, b):
     """NumPy arrays of one dtype, shape and bits (on every rank)."""
     ok = type(a) is np.ndarray and type(b) is np.ndarray and _bits(a) == _bits(b)
-    everywhere(c, ok, f"{a!r} vs {b!r}")
+    agree(c, ok, f"{a!r} vs {b!r}")
 
 
 def same_lists(c, got, want):
-    everywhere(c, isinstance(got, list) and isinstance(want, list) and len(got) == len(want), (got, want))
+    agree(c, isinstance(got, list) and isinstance(want, list) and len(got) == len(want), (got, want))
     for g, w in zip(got, want):
         same_bits(c, g, w)
 
 
 def equal(c, got, want):
     """The same values (``numpy.array_equal``) on every rank."""
-    everywhere(c, np.array_equal(got, want), f"{got!r} vs {want!r}")
+    agree(c, np.array_equal(got, want), f"{got!r} vs {want!r}")
 
 
-def async_agrees(c, blocking, nonblocking, dtype, shape, op, want):
+def async_agrees(c, blocking, nonblocking, dtype, shape, op, stack, rows=...):
     """The non-blocking form against the blocking one (see the module docstring).
 
     ``blocking(x)`` and ``nonblocking(x)`` run the two forms on this rank's
-    ``x``. Random data: the non-blocking result within tolerance of ``want``
-    (the NumPy reference of that data). Data whose every reduction order is
-    exact (``make(..., kind="exact")``): the two forms' bits are equal, on any
-    MPI.
+    ``x``. Random data: the non-blocking result within tolerance of the NumPy
+    reference of ``stack`` (every rank's ``x``; its ``rows``). Data whose every
+    reduction order is exact (``make(..., kind="exact")``): the two forms'
+    bits are equal, on any MPI.
     """
     x = make(shape, dtype, seed=c.rank)
-    close(c, nonblocking(x), want)
+    close(c, nonblocking(x), stack, op, rows)
     exact = make(shape, dtype, seed=c.rank, kind="exact")
     # A complex product's zero imaginary parts take their sign from the order (-0 + -0 against -0 + 0): equal
     # values there; the same bits everywhere else.
-    agree = equal if np.dtype(dtype).kind == "c" and op == "prod" else same_bits
-    agree(c, nonblocking(exact), blocking(exact))
+    same = equal if np.dtype(dtype).kind == "c" and op == "prod" else same_bits
+    same(c, nonblocking(exact), blocking(exact))
 
 
-def close(c, got, want):
-    """conftest's ``assert_close`` (dtype tolerance) on every rank."""
-    try:
-        assert_close(got, want)
-        detail = ""
-    except AssertionError as e:
-        detail = str(e)
-    everywhere(c, not detail, detail)
+def close(c, got, stack, op, rows=...):
+    """conftest's ``assert_close`` (dtype tolerance) against the NumPy reference of ``stack`` (its ``rows``), on
+    every rank."""
+    assert_close(got, reference(stack, op)[rows], c, slack=widening_error(stack, op)[rows])
 
 
 class Trace:
@@ -248,16 +239,16 @@ def declines(c, mod, args, raises=None, want=None):
     """
     with traced(c) as t:
         got = outcome(lambda: entry(mod, *args()))
-    everywhere(c, t.general == [f"{MODULES[mod][0]}._one"], t.general)
-    everywhere(c, got == outcome(lambda: getattr(mod, "_one")(*args())))
+    agree(c, t.general == [f"{MODULES[mod][0]}._one"], t.general)
+    agree(c, got == outcome(lambda: getattr(mod, "_one")(*args())))
     if raises is not None:
-        everywhere(c, got[0] == raises[0].__name__ and re.search(raises[1], got[1]), got)
+        agree(c, got[0] == raises[0].__name__ and re.search(raises[1], got[1]), got)
         everyone = c.mpi.allgather(got[0])  # messages may name the rank
-        assert everyone == [got[0]] * c.size, everyone
+        agree(c, everyone == [got[0]] * c.size, lambda: f"error types differ between ranks: {everyone}")
     else:
-        everywhere(c, got[0] == "ok", got)
+        agree(c, got[0] == "ok", got)
         if want is not None:
-            everywhere(c, got[1:] == ("ok", want.dtype.str, want.shape, np.ascontiguousarray(want).tobytes())[1:])
+            agree(c, got[1:] == ("ok", want.dtype.str, want.shape, np.ascontiguousarray(want).tobytes())[1:])
 
 
 class _Elsewhere(np.ndarray):
@@ -296,27 +287,27 @@ def test_all_reduce_common_equals_general(c, dtype, op):
     with traced(c) as general:
         want = reduce._one(x, c, op, None, "all_reduce", False)
     # Widened 16-bit floats take the general branch; every other pair the common one.
-    everywhere(c, common.general == (["reduce._one"] if plan.widen else []))
-    everywhere(c, common.calls == general.calls and [k[0] for k in common.calls] == ["allreduce"])
+    agree(c, common.general == (["reduce._one"] if plan.widen else []))
+    agree(c, common.calls == general.calls and [k[0] for k in common.calls] == ["allreduce"])
     same_bits(c, got, want)
     same_bits(c, x, before)
     stack = np.stack([make((3, 4), dtype, seed=q) for q in range(c.size)])
-    close(c, got, reference(stack, op))
+    close(c, got, stack, op)
     out = np.empty_like(x)
     with traced(c) as t:
-        everywhere(c, reduce.all_reduce(x, c, op, out, "all_reduce", False) is out)
-    everywhere(c, t.general == common.general and t.calls == common.calls)
+        agree(c, reduce.all_reduce(x, c, op, out, "all_reduce", False) is out)
+    agree(c, t.general == common.general and t.calls == common.calls)
     same_bits(c, out, got)
     with traced(c) as t:
         request = reduce.all_reduce(x, c, op, None, "all_reduce", True)
         result = request.wait()
-    everywhere(c, t.general == common.general and [k[0] for k in t.calls] == ["iallreduce"])
+    agree(c, t.general == common.general and [k[0] for k in t.calls] == ["iallreduce"])
     blocking = lambda a: reduce.all_reduce(a, c, op, None, "all_reduce", False)  # noqa: E731
     async_agrees(c, blocking, lambda a: reduce.all_reduce(a, c, op, None, "all_reduce", True).wait(), dtype,
-                 (3, 4), op, reference(stack, op))
+                 (3, 4), op, stack)
     async_agrees(c, blocking, lambda a: reduce._one(a, c, op, None, "all_reduce", True).wait(), dtype, (3, 4),
-                 op, reference(stack, op))
-    close(c, result, reference(stack, op))
+                 op, stack)
+    close(c, result, stack, op)
     same_bits(c, hpccoll.all_reduce(x, c, op=op), got)
 
 
@@ -334,20 +325,20 @@ def test_all_gather_common_equals_general(c, dtype, pattern):
                 got = gather.all_gather(x, c, axis, given, None, "all_gather", False)
             with traced(c) as general:
                 want = gather._one(x, c, axis, given, None, "all_gather", False)
-            everywhere(c, common.general == [])
-            everywhere(c, common.calls == general.calls)
-            everywhere(c, [k[0] for k in common.calls] == ([] if given else ["exchange"]) + ["allgatherv"])
+            agree(c, common.general == [])
+            agree(c, common.calls == general.calls)
+            agree(c, [k[0] for k in common.calls] == ([] if given else ["exchange"]) + ["allgatherv"])
             same_bits(c, got, want)
             same_bits(c, got, full)
         same_bits(c, x, before)
         out = np.empty_like(full)
         with traced(c) as t:
-            everywhere(c, gather.all_gather(x, c, axis, tuple(sizes), out, "all_gather", False) is out)
-        everywhere(c, t.general == [])
+            agree(c, gather.all_gather(x, c, axis, tuple(sizes), out, "all_gather", False) is out)
+        agree(c, t.general == [])
         same_bits(c, out, full)
         with traced(c) as t:
             same_bits(c, gather.all_gather(x, c, axis, sizes, None, "all_gather", True).wait(), full)
-        everywhere(c, t.general == [] and [k[0] for k in t.calls] == ["iallgatherv"])
+        agree(c, t.general == [] and [k[0] for k in t.calls] == ["iallgatherv"])
         same_bits(c, gather._one(x, c, axis, sizes, None, "all_gather", True).wait(), full)
 
 
@@ -366,24 +357,24 @@ def test_reduce_scatter_common_equals_general(c, dtype, op, pattern):
         want = scatter._one(x, c, op, 0, sizes, None, "reduce_scatter", False)
     # Widened dtypes and empty blocks take the general branch (a rank-local choice: the same
     # transport call either way, which the other ranks make from the common branch).
-    everywhere(c, common.general == (["scatter._one"] if plan.widen or lo == hi else []))
-    everywhere(c, common.calls == general.calls and [k[0] for k in common.calls] == ["reduce_scatter"])
+    agree(c, common.general == (["scatter._one"] if plan.widen or lo == hi else []))
+    agree(c, common.calls == general.calls and [k[0] for k in common.calls] == ["reduce_scatter"])
     same_bits(c, got, want)
     same_bits(c, x, before)
     stack = np.stack([make((n, 3), dtype, seed=q) for q in range(c.size)])
-    close(c, got, reference(stack, op)[lo:hi])
+    close(c, got, stack, op, slice(lo, hi))
     out = np.empty_like(got)
     with traced(c) as t:
-        everywhere(c, scatter.reduce_scatter(x, c, op, 0, sizes, out, "reduce_scatter", False) is out)
-    everywhere(c, t.general == common.general and t.calls == common.calls)
+        agree(c, scatter.reduce_scatter(x, c, op, 0, sizes, out, "reduce_scatter", False) is out)
+    agree(c, t.general == common.general and t.calls == common.calls)
     same_bits(c, out, got)
     with traced(c) as t:
         result = scatter.reduce_scatter(x, c, op, 0, sizes, None, "reduce_scatter", True).wait()
-    everywhere(c, t.general == common.general and [k[0] for k in t.calls] == ["ireduce_scatter"])
+    agree(c, t.general == common.general and [k[0] for k in t.calls] == ["ireduce_scatter"])
     async_agrees(c, lambda a: scatter.reduce_scatter(a, c, op, 0, sizes, None, "reduce_scatter", False),
                  lambda a: scatter.reduce_scatter(a, c, op, 0, sizes, None, "reduce_scatter", True).wait(),
-                 dtype, (n, 3), op, reference(stack, op)[lo:hi])
-    close(c, result, reference(stack, op)[lo:hi])
+                 dtype, (n, 3), op, stack, slice(lo, hi))
+    close(c, result, stack, op, slice(lo, hi))
 
 
 @pytest.mark.mpi(min_size=2)
@@ -399,37 +390,37 @@ def test_in_place_common_equals_general(c, op, pattern):
     # all_reduce, out=x
     a, b = x.copy(), x.copy()
     with traced(c) as common:
-        everywhere(c, reduce.all_reduce(a, c, op, a, "all_reduce", False) is a)
+        agree(c, reduce.all_reduce(a, c, op, a, "all_reduce", False) is a)
     with traced(c) as general:
-        everywhere(c, reduce._one(b, c, op, b, "all_reduce", False) is b)
-    everywhere(c, common.general == [] and common.calls == general.calls)
-    everywhere(c, common.calls[0][1] is None)  # MPI_IN_PLACE
+        agree(c, reduce._one(b, c, op, b, "all_reduce", False) is b)
+    agree(c, common.general == [] and common.calls == general.calls)
+    agree(c, common.calls[0][1] is None)  # MPI_IN_PLACE
     same_bits(c, a, b)
-    close(c, a, reference(stack, op))
+    close(c, a, stack, op)
     # all_gather: x is this rank's block of out
     full = make((sum(sizes), 3), np.float64, seed=5)
     g1, g2 = np.zeros_like(full), np.zeros_like(full)
     g1[lo:hi], g2[lo:hi] = full[lo:hi], full[lo:hi]
     with traced(c) as common:
-        everywhere(c, gather.all_gather(g1[lo:hi], c, 0, sizes, g1, "all_gather", False) is g1)
+        agree(c, gather.all_gather(g1[lo:hi], c, 0, sizes, g1, "all_gather", False) is g1)
     with traced(c) as general:
-        everywhere(c, gather._one(g2[lo:hi], c, 0, sizes, g2, "all_gather", False) is g2)
-    everywhere(c, common.general == [] and common.calls == general.calls)
-    everywhere(c, (common.calls[0][1] is None) == (lo < hi))  # in place unless this rank's block is empty
+        agree(c, gather._one(g2[lo:hi], c, 0, sizes, g2, "all_gather", False) is g2)
+    agree(c, common.general == [] and common.calls == general.calls)
+    agree(c, (common.calls[0][1] is None) == (lo < hi))  # in place unless this rank's block is empty
     same_bits(c, g1, full)
     same_bits(c, g2, full)
     # reduce_scatter: out is this rank's block of x
     s1, s2 = x.copy(), x.copy()
     o1, o2 = s1[lo:hi], s2[lo:hi]
     with traced(c) as common:
-        everywhere(c, scatter.reduce_scatter(s1, c, op, 0, sizes, o1, "reduce_scatter", False) is o1)
+        agree(c, scatter.reduce_scatter(s1, c, op, 0, sizes, o1, "reduce_scatter", False) is o1)
     with traced(c) as general:
-        everywhere(c, scatter._one(s2, c, op, 0, sizes, o2, "reduce_scatter", False) is o2)
+        agree(c, scatter._one(s2, c, op, 0, sizes, o2, "reduce_scatter", False) is o2)
     # An empty block: the general branch, which makes the same transport call.
-    everywhere(c, common.general == (["scatter._one"] if lo == hi else []))
-    everywhere(c, common.calls == general.calls)
+    agree(c, common.general == (["scatter._one"] if lo == hi else []))
+    agree(c, common.calls == general.calls)
     same_bits(c, o1, o2)
-    close(c, o1, reference(stack, op)[lo:hi])
+    close(c, o1, stack, op, slice(lo, hi))
     # Views that only overlap (not the exact block) are no in-place form: the general branch refuses them.
     y = np.arange(2.0 * P * 3).reshape(2 * P, 3)
     shifted = (lambda z: z[2 * r + 1 : 2 * r + 3]) if r < P - 1 else (lambda z: z[2 * r - 1 : 2 * r + 1])
@@ -459,9 +450,9 @@ def test_common_branch_is_taken(c, monkeypatch):
     equal(c, hpccoll.all_reduce(x, c), total)
     equal(c, hpccoll.all_reduce(x, c, op="avg"), total / P)
     out = np.empty(6)
-    everywhere(c, hpccoll.all_reduce(x, c, out=out) is out)
+    agree(c, hpccoll.all_reduce(x, c, out=out) is out)
     y = x.copy()
-    everywhere(c, hpccoll.all_reduce(y, c, out=y) is y)
+    agree(c, hpccoll.all_reduce(y, c, out=y) is y)
     equal(c, y, total)
     equal(c, hpccoll.all_reduce(x, c, async_op=True).wait(), total)
     equal(c, hpccoll.all_reduce_adjoint(x, c), total)
@@ -471,7 +462,7 @@ def test_common_branch_is_taken(c, monkeypatch):
     equal(c, hpccoll.all_gather(x, c, async_op=True, sizes=[6] * P).wait(), stacked)
     g = np.zeros(6 * P)
     g[6 * r : 6 * r + 6] = x
-    everywhere(c, hpccoll.all_gather(g[6 * r : 6 * r + 6], c, sizes=[6] * P, out=g) is g)
+    agree(c, hpccoll.all_gather(g[6 * r : 6 * r + 6], c, sizes=[6] * P, out=g) is g)
     equal(c, g, stacked)
     equal(c, hpccoll.reduce_scatter_adjoint(x, c, sizes=[6] * P), stacked)
     z = np.tile(x, P)  # 6P elements: 6 per rank
@@ -482,7 +473,7 @@ def test_common_branch_is_taken(c, monkeypatch):
     equal(c, hpccoll.reduce_scatter(z, c, async_op=True).wait(), mine)
     equal(c, hpccoll.all_gather_adjoint(z, c), mine)
     w = z.copy()
-    everywhere(c, hpccoll.reduce_scatter(w, c, out=w[6 * r : 6 * r + 6]) is not None)
+    agree(c, hpccoll.reduce_scatter(w, c, out=w[6 * r : 6 * r + 6]) is not None)
     equal(c, w[6 * r : 6 * r + 6], mine)
     # Lists: one bucket of same-shape NumPy arrays goes through the scratch buffers.
     for mod, call, want in (
@@ -492,7 +483,7 @@ def test_common_branch_is_taken(c, monkeypatch):
     ):
         with traced(c) as t:
             got = call()
-        everywhere(c, t.general == [f"{MODULES[mod][0]}._many"] and t.scratch == [True])
+        agree(c, t.general == [f"{MODULES[mod][0]}._many"] and t.scratch == [True])
         for g_, w_ in zip(got, want):
             equal(c, g_, w_)
 
@@ -599,7 +590,7 @@ def test_all_gather_declines(c):
         declines(c, gather, lambda: strided(given), want=rows)
     with traced(c) as t:  # an out the common branch declines after the size exchange: exchanged once
         gather.all_gather(*strided(None))
-    everywhere(c, t.general == ["gather._one"] and [k[0] for k in t.calls] == ["exchange", "allgatherv"], t.calls)
+    agree(c, t.general == ["gather._one"] and [k[0] for k in t.calls] == ["exchange", "allgatherv"], t.calls)
     declines(c, gather, shifted, raises=(A, "overlaps"))
     declines(c, gather, lookalike, raises=(A, "overlaps"))
     declines(c, gather, lambda: (np.empty((0, 3)), c, 0, [0] * P, None, "all_gather", False),
@@ -608,8 +599,8 @@ def test_all_gather_declines(c):
              raises=(hpccoll.DTypeError, "native-byte-order"))
     declines(c, gather, lambda: (np.zeros(x.shape, "M8[s]"), c, 0, sizes, None, "all_gather", False),
              raises=(hpccoll.DTypeError, "expected a native-byte-order dtype"))
-    with pytest.raises(A, match=rf"sizes: expected sizes\[{r}\]"):  # the message names the rank
-        hpccoll.all_gather(x, c, sizes=[2 * P + 1] * P)
+    raises_everywhere(c, A, rf"sizes: expected sizes\[{r}\]",  # the message names the rank
+                      lambda: hpccoll.all_gather(x, c, sizes=[2 * P + 1] * P), same_message=False)
     got = hpccoll.all_gather(x[:1], c, sizes=[np.int64(1)] * P)
     equal(c, got, rows[:: 2 * P])
 
@@ -694,7 +685,7 @@ def test_not_in_check_mode_or_size_one(c):
             ):
                 with traced(comm) as t:
                     got = call()
-                everywhere(c, t.general == [f"{MODULES[mod][0]}._one"], t.general)
+                agree(c, t.general == [f"{MODULES[mod][0]}._one"], t.general)
                 equal(c, got, expected)
             for mod, call, expected in (
                 (reduce, lambda: hpccoll.all_reduce([x, x], comm), [want[0]] * 2),
@@ -703,9 +694,9 @@ def test_not_in_check_mode_or_size_one(c):
             ):
                 with traced(comm) as t:
                     got = call()
-                everywhere(c, t.general == [f"{MODULES[mod][0]}._many"], t.general)
+                agree(c, t.general == [f"{MODULES[mod][0]}._many"], t.general)
                 if comm is alone:
-                    everywhere(c, t.calls == [] and t.scratch == [])  # one rank: copies, no transport
+                    agree(c, t.calls == [] and t.scratch == [])  # one rank: copies, no transport
                 for g, w in zip(got, expected):
                     equal(c, g, w)
     finally:
@@ -728,7 +719,7 @@ def test_common_branch_watched(c, monkeypatch):
                         lambda comm, what, *a: (watched.append(what), real_watched(comm, what, *a))[1])
     monkeypatch.setattr(host_mpi, "watched", lambda comm, what, *a: (waited.append(what), real_wait(comm, what, *a))[1])
     try:
-        everywhere(c, w.timeout == 60)
+        agree(c, w.timeout == 60)
         P = w.size
         uneven = [1 + q % 2 for q in range(P)]
         with traced(w) as t:
@@ -739,14 +730,14 @@ def test_common_branch_watched(c, monkeypatch):
                                           np.ones(sum(uneven)))
             equal(c, hpccoll.reduce_scatter(np.ones(sum(uneven)), w, sizes=uneven),
                                           np.full(uneven[w.rank], P))
-        everywhere(c, t.general == [])
+        agree(c, t.general == [])
         names = ["Allreduce", "Allgather", "Reduce_scatter_block", "Allgatherv", "Reduce_scatter"]
-        everywhere(c, waited == [f"MPI_{n}" for n in names])  # the transport's blocking calls, watched
+        agree(c, waited == [f"MPI_{n}" for n in names])  # the transport's blocking calls, watched
         del waited[:]
         # Non-blocking: the wait is watched.
         with traced(w) as t:
             equal(c, hpccoll.all_reduce(np.ones(3), w, async_op=True).wait(), np.full(3, P))
-        everywhere(c, t.general == [] and waited == ["MPI_Allreduce"])
+        agree(c, t.general == [] and waited == ["MPI_Allreduce"])
     finally:
         w.free()
 
@@ -768,7 +759,7 @@ def test_ranks_may_take_different_branches(c, pattern):
     y = general_only(stack[r]) if odd else stack[r]
     verdicts = []
 
-    def agree(t, what, branch, result):
+    def record(t, what, branch, result):
         """Record this rank's verdict; every rank compares its transport calls (primitive, dtype, counts, op)."""
         mine = [(k[0],) + k[2:] if k[0] == "exchange" else (k[0], k[2][0]) + k[3:] for k in t.calls]
         everyone = c.mpi.allgather(mine)  # on every rank, whatever the verdict
@@ -777,29 +768,29 @@ def test_ranks_may_take_different_branches(c, pattern):
     for given in (sizes, None):
         with traced(c) as t:
             got = hpccoll.all_gather(x, c, sizes=given)
-        agree(t, f"all_gather sizes={given}", t.general == (["gather._one"] if odd else []), np.array_equal(got, full))
+        record(t, f"all_gather sizes={given}", t.general == (["gather._one"] if odd else []), np.array_equal(got, full))
     with traced(c) as t:
         block = hpccoll.reduce_scatter(y, c, sizes=sizes)
-    agree(t, "reduce_scatter", t.general == (["scatter._one"] if odd or lo == hi else []),
+    record(t, "reduce_scatter", t.general == (["scatter._one"] if odd or lo == hi else []),
           np.allclose(block, stack.sum(0)[lo:hi], rtol=1e-12))
     with traced(c) as t:
         total = hpccoll.all_reduce(y, c)
-    agree(t, "all_reduce", t.general == (["reduce._one"] if odd else []), np.allclose(total, stack.sum(0), rtol=1e-12))
+    record(t, "all_reduce", t.general == (["reduce._one"] if odd else []), np.allclose(total, stack.sum(0), rtol=1e-12))
     # Lists: odd ranks pass out= (or, for all_reduce, get no scratch): no scratch route there.
     xs = [np.ascontiguousarray(full[lo:hi]), np.ascontiguousarray(full[lo:hi]) * 2]
     with traced(c) as t:
         got = hpccoll.all_gather(xs, c, sizes=sizes, out=[np.empty_like(full), np.empty_like(full)] if odd else None)
-    agree(t, "list all_gather", t.scratch == ([] if odd else [True]),
+    record(t, "list all_gather", t.scratch == ([] if odd else [True]),
           np.array_equal(got[0], full) and np.array_equal(got[1], 2 * full))
     ys = [stack[r], 2 * stack[r]]
     with traced(c) as t:
         got = hpccoll.reduce_scatter(ys, c, sizes=sizes, out=[np.empty((hi - lo, 3)) for _ in ys] if odd else None)
-    agree(t, "list reduce_scatter", t.scratch == ([] if odd or lo == hi else [True]),
+    record(t, "list reduce_scatter", t.scratch == ([] if odd or lo == hi else [True]),
           np.allclose(got[1], 2 * stack.sum(0)[lo:hi], rtol=1e-12))
     with traced(c, no_scratch=odd) as t:
         got = hpccoll.all_reduce(ys, c)
-    agree(t, "list all_reduce", t.scratch == [not odd], np.allclose(got[1], 2 * stack.sum(0), rtol=1e-12))
-    assert all_ranks(c, all(v[1] and v[2] and v[3] for v in verdicts)), verdicts
+    record(t, "list all_reduce", t.scratch == [not odd], np.allclose(got[1], 2 * stack.sum(0), rtol=1e-12))
+    agree(c, all(v[1] and v[2] and v[3] for v in verdicts), lambda: f"(what, branch, result, same calls): {verdicts}")
 
 
 # --------------------------------------------------------------------------- lists
@@ -840,16 +831,16 @@ def test_list_all_reduce_scratch_equals_general(c, dtype, op, shapes):
         got = reduce.all_reduce(xs, c, op, None, "all_reduce", False)
     with traced(c, no_scratch=True) as general:
         want = reduce.all_reduce(xs, c, op, None, "all_reduce", False)
-    everywhere(c, common.general == general.general == ["reduce._many"])
+    agree(c, common.general == general.general == ["reduce._many"])
     # Natively reduced: packed and moved in the scratch buffers; widened: fresh buffers.
-    everywhere(c, common.scratch == ([] if plan.widen else [True]))
-    everywhere(c, common.calls == general.calls and [k[0] for k in common.calls] == ["allreduce"])
+    agree(c, common.scratch == ([] if plan.widen else [True]))
+    agree(c, common.calls == general.calls and [k[0] for k in common.calls] == ["allreduce"])
     same_lists(c, got, want)
     for x, b in zip(xs, before):
         same_bits(c, x, b)  # inputs untouched
     everyone = [inputs(q) for q in range(c.size)]
     for i, g in enumerate(got):
-        close(c, g, reference(np.stack([e[i] for e in everyone]), op))
+        close(c, g, np.stack([e[i] for e in everyone]), op)
     not_aliasing_scratch(c, got, lambda: reduce.all_reduce([np.zeros_like(x) for x in xs], c, op, None, "all_reduce",
                                                         False))
 
@@ -870,10 +861,10 @@ def test_list_all_gather_scratch_equals_general(c, dtype, pattern, tail):
             got = gather.all_gather(xs, c, 0, given, None, "all_gather", False)
         with traced(c, no_scratch=True) as general:
             want = gather.all_gather(xs, c, 0, given, None, "all_gather", False)
-        everywhere(c, common.general == general.general == ["gather._many"])
-        everywhere(c, common.scratch == [True])
-        everywhere(c, common.calls == general.calls)
-        everywhere(c, [k[0] for k in common.calls] == ([] if given else ["exchange"]) + ["allgatherv"])
+        agree(c, common.general == general.general == ["gather._many"])
+        agree(c, common.scratch == [True])
+        agree(c, common.calls == general.calls)
+        agree(c, [k[0] for k in common.calls] == ([] if given else ["exchange"]) + ["allgatherv"])
         same_lists(c, got, want)
         same_lists(c, got, full)
     not_aliasing_scratch(c, got, lambda: gather.all_gather([np.zeros_like(x) for x in xs], c, 0, sizes, None,
@@ -893,16 +884,16 @@ def test_list_reduce_scatter_scratch_equals_general(c, dtype, op, pattern):
         got = scatter.reduce_scatter(xs, c, op, 0, sizes, None, "reduce_scatter", False)
     with traced(c, no_scratch=True) as general:
         want = scatter.reduce_scatter(xs, c, op, 0, sizes, None, "reduce_scatter", False)
-    everywhere(c, common.general == general.general == ["scatter._many"])
+    agree(c, common.general == general.general == ["scatter._many"])
     # Widened dtypes and empty blocks: fresh buffers (the latter a rank-local choice, same call).
-    everywhere(c, common.scratch == ([] if plan.widen or lo == hi else [True]))
-    everywhere(c, common.calls == general.calls and [k[0] for k in common.calls] == ["reduce_scatter"])
+    agree(c, common.scratch == ([] if plan.widen or lo == hi else [True]))
+    agree(c, common.calls == general.calls and [k[0] for k in common.calls] == ["reduce_scatter"])
     same_lists(c, got, want)
     for x, b in zip(xs, before):
         same_bits(c, x, b)
     for i, g in enumerate(got):
         stack = np.stack([make((n, 2), dtype, seed=10 * q + i) for q in range(c.size)])
-        close(c, g, reference(stack, op)[lo:hi])
+        close(c, g, stack, op, slice(lo, hi))
     not_aliasing_scratch(c, got, lambda: scatter.reduce_scatter([np.zeros_like(x) for x in xs], c, op, 0, sizes, None,
                                                              "reduce_scatter", False))
 
@@ -917,18 +908,18 @@ def _list_declines(c, mod, make_args, raises=None, want=None, general=None):
                 outcomes.append(("ok", [(g.dtype.str, g.shape, np.ascontiguousarray(g).tobytes()) for g in got]))
             except hpccoll.HpccollError as e:
                 outcomes.append((type(e).__name__, str(e)))
-        everywhere(c, t.general == [general or f"{MODULES[mod][0]}._many"], t.general)
+        agree(c, t.general == [general or f"{MODULES[mod][0]}._many"], t.general)
         if not refuse:
-            everywhere(c, not any(t.scratch), t.scratch)
-    everywhere(c, outcomes[0] == outcomes[1], outcomes)
+            agree(c, not any(t.scratch), t.scratch)
+    agree(c, outcomes[0] == outcomes[1], outcomes)
     if raises is not None:
-        everywhere(c, outcomes[0][0] == raises[0].__name__ and re.search(raises[1], outcomes[0][1]), outcomes[0])
+        agree(c, outcomes[0][0] == raises[0].__name__ and re.search(raises[1], outcomes[0][1]), outcomes[0])
         everyone = c.mpi.allgather(outcomes[0])
-        everywhere(c, all(e == everyone[0] for e in everyone))
+        agree(c, all(e == everyone[0] for e in everyone))
     else:
-        everywhere(c, outcomes[0][0] == "ok", outcomes[0])
+        agree(c, outcomes[0][0] == "ok", outcomes[0])
         if want is not None:
-            everywhere(c, outcomes[0][1] == [(w.dtype.str, w.shape, np.ascontiguousarray(w).tobytes()) for w in want])
+            agree(c, outcomes[0][1] == [(w.dtype.str, w.shape, np.ascontiguousarray(w).tobytes()) for w in want])
 
 
 @pytest.mark.mpi(min_size=2)
@@ -959,9 +950,9 @@ def test_list_all_reduce_declines(c, monkeypatch):
         request = hpccoll.all_reduce(xs, c, async_op=True)
         now = hpccoll.all_reduce([2 * x for x in xs], c)  # blocking, in the scratch buffers, meanwhile
         later = request.wait()
-    everywhere(c, t.scratch == [True])
-    everywhere(c, [g.tolist() for g in later] == [[P] * 3, [P] * 2])
-    everywhere(c, [g.tolist() for g in now] == [[2 * P] * 3, [2 * P] * 2])
+    agree(c, t.scratch == [True])
+    agree(c, [g.tolist() for g in later] == [[P] * 3, [P] * 2])
+    agree(c, [g.tolist() for g in now] == [[2 * P] * 3, [2 * P] * 2])
 
 
 @pytest.mark.mpi(min_size=2)
@@ -1004,7 +995,7 @@ def test_list_gather_and_scatter_decline(c):
             request = call(arrays)
             (hpccoll.all_gather if mod is gather else hpccoll.reduce_scatter)([5 * a for a in arrays], c)
             got = request.wait()
-        everywhere(c, t.scratch == [True])  # the blocking call only
+        agree(c, t.scratch == [True])  # the blocking call only
         for a, b in zip(got, want):
             equal(c, a, b)
 
@@ -1018,11 +1009,11 @@ def test_list_all_gather_discovers_sizes(c, pattern):
     xs = [np.asarray(make((sizes[r], 2), np.float32, seed=10 * r + i)) for i in range(3)]
     with traced(c) as t:
         got = gather.all_gather(xs, c, 0, None, None, "all_gather", False)
-    everywhere(c, [k[0] for k in t.calls] == ["exchange", "allgatherv"] and t.scratch == [True])
+    agree(c, [k[0] for k in t.calls] == ["exchange", "allgatherv"] and t.scratch == [True])
     for i, g in enumerate(got):
         same_bits(c, g, gather._one(xs[i], c, 0, sizes, None, "all_gather", False))
-    with pytest.raises(hpccoll.MismatchError, match="ranks 0 and 1 disagree"):  # "this rank has ...": per rank
-        hpccoll.all_gather(np.ones((1, 2 + (r == 1))), c)
+    raises_everywhere(c, hpccoll.MismatchError, "ranks 0 and 1 disagree",  # "this rank has ...": per rank
+                      lambda: hpccoll.all_gather(np.ones((1, 2 + (r == 1))), c), same_message=False)
 
 
 # --------------------------------------------------------------------------- bugs found
@@ -1072,8 +1063,7 @@ def test_regression_list_all_gather_extents_differ_by_array(c, pattern, check):
         full = [np.concatenate([make((sizes[q] + (q == 1 and i == 1), 2), np.float32, seed=10 * q + i)
                                 for q in range(P)]) for i in range(3)]
         verdict = _each_array_alone(lambda: hpccoll.all_gather(ys, comm), lambda i: full[i], 3)
-        everyone = c.mpi.allgather(verdict)
-        assert not any(everyone), {rank: v for rank, v in enumerate(everyone) if v}
+        agree(c, not verdict, verdict)
     finally:
         comm.free()
 
@@ -1123,8 +1113,7 @@ def test_regression_list_reductions_group_dtypes_by_plan(c, case):
     xs = arrays(r, P)
     fn = getattr(hpccoll, name)
     verdict = _each_array_alone(lambda: fn(xs, c, op=op), lambda i: fn(xs[i], c, op=op), len(xs))
-    everyone = c.mpi.allgather(verdict)
-    assert not any(everyone), {rank: v for rank, v in enumerate(everyone) if v}
+    agree(c, not verdict, verdict)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -1152,5 +1141,4 @@ def test_regression_list_all_reduce_out(c, outs, async_op):
         verdict = "" if [g.tolist() for g in got] == [[total] * 3, [total] * 2] else f"got {got}"
     except Exception as e:  # noqa: BLE001 - reported on every rank together
         verdict = f"raised {type(e).__name__}: {e}"
-    everyone = c.mpi.allgather(verdict)
-    assert not any(everyone), everyone
+    agree(c, not verdict, verdict)
