@@ -163,14 +163,22 @@ def _(c, odd):
     return _hc().all_gather(x, c, sizes=sizes), np.concatenate([_seq(s, r) for r, s in enumerate(sizes)])
 
 
-@case("sizes-differ/reduce_scatter", "sizes=[3, 1, 2, ...] on the last rank, [2]*P elsewhere")
-def _(c, odd):
+def _scatter_sizes_differ(c, odd, k=None):
+    """reduce_scatter with sizes=[3, 1, 2, ...] on the last rank, [2]*P elsewhere: one array, or a list of k."""
     sizes = [2] * c.size
     if odd:
         sizes[0], sizes[1] = 3, 1
     total = sum(_seq(2 * c.size, r) for r in range(c.size))
     lo = sum(sizes[: c.rank])
-    return _hc().reduce_scatter(_seq(2 * c.size, c.rank), c, sizes=sizes), total[lo : lo + sizes[c.rank]]
+    x, want = _seq(2 * c.size, c.rank), total[lo : lo + sizes[c.rank]]
+    if k is None:
+        return _hc().reduce_scatter(x, c, sizes=sizes), want
+    return _hc().reduce_scatter([x] * k, c, sizes=sizes), [want] * k
+
+
+@case("sizes-differ/reduce_scatter", "sizes=[3, 1, 2, ...] on the last rank, [2]*P elsewhere")
+def _(c, odd):
+    return _scatter_sizes_differ(c, odd)
 
 
 @case("collective/all_gather+reduce_scatter", "reduce_scatter on the last rank, all_gather elsewhere")
@@ -320,12 +328,7 @@ def _(c, odd):
 
 @case("sizes-differ/reduce_scatter/list", "sizes=[3, 1, 2, ...] on the last rank, [2]*P elsewhere, two arrays")
 def _(c, odd):
-    sizes = [2] * c.size
-    if odd:
-        sizes[0], sizes[1] = 3, 1
-    total = sum(_seq(2 * c.size, r) for r in range(c.size))
-    lo = sum(sizes[: c.rank])
-    return _hc().reduce_scatter([_seq(2 * c.size, c.rank)] * 2, c, sizes=sizes), [total[lo : lo + sizes[c.rank]]] * 2
+    return _scatter_sizes_differ(c, odd, k=2)
 
 
 @case("length/all_reduce_adjoint/replicated-list", "a replicated cotangent: 2 arrays on the last rank, 1 elsewhere")
