@@ -243,6 +243,22 @@ def test_lists_and_async(shm):
     np.testing.assert_array_equal(req.wait(), np.repeat(np.arange(shm.size), 2))
 
 
+@pytest.mark.parametrize("async_op", [False, True], ids=["blocking", "async"])
+@pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
+@pytest.mark.parametrize("dtype", [np.float64, np.int16, np.complex64, np.bool_], ids=["f8", "i2", "c8", "bool"])
+def test_all_to_all_and_its_adjoint(shm, dtype, pattern, async_op):
+    """all_to_all on the shm communicator (its pairs go through host MPI) against a NumPy exchange."""
+    p, me = shm.size, shm.rank
+    sizes = SIZE_PATTERNS[pattern](p)  # what every rank sends to rank j along axis 0
+    xs = [make((sum(sizes), 3), dtype, seed=40 + r) for r in range(p)]
+    lo = [sum(sizes[:j]) for j in range(p)]
+    want = np.concatenate([x[lo[me] : lo[me] + sizes[me]] for x in xs])
+    got = hpccoll.all_to_all(xs[me], shm, sizes=sizes, recv_sizes=[sizes[me]] * p, async_op=async_op)
+    assert_same(got.wait() if async_op else got, want, comm=shm)
+    back = hpccoll.all_to_all_adjoint(want, shm, sizes=sizes, recv_sizes=[sizes[me]] * p)
+    assert_same(back, xs[me], comm=shm)
+
+
 # --------------------------------------------------------------------------- shared inputs
 
 
@@ -506,7 +522,7 @@ def launch(args, env, timeout=600, n=4):
 
 
 #: The collectives' own tests (NumPy references from the global data), run through shm on simulated nodes.
-COLLECTIVE_TESTS = ["test_shm.py", "test_all_gather.py", "test_reductions.py"]
+COLLECTIVE_TESTS = ["test_shm.py", "test_all_gather.py", "test_reductions.py", "test_all_to_all.py"]
 
 #: ranks, HPCCOLL_NODE_SIZE, test files: the nodes it makes.
 SIMULATED_NODES = {
