@@ -159,7 +159,7 @@ def tolerance(dtype):
     return {4: 2e-6, 8: 1e-13}[dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize]
 
 
-def widening_error(stack, op):
+def widening_error(stack, op, unit=None):
     """How far hpccoll's float32 reduction of 16-bit ``stack`` over its leading (rank) axis may be from the
     exact result before it is rounded back (elementwise; zeros for other dtypes and for max and min).
 
@@ -168,11 +168,16 @@ def widening_error(stack, op):
     ``gamma_P = P U32 / (1 - P U32)`` times the sum of the terms' magnitudes (over P for ``avg``; the
     product's magnitude for ``prod``). Under cancellation that can exceed a unit in the last place of the
     result. Pass it to :func:`assert_close` as ``slack`` (sliced like the reference).
+
+    ``unit``: the unit roundoff of the type the transport adds in (default float32's, ``U32``); a
+    transport that reduces 16-bit floats natively (NCCL) rounds every partial sum to the 16-bit type:
+    pass ``EPS16[name] / 2``.
     """
     p = stack.shape[0]
     if stack.dtype.itemsize != 2 or stack.dtype.kind in "iu" or op in ("max", "min"):
         return np.zeros(stack.shape[1:])
-    gamma = p * U32 / (1 - p * U32)
+    u = U32 if unit is None else unit
+    gamma = p * u / (1 - p * u)
     wide = np.abs(stack.astype(np.float64))
     if op == "prod":
         return gamma * wide.prod(axis=0)
