@@ -1,12 +1,21 @@
-"""JAX primitives for hpccoll's collectives: eager, under ``jax.jit``, and differentiable.
+"""JAX primitives for hpccoll's collectives: eager, under ``jax.jit``, differentiable and batchable.
 
 :func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`, :func:`all_to_all`
 and :func:`replicate` are JAX primitives with the same signatures and conventions as
-``hpccoll.adapters.autograd`` and ``hpccoll.adapters.torch``. Every map is linear:
-its JVP is the map applied to the tangent, its transpose is the adjoint (whose
-transpose is the map again), so ``jax.grad``, ``jax.vjp``, ``jax.jvp``,
-``jax.linear_transpose``, higher orders and their compositions with ``jax.jit``,
-``lax.scan`` and ``lax.cond`` work.
+``hpccoll.adapters.autograd`` and ``hpccoll.adapters.torch``. Every map with
+``op`` ``"sum"`` or ``"avg"`` (or none) is linear: its JVP is the map applied to the
+tangent, its transpose is the adjoint (whose transpose is the map again), so
+``jax.grad``, ``jax.vjp``, ``jax.jvp``, ``jax.linear_transpose``, higher orders and
+their compositions with ``jax.jit``, ``lax.scan``, ``lax.while_loop`` and ``lax.cond``
+work. ``max``, ``min`` and ``prod`` are not linear: differentiating them in either
+mode raises :class:`hpccoll.UnsupportedOpError`.
+
+``jax.vmap`` (and so ``jax.jacfwd``, ``jax.jacrev``, ``jax.hessian``) batches a
+collective into one collective on arrays with one more axis: vmap runs the same
+way on every rank, so the batch axis is one more axis of every rank's array.
+A reduction reduces the stacked array, a gather or all-to-all moves its axes
+one further. A batch size that differs between ranks is a cross-rank mismatch
+like any other (check mode reports it).
 
 How a collective runs:
 
@@ -26,6 +35,15 @@ How a collective runs:
   callback runs on the host: a GPU array is copied to the host, moved with MPI
   and copied back.
 
+While JAX traces without values (``jax.jit``, ``jax.vmap``, control flow), the
+result's shape must be known without communicating: ``all_gather(x)`` without
+``sizes`` then means "every rank's extent along ``axis`` equals mine", and
+``all_to_all(x)`` without ``recv_sizes`` "every rank sends me a block like the
+one I send myself" (every rank splits alike). The callback checks that
+assumption when it runs (one small exchange, in program order on every rank)
+and raises :class:`hpccoll.MismatchError` on every rank if it does not hold;
+pass ``sizes`` / ``recv_sizes`` for uneven shards.
+
 Every rank must run the same sequence of collectives, forward and backward, as
 for any collective. Gradients are those of the **sum over ranks** of what each
 rank differentiates; for a value replicated on every rank and counted once use
@@ -33,10 +51,11 @@ rank differentiates; for a value replicated on every rank and counted once use
 ``docs/autodiff.md``).
 
 What cannot work raises :class:`hpccoll.UnsupportedOpError` naming the
-transform, when JAX traces, before anything communicates: ``jax.vmap`` (and so
-``jax.jacfwd``, ``jax.jacrev``, ``jax.hessian``, which batch with it), and
-``jax.shard_map`` / ``jax.pmap`` bodies (a collective over MPI ranks runs once
-per process, not once per device).
+transform, when JAX traces, before anything communicates: ``jax.shard_map`` /
+``jax.pmap`` bodies (a collective over MPI ranks runs once per process, not once
+per device), and the transpose of ``max``, ``min``, ``prod``. Their JVP raises
+the same: an eager ``jax.jvp`` at once, before anything communicates, and
+otherwise when it would run (under ``jax.jit``: when it is compiled).
 
 Errors: argument and dtype errors are raised as hpccoll's exceptions when the
 function is called or traced, before any communication. An exception raised
@@ -52,7 +71,7 @@ Examples
 >>> import jax, jax.numpy as jnp                               # doctest: +SKIP
 >>> from hpccoll.adapters import jax as hcj                     # doctest: +SKIP
 >>> def loss(w_shard):                                          # doctest: +SKIP
-...     w = hcj.all_gather(w_shard, sizes=[4] * P)   # backward: reduce-scatter
+...     w = hcj.all_gather(w_shard)   # equal shards; backward: reduce-scatter
 ...     return jnp.sum(jnp.tanh(w) ** 2)
 >>> g = jax.jit(jax.grad(loss))(w_shard)   # this rank's shard of the gradient
 """
@@ -60,6 +79,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
@@ -71,10 +91,11 @@ from jax.experimental import io_callback
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from .._core.validate import axis_of as _axis, linear_op as _linear_op
+from .._api import all_gather as _core_all_gather
+from .._core.validate import axis_of as _axis, block_sizes, linear_op as _linear_op
 from .._comm import Communicator, as_communicator
 from .._dtypes import check_dtype, normalize_op, reduce_plan
-from .._errors import ArgumentError, HpccollError, UnsupportedOpError
+from .._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -88,8 +109,11 @@ from ._common import (
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate", "reraise"]
 
-Fn = Callable[[Any], Any]
+Fn = Callable[..., Any]
 Shape = Tuple[int, ...]
+
+#: The keywords of ``_common``'s maps that name an axis (normalised, non-negative): what ``jax.vmap`` shifts.
+_AXES = ("axis", "split_axis", "concat_axis")
 
 
 # --------------------------------------------------------------------------- one direction of a collective
@@ -98,17 +122,28 @@ Shape = Tuple[int, ...]
 class _Map:
     """One direction of a collective: its array function and what it accepts.
 
-    ``fn`` is hpccoll's function of one NumPy or CuPy array (``None`` for the
-    identity, which needs no callback). ``op`` is the reduction it performs, if
-    any: a dtype it cannot reduce, or a non-linear op in an adjoint, raises
-    hpccoll's own exception when JAX traces the map, not later in a callback.
+    ``fn`` is hpccoll's function of one NumPy or CuPy array, a
+    ``functools.partial`` from ``_common`` (``None`` for the identity, which
+    needs no callback). ``op`` is the reduction it performs, if any: a dtype it
+    cannot reduce, or a non-linear op in an adjoint, raises hpccoll's own
+    exception when JAX traces the map, not later in a callback. ``verify``, if
+    given, is a collective check run before ``fn`` (the extents assumed while
+    tracing). ``refusal``, if given, is why this map may be traced but never run
+    (the JVP of a non-linear op): :class:`UnsupportedOpError` when it would run.
     Compared by identity, as JAX compares primitive parameters.
     """
 
-    __slots__ = ("name", "fn", "op", "adjoint")
+    __slots__ = ("name", "fn", "op", "adjoint", "verify", "refusal", "call")
 
-    def __init__(self, name: str, fn: Optional[Fn], op: Any = None, adjoint: bool = False) -> None:
-        self.name, self.fn, self.op, self.adjoint = name, fn, op, adjoint
+    def __init__(self, name: str, fn: Optional[Fn], op: Any = None, adjoint: bool = False,
+                 verify: Optional[Callable[[], None]] = None, refusal: Optional[str] = None) -> None:
+        self.name = name
+        self.fn = fn
+        self.op = op
+        self.adjoint = adjoint
+        self.verify = verify
+        self.refusal = refusal
+        self.call = fn if verify is None and refusal is None else _guarded(fn, verify, refusal)  # what runs
 
     def check(self, dtype: np.dtype) -> None:
         check_dtype(np.dtype(dtype))
@@ -116,8 +151,43 @@ class _Map:
             op = _linear_op(self.op, self.name) if self.adjoint else normalize_op(self.op)
             reduce_plan(np.dtype(dtype), op)
 
+    @property
+    def linear(self) -> bool:
+        """Whether the map is linear in its argument (an adjoint is, or :meth:`check` raises)."""
+        return self.adjoint or self.op is None or normalize_op(self.op) in ("sum", "avg")
+
+    def shifted(self, b: int) -> "_Map":
+        """The same map on arrays with one more axis at ``b`` (``jax.vmap``'s batch axis): axes from ``b`` on, +1."""
+        fn = self.fn
+        if fn is not None:
+            moved = {k: v + (v >= b) for k, v in getattr(fn, "keywords", {}).items() if k in _AXES}
+            if moved:
+                fn = functools.partial(fn, **moved)  # a partial of a partial: the keywords merge
+        return _Map(self.name, fn, self.op, self.adjoint, self.verify, self.refusal)
+
+    def refusing(self, why: str) -> "_Map":
+        """This map, traceable and transposable, but raising ``UnsupportedOpError(why)`` if it would run."""
+        return _Map(self.name, self.fn, self.op, self.adjoint, self.verify, why)
+
     def __repr__(self) -> str:  # what jax.make_jaxpr shows
         return self.name
+
+
+def _guarded(fn: Optional[Fn], verify: Optional[Callable[[], None]], refusal: Optional[str]) -> Optional[Fn]:
+    """``fn`` after ``verify`` (a collective check), or a function raising ``UnsupportedOpError(refusal)``."""
+    if refusal is not None:
+        def refused(a: Any, **kw: Any) -> Any:
+            raise UnsupportedOpError(refusal)
+
+        return refused
+    if fn is None:  # the identity runs nothing, so it checks nothing
+        return None
+
+    def verified(a: Any, **kw: Any) -> Any:
+        verify()
+        return fn(a, **kw)
+
+    return verified
 
 
 # --------------------------------------------------------------------------- the primitive
@@ -145,13 +215,19 @@ def _abstract_eval(x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
 
 def _impl(x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
     """Eager: hpccoll on a NumPy view (CPU) or a CuPy view (GPU) of ``x``."""
-    if fwd.fn is None:
+    if not isinstance(x, jax.Array):  # a host literal (JAX's, for a Python or NumPy scalar under grad or jvp)
+        x = np.asarray(x, dtype=getattr(x, "dtype", None))
+        if fwd.call is None:
+            return jnp.asarray(x)
+        jax.effects_barrier()
+        return jnp.asarray(fwd.call(x))
+    if fwd.call is None:
         return x
     jax.effects_barrier()  # earlier jitted collectives finish first: one order on every rank
     device = _device_of(x)
     if device.platform == "cpu":
-        return jnp.asarray(fwd.fn(np.asarray(x)))
-    return _on_gpu(fwd.fn, x, device)
+        return jnp.asarray(fwd.call(np.asarray(x)))
+    return _on_gpu(fwd.call, x, device)
 
 
 def _device_of(x: Any) -> Any:
@@ -190,9 +266,11 @@ DIRECT_LOWERING = True
 def _lowering(ctx: Any, x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
     """Under jit: an ordered host callback running ``fwd`` (none for the identity)."""
     _refuse_mapped_axes(ctx, fwd.name)
-    if fwd.fn is None:
+    if fwd.refusal is not None:  # when compiled, before anything runs
+        raise UnsupportedOpError(fwd.refusal)
+    if fwd.call is None:
         return [x]
-    call = _host_callback(fwd.fn)
+    call = _host_callback(fwd.call)
     if DIRECT_LOWERING and _emit_python_callback is not None and _one_device(ctx):
         try:
             return _direct_lowering(ctx, x, call)
@@ -228,19 +306,42 @@ def _refuse_mapped_axes(ctx: Any, name: str) -> None:
 
 
 def _batching(args: Any, dims: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
-    _refuse_vmap(fwd.name)
-
-
-def _refuse_vmap(name: str) -> None:
-    raise UnsupportedOpError(
-        f"{name}: expected an unbatched array; got one under jax.vmap (which jax.jacfwd, jax.jacrev and "
-        "jax.hessian use too). A collective over MPI ranks cannot be batched: loop over the batch, or move the "
-        "batch into an array axis"
-    )
+    """vmap: one collective on the stacked array (every rank batches alike), its axes one further from ``b``."""
+    (x,), (b,) = args, dims
+    batched = shape[:b] + (x.shape[b],) + shape[b:]
+    return _linear_p.bind(x, fwd=fwd.shifted(b), adj=adj.shifted(b), shape=batched), b
 
 
 def _transpose(ct: Any, x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> list:
     return [_linear_p.bind(ct, fwd=adj, adj=fwd, shape=x.aval.shape)]
+
+
+def _jvp(primals: Any, tangents: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
+    """The map on the tangent for a linear map; for ``max``, ``min``, ``prod``, a tangent that refuses to run.
+
+    Not the reduction of the tangents, which is not their JVP. Eagerly it
+    raises at once, before anything communicates; while tracing (``jax.jit``,
+    ``jax.jacfwd``) the tangent stays traceable, so that ``jax.grad`` still
+    reaches the transpose, which raises naming the adjoint, and a JVP that would
+    run raises when it is compiled (or run eagerly).
+    """
+    (t,) = tangents
+    if fwd.linear or type(t) is ad.Zero:
+        return _linear_jvp(primals, tangents, fwd=fwd, adj=adj, shape=shape)
+    why = _nonlinear_jvp(fwd)
+    if not isinstance(t, jax.core.Tracer):
+        raise UnsupportedOpError(why)
+    (x,) = primals
+    y = _linear_p.bind(x, fwd=fwd, adj=adj, shape=shape)
+    return y, _linear_p.bind(t, fwd=fwd.refusing(why), adj=adj, shape=shape)
+
+
+def _nonlinear_jvp(fwd: _Map) -> str:
+    op = normalize_op(fwd.op)
+    how = "on the other ranks' factors" if op == "prod" else "on which rank holds the extreme"
+    return (f"{fwd.name}: expected op 'sum' or 'avg' (the linear reductions) to differentiate in forward mode "
+            f"(jax.jvp, jax.jacfwd, jax.linearize); got {op!r}, whose JVP is not the {op} of the tangents: it "
+            f"depends {how}. Differentiate it yourself")
 
 
 _linear_p.def_impl(_impl)
@@ -249,7 +350,9 @@ try:
     mlir.register_lowering(_linear_p, _lowering, cacheable=False)  # the callback is captured per lowering
 except TypeError:  # JAX before lowering caches (0.6): every lowering is fresh anyway
     mlir.register_lowering(_linear_p, _lowering)
-ad.deflinear2(_linear_p, _transpose)  # JVP: the map on the tangent; transpose: the adjoint
+ad.deflinear2(_linear_p, _transpose)  # transpose: the adjoint
+_linear_jvp = ad.primitive_jvps[_linear_p]  # JAX's linear JVP: the map on the tangent
+ad.primitive_jvps[_linear_p] = _jvp  # ... but not for max, min, prod
 batching.primitive_batchers[_linear_p] = _batching
 
 
@@ -333,34 +436,67 @@ def _prepare(x: Any, comm: Any) -> Tuple[Any, Communicator]:
 
 
 def _staged(x: Any) -> bool:
-    """True when JAX traces ``x`` without a value (jit, checkpoint, control flow): no collective may run now."""
+    """True when JAX traces ``x`` without a value (jit, vmap, checkpoint, control flow): no collective may run now."""
     return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is None
 
 
-def _gathered_sizes(x: Any, c: Communicator, ax: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
-    if sizes is None:
-        _unless_staged(x, "all_gather", "sizes", f"{c.size} ints (every rank's extent along axis {ax})")
-    return gather_sizes(x, c, ax, sizes)
+_TRACING = ("while JAX traces without values (jax.jit, jax.vmap, lax control flow), where the result's shape is "
+            "taken from this rank's")
 
 
-def _unless_staged(x: Any, what: str, name: str, expected: str) -> None:
-    """Refuse ``name=None`` (extents only other ranks know) while JAX traces ``x`` without a value."""
-    if _staged(x):
-        if type(x).__name__ == "BatchTracer":  # jax.vmap: name that, not the missing extents
-            _refuse_vmap(what)
-        raise ArgumentError(
-            f"{name}: expected {expected} when JAX traces without values (jax.jit, jax.checkpoint, lax control "
-            "flow): the result's shape must be known then, and discovering it would be a collective inside "
-            "tracing, which ranks need not do at the same time; got None"
-        )
+def _every_rank(c: Communicator, row: Sequence[int]) -> np.ndarray:
+    """Every rank's ``row`` of ints: ``table[q]`` is rank q's (collective: one small all-gather)."""
+    return _core_all_gather(np.asarray([row], dtype=np.int64), c, sizes=(1,) * c.size)
 
 
-def _linear(x: Any, c: Communicator, maps: Tuple[Fn, Fn], shape: Shape, name: str, op: Any, adjoint_op: Any) -> Any:
+def _gathered_sizes(x: Any, c: Communicator, ax: int, sizes: Optional[Sequence[int]]) -> Tuple[Tuple[int, ...], Any]:
+    """Every rank's extent along ``ax``, and the check that the extents assumed while tracing hold (or None)."""
+    if sizes is not None or not _staged(x):
+        return gather_sizes(x, c, ax, sizes), None
+    n = int(x.shape[ax])  # sizes=None while tracing: every rank's extent is this rank's, checked when run
+
+    def verify() -> None:
+        extents = _every_rank(c, (n,))[:, 0].tolist()
+        if len(set(extents)) > 1:  # every rank holds the same table: the same verdict and message everywhere
+            raise MismatchError(
+                f"all_gather: expected every rank's extent along axis {ax} to be the same with sizes=None {_TRACING}; "
+                f"got extents {extents}: pass sizes={extents}"
+            )
+
+    return (n,) * c.size, verify if c.size > 1 else None
+
+
+def _assumed_recv_sizes(x: Any, c: Communicator, sa: int, ca: int, sizes: Optional[Sequence[int]]) -> Tuple[Any, Any]:
+    """``recv_sizes=None`` while tracing: every rank sends this one a block like the one it sends itself.
+
+    Returns those ``recv_sizes`` and the check, run with the collective, that
+    every rank's blocks match them (``None`` at one rank).
+    """
+    split = block_sizes(sizes, x.shape[sa], c.size, f"x.shape[{sa}]")
+    sent = tuple(split) if sa == ca else (int(x.shape[ca]),) * c.size  # extents along ca of my blocks for each rank
+
+    def verify() -> None:
+        table = _every_rank(c, sent)  # table[q][r]: what rank q sends rank r, along concat_axis
+        bad = [(q, r) for r in range(c.size) for q in range(c.size) if table[q, r] != table[r, r]]
+        if bad:
+            q, r = bad[0]
+            raise MismatchError(
+                f"all_to_all: expected every rank to send each rank a block of the extent (along concat_axis) that "
+                f"rank sends itself, with recv_sizes=None {_TRACING}; got a block of {table[q, r]} from rank {q} to "
+                f"rank {r}, which sends itself {table[r, r]} (what each rank sends each, a row per rank: "
+                f"{table.tolist()}): pass recv_sizes, on rank r column r of that table"
+            )
+
+    return (sent[c.rank],) * c.size, verify if c.size > 1 else None
+
+
+def _linear(x: Any, c: Communicator, maps: Tuple[Fn, Fn], shape: Shape, name: str, op: Any, adjoint_op: Any,
+            verify: Optional[Callable[[], None]] = None) -> Any:
     """Bind the primitive for a pair of maps from ``_common`` (the identity needs no callback)."""
     identity = replicate_maps(c)[0]
     forward, adjoint = (None if f is identity else f for f in maps)
-    fwd = _Map(name, forward, op)
-    adj = _Map(f"{name}_adjoint", adjoint, adjoint_op, adjoint=True)
+    fwd = _Map(name, forward, op, False, verify)
+    adj = _Map(name + "_adjoint", adjoint, adjoint_op, True, verify)  # verified too: linear_transpose runs it alone
     fwd.check(x.dtype)  # eagerly too: the same exception as hpccoll's, before anything runs
     return _linear_p.bind(x, fwd=fwd, adj=adj, shape=tuple(shape))
 
@@ -378,16 +514,18 @@ def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Optional[Seque
     Parameters
     ----------
     x : jax.Array
-        This rank's shard (a NumPy array or scalar is converted).
+        This rank's shard, at least 1-D (a NumPy array or scalar is converted).
     comm : Communicator, mpi4py.MPI.Intracomm or None
         The ranks; ``None`` is the world.
     axis : int
         The axis to concatenate along.
     sizes : sequence of int, optional
-        Every rank's extent along ``axis``. ``None`` discovers them eagerly (one
-        small exchange, as :func:`hpccoll.all_gather` does) and the backward
-        pass reuses them. Under ``jax.jit`` the result's shape must be known
-        when tracing, so ``sizes`` is required there.
+        Every rank's extent along ``axis``. ``None``, eagerly: discovered (one
+        small exchange, as :func:`hpccoll.all_gather` does), uneven shards
+        included, and the backward pass reuses them. ``None`` while JAX traces
+        without values (``jax.jit``, ``jax.vmap``, control flow): every rank's
+        extent is taken to be this rank's, so the result's shape is known then;
+        the callback checks it when it runs.
 
     Returns
     -------
@@ -397,16 +535,27 @@ def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Optional[Seque
     Raises
     ------
     ArgumentError
-        Bad ``axis`` or ``sizes``; ``sizes=None`` under ``jax.jit``.
+        Bad ``axis`` or ``sizes``; a 0-D ``x``.
     DTypeError
         A dtype hpccoll does not move (float8, int4, ...).
+    MismatchError
+        ``sizes=None`` while tracing, and the ranks' extents differ (when the
+        call runs, on every rank; under ``jax.jit`` inside JAX's runtime error,
+        see :func:`reraise`).
     UnsupportedOpError
-        Under ``jax.vmap``, ``jax.shard_map`` or ``jax.pmap``.
+        Inside ``jax.shard_map`` or ``jax.pmap``.
     """
     x, c = _prepare(x, comm)
-    ax = _axis(axis, x.ndim)
-    s = _gathered_sizes(x, c, ax, sizes)
-    return _linear(x, c, all_gather_maps(c, ax, s), _with_extent(x.shape, ax, sum(s)), "all_gather", None, "sum")
+    ndim = x.ndim
+    if ndim == 0:
+        raise ArgumentError(
+            "x: expected an array with at least 1 dimension to concatenate along axis; got a 0-D array "
+            "(all_gather joins the shards along an existing axis: pass jnp.atleast_1d(x), or x[None] to stack them)"
+        )
+    ax = _axis(axis, ndim)
+    s, verify = _gathered_sizes(x, c, ax, sizes)
+    shape = _with_extent(x.shape, ax, sum(s))
+    return _linear(x, c, all_gather_maps(c, ax, s), shape, "all_gather", None, "sum", verify)
 
 
 def reduce_scatter(
@@ -422,8 +571,9 @@ def reduce_scatter(
         The ranks; ``None`` is the world.
     op : str or mpi4py.MPI.Op
         The reduction. Only ``"sum"`` and ``"avg"`` can be differentiated; the
-        others raise :class:`hpccoll.UnsupportedOpError` when the transpose is
-        traced.
+        others raise :class:`hpccoll.UnsupportedOpError`: the transpose when
+        ``jax.grad`` traces it, the JVP eagerly at once and under ``jax.jit``
+        when compiled.
     axis : int
         The axis the result is split along.
     sizes : sequence of int, optional
@@ -451,7 +601,8 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "v
     comm : Communicator, mpi4py.MPI.Intracomm or None
         The ranks; ``None`` is the world.
     op : str or mpi4py.MPI.Op
-        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated.
+        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated
+        (forward or reverse mode; see :func:`reduce_scatter`).
     cotangent : {"varying", "replicated"}
         ``"varying"`` (default): the transpose is an all-reduce, the true
         adjoint when each rank differentiates its own value (the objective is
@@ -487,10 +638,13 @@ def all_to_all(x: Any, comm: Any = None, *, split_axis: int = 0, concat_axis: in
         The split of ``x`` along ``split_axis``; ``None``: ``numpy.array_split``'s.
     recv_sizes : sequence of int, optional
         The extents along ``concat_axis`` of the blocks every rank sends this
-        one. ``None`` learns them eagerly (one small exchange, as
-        :func:`hpccoll.all_to_all` does) and the transpose reuses them. Under
-        ``jax.jit`` the result's shape must be known when tracing, so
-        ``recv_sizes`` is required there.
+        one. ``None``, eagerly: learned (one small exchange, as
+        :func:`hpccoll.all_to_all` does) and the transpose reuses them.
+        ``None`` while JAX traces without values (``jax.jit``, ``jax.vmap``,
+        control flow): every rank is taken to send this one a block like the
+        one this rank sends itself (every rank splits alike and has this
+        rank's extent along ``concat_axis``), so the result's shape is known
+        then; the callback checks it when it runs.
 
     Returns
     -------
@@ -500,20 +654,23 @@ def all_to_all(x: Any, comm: Any = None, *, split_axis: int = 0, concat_axis: in
     Raises
     ------
     ArgumentError
-        Bad axes, ``sizes`` or ``recv_sizes``; ``recv_sizes=None`` under ``jax.jit``.
+        Bad axes, ``sizes`` or ``recv_sizes``.
     DTypeError
         A dtype hpccoll does not move.
+    MismatchError
+        ``recv_sizes=None`` while tracing, and a rank's blocks differ from
+        that (when the call runs, on every rank).
     UnsupportedOpError
-        Under ``jax.vmap``, ``jax.shard_map`` or ``jax.pmap``.
+        Inside ``jax.shard_map`` or ``jax.pmap``.
     """
     x, c = _prepare(x, comm)
     sa, ca = _axis(split_axis, x.ndim, "split_axis"), _axis(concat_axis, x.ndim, "concat_axis")
-    if recv_sizes is None:
-        _unless_staged(x, "all_to_all", "recv_sizes",
-                       f"{c.size} ints (the extents along concat_axis of the blocks every rank sends this one)")
+    verify = None
+    if recv_sizes is None and _staged(x):
+        recv_sizes, verify = _assumed_recv_sizes(x, c, sa, ca, sizes)
     sizes, recv_sizes = all_to_all_sizes(x, c, sa, ca, sizes, recv_sizes)
     shape = _with_extent(_with_extent(x.shape, sa, sizes[c.rank]), ca, sum(recv_sizes))
-    return _linear(x, c, all_to_all_maps(c, sa, ca, sizes, recv_sizes), shape, "all_to_all", None, None)
+    return _linear(x, c, all_to_all_maps(c, sa, ca, sizes, recv_sizes), shape, "all_to_all", None, None, verify)
 
 
 def replicate(x: Any, comm: Any = None) -> Any:
