@@ -77,3 +77,15 @@ def test_env_values_are_validated(comm, monkeypatch):
     monkeypatch.setenv("HPCCOLL_CHECK", "0")
     monkeypatch.setenv("HPCCOLL_TRANSPORT", "tcp")
     raises_everywhere(comm, ArgumentError, "HPCCOLL_TRANSPORT: expected one of", hpccoll.Communicator)
+
+
+@pytest.mark.parametrize("form", ["single", "shared"])
+def test_zero_d_all_gather_says_what_a_gather_needs(comm, form):
+    """A 0-D shard has no axis to join along: the message says concatenate (not split) and how to fix it."""
+    x = np.float64(1.0).reshape(())
+    call = {"single": lambda: hpccoll.all_gather(x, comm),
+            "shared": lambda: hpccoll.all_gather(x, comm, out="shared")}[form]
+    if form == "shared" and comm.size > 1 and comm.transport_instance("shm").unavailable_reason(comm):
+        pytest.skip("no node-shared memory here")
+    raises_everywhere(comm, ArgumentError, r"at least 1 dimension to concatenate along axis; got a 0-D array "
+                      r"\(all_gather joins the shards along an existing axis", call)

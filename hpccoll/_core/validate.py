@@ -58,12 +58,20 @@ _shape_of = operator.attrgetter("shape")
 may_share = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
-def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
-    """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it (``name``) otherwise."""
+def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False) -> int:
+    """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it (``name``) otherwise.
+
+    ``joins``: the axis an all-gather concatenates along (its 0-D message says so).
+    """
     if type(axis) is int and -ndim <= axis < ndim:  # the common case, fast
         return axis % ndim
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise ArgumentError(f"{name}: expected an int; got {type(axis).__name__} {axis!r}")
+    if ndim == 0 and joins:
+        raise ArgumentError(
+            f"x: expected an array with at least 1 dimension to concatenate along {name}; got a 0-D array "
+            "(all_gather joins the shards along an existing axis: pass numpy.atleast_1d(x), or x[None] to stack them)"
+        )
     if ndim == 0:
         raise ArgumentError(f"x: expected an array with at least 1 dimension to split along {name}; got a 0-D array")
     if not -ndim <= axis < ndim:
@@ -71,12 +79,12 @@ def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
     return int(axis) % ndim
 
 
-def axes_of(lst: "ListOf", axis: Any) -> List[int]:
-    """Each array's ``axis`` normalised (a list form's), once per number of dimensions."""
+def axes_of(lst: "ListOf", axis: Any, joins: bool = False) -> List[int]:
+    """Each array's ``axis`` normalised (a list form's), once per number of dimensions; ``joins``: see :func:`axis_of`."""
     if lst.shape is not None:  # one shape: no per-array pass
-        return [axis_of(axis, len(lst.shape))] * len(lst.arrays)
+        return [axis_of(axis, len(lst.shape), joins=joins)] * len(lst.arrays)
     ndims = list(map(len, lst.shapes))
-    per = {d: axis_of(axis, d) for d in set(ndims)}
+    per = {d: axis_of(axis, d, joins=joins) for d in set(ndims)}
     return [per[d] for d in ndims]
 
 

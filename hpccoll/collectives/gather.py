@@ -105,7 +105,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
     err, ax, xp = None, 0, np
     try:
         x, kind, xp = one_array(x)
-        ax = axis_of(axis, x.ndim)
+        ax = axis_of(axis, x.ndim, joins=True)
         if sizes is not None:
             sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
             out = _out(out, x, xp, ax, sizes, c.rank)
@@ -191,7 +191,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
     axes: List[int] = []
     try:
         lst = survey_list(xs, types, async_op)
-        axes = axes_of(lst, axis)
+        axes = axes_of(lst, axis, joins=True)
         outs = outs_of(out, len(lst.arrays))
         if sizes is not None:
             sizes = sizes_of(sizes, c.size)

@@ -67,7 +67,7 @@ def shared_all_gather(x: Any, c: Any, axis: Any, sizes: Optional[Sequence[int]],
     ax = 0
     try:
         x = _shared_input(x, out)
-        ax = axis_of(axis, x.ndim)
+        ax = axis_of(axis, x.ndim, joins=True)
         if sizes is not None:
             sizes = gather.own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
         if c.check:
