@@ -84,9 +84,11 @@ def wire_of(dtype: np.dtype) -> Optional[np.dtype]:
 def movement_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype an array of ``dtype`` is viewed as for pure data movement.
 
-    ``bfloat16`` has no MPI or NCCL type: its bits move as ``uint16``.
+    The 16-bit floats move as ``uint16``: ``bfloat16`` has no MPI or NCCL type, and ``float16`` none
+    in MPIs older than MPI 4 (mpi4py built against Debian's Open MPI 4.1 cannot map it), while their
+    bits move exactly as 16-bit integers everywhere.
     """
-    if _CHECKED.get(dtype) == "bfloat16":
+    if _CHECKED.get(dtype) in _HALFS:
         return np.dtype(np.uint16)
     return dtype
 

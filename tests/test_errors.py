@@ -89,3 +89,30 @@ def test_zero_d_all_gather_says_what_a_gather_needs(comm, form):
         pytest.skip("no node-shared memory here")
     raises_everywhere(comm, ArgumentError, r"at least 1 dimension to concatenate along axis; got a 0-D array "
                       r"\(all_gather joins the shards along an existing axis", call)
+
+
+def test_16_bit_floats_move_as_uint16_where_mpi_has_no_float16(comm, monkeypatch):
+    """MPIs before MPI 4 have no float16 datatype (mpi4py on Debian's Open MPI 4.1 cannot map 'e'):
+    gathers and all-to-alls of 16-bit floats move their bits as uint16 and never ask MPI for float16."""
+    from hpccoll.transports import _mpitypes
+
+    real = _mpitypes.mpi_datatype
+
+    def no_float16(dtype):
+        if dtype == np.float16:
+            raise ValueError("cannot map code 'e' to MPI datatype")
+        return real(dtype)
+
+    monkeypatch.setattr(_mpitypes, "mpi_datatype", no_float16)
+    monkeypatch.setattr(_mpitypes, "_DATATYPES", {k: v for k, v in _mpitypes._DATATYPES.items() if k != np.float16})
+    import hpccoll.transports.host_mpi as host_mpi
+
+    monkeypatch.setattr(host_mpi, "mpi_datatype", no_float16)
+    monkeypatch.setattr(host_mpi, "_DATATYPES", _mpitypes._DATATYPES)
+    p = comm.size
+    xs = [(np.arange(2 * p) / 3 + r).astype(np.float16) for r in range(p)]
+    gathered = hpccoll.all_gather(xs[comm.rank], comm, sizes=[2 * p] * p)
+    swapped = hpccoll.all_to_all(xs[comm.rank], comm, sizes=[2] * p, recv_sizes=[2] * p)
+    agree(comm, gathered.tobytes() == np.concatenate(xs).tobytes(), "all_gather of float16")
+    agree(comm, swapped.tobytes() == np.concatenate([x[2 * comm.rank : 2 * comm.rank + 2] for x in xs]).tobytes(),
+          "all_to_all of float16")

@@ -535,6 +535,7 @@ SIMULATED_NODES = {
 
 
 @serial_only
+@pytest.mark.timeout(660)  # a whole sub-suite under mpiexec: its own limit is launch()'s 600 s
 @pytest.mark.parametrize("case", sorted(SIMULATED_NODES))
 def test_hierarchical_simulated_nodes(case):
     """Simulated nodes: this file and the mpi transport's collective tests, all through shm."""

@@ -102,13 +102,16 @@ class Block:
         from mpi4py import MPI
 
         nbytes = round_up(max(int(nbytes), 64), 64)
-        win = MPI.Win.Allocate_shared(nbytes if node_mpi.Get_rank() == 0 else 0, 1, comm=node_mpi)
+        # 64 bytes more than asked: MPI promises no alignment for a shared window (Debian's Open MPI 4.1
+        # returns bases 8 bytes past a 16-byte boundary), and the block starts at the first 64-byte one.
+        win = MPI.Win.Allocate_shared(nbytes + 64 if node_mpi.Get_rank() == 0 else 0, 1, comm=node_mpi)
         buf, _ = win.Shared_query(0)
         win.Lock_all(MPI.MODE_NOCHECK)
+        skip = -buf.address % 64
         self.win = win
         self.nbytes = nbytes
-        self.address: int = buf.address
-        self.u8 = np.frombuffer(buf, np.uint8, nbytes)
+        self.address: int = buf.address + skip
+        self.u8 = np.frombuffer(buf, np.uint8, nbytes, offset=skip)
         #: The memory fence (``MPI_Win_sync``) of this window.
         self.sync: Callable[[], None] = win.Sync
 
