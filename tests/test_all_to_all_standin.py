@@ -48,7 +48,7 @@ def test_every_dtype_over_nccl(gpu, dtype, axes):  # noqa: F811 - the fixture
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("dtype,nccl_type,scale", [("complex128", "NCCL_FLOAT64", 2), ("bool", "NCCL_UINT8", 1),
-                                                   ("int16", "NCCL_UINT8", 2), ("float16", "NCCL_FLOAT16", 1)])
+                                                   ("int16", "NCCL_UINT8", 2), ("float16", "NCCL_UINT8", 2)])
 def test_movement_types(gpu, runtime, dtype, nccl_type, scale):  # noqa: F811
     x = make((2 * gpu.size,), dtype, seed=gpu.rank)
     got = host(hpccoll.all_to_all(dev(x), gpu, recv_sizes=[2] * gpu.size))

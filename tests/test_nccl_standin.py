@@ -192,7 +192,7 @@ def wire_types(c, *names):
 @pytest.mark.parametrize(
     "dtype,nccl_type,scale",
     [("bool", "NCCL_UINT8", 1), ("int16", "NCCL_UINT8", 2), ("uint16", "NCCL_UINT8", 2),
-     ("complex64", "NCCL_FLOAT32", 2), ("complex128", "NCCL_FLOAT64", 2), ("float16", "NCCL_FLOAT16", 1),
+     ("complex64", "NCCL_FLOAT32", 2), ("complex128", "NCCL_FLOAT64", 2), ("float16", "NCCL_UINT8", 2),
      ("bfloat16", "NCCL_UINT8", 2), ("int64", "NCCL_INT64", 1)],
 )
 def test_movement_types(gpu, runtime, dtype, nccl_type, scale):

@@ -211,3 +211,24 @@ def test_the_saturation_probe_agrees_with_the_library():
     MPI.SUM.Reduce_local(a, b)
     saturates = bool((b == 127).all())
     assert (np.dtype(np.int8) in saturating_sums()) == (saturates or library().startswith("Open MPI"))
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_uint64_extrema_beyond_2_63(comm, op):
+    """uint64 values >= 2**63 are the largest, on every MPI (Debian's Open MPI 4.1.4 compares them as signed)."""
+    p = comm.size
+    stack = np.array([[(1 << 63) + 5 + r, 7 + r, (1 << 64) - 1 - r] * p for r in range(p)], np.uint64)
+    want = (np.maximum if op == "max" else np.minimum).reduce(stack, axis=0)
+    x = stack[comm.rank]
+    inplace = x.copy()
+    got = {
+        "all_reduce": (hpccoll.all_reduce(x, comm, op=op), want),
+        "async": (hpccoll.all_reduce(x, comm, op=op, async_op=True).wait(), want),
+        "in place": (hpccoll.all_reduce(inplace, comm, op=op, out=inplace), want),
+        "reduce_scatter": (hpccoll.reduce_scatter(x, comm, op=op), want[3 * comm.rank : 3 * comm.rank + 3]),
+        "reduce_scatter async": (hpccoll.reduce_scatter(x, comm, op=op, async_op=True).wait(),
+                                 want[3 * comm.rank : 3 * comm.rank + 3]),
+    }
+    bad = sorted(k for k, (g, w) in got.items() if not np.array_equal(g, w))
+    assert MPI.COMM_WORLD.allreduce(bad, op=MPI.SUM) == bad * p, f"uint64 {op} wrong: {bad}"
+    assert np.array_equal(x, stack[comm.rank])  # the input is untouched

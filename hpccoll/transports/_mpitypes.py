@@ -14,7 +14,7 @@ from typing import Any, Dict, FrozenSet, List, Sequence
 import numpy as np
 
 __all__ = ["mpi_datatype", "mpi_op", "displacements", "committed", "buffer_address", "saturating_sums", "library",
-           "unowned_nonblocking", "quirks"]
+           "unowned_nonblocking", "quirks", "signed_unsigned_extrema"]
 
 _DATATYPES: Dict[np.dtype, Any] = {}
 _OPS: Dict[str, Any] = {}
@@ -159,6 +159,9 @@ def quirks() -> List[str]:
     if sat:
         out.append(f"MPI_SUM saturates {', '.join(sat)} (Open MPI's vector kernels, open-mpi/ompi#8045): "
                    "hpccoll sums them as 32-bit integers and wraps the result back, like NumPy")
+    if signed_unsigned_extrema():
+        out.append("MPI_MAX and MPI_MIN compare uint64 as signed: hpccoll reduces uint64 extrema with the top "
+                   "bit flipped, as int64, and flips it back")
     unowned = unowned_nonblocking()
     if unowned:
         import mpi4py
@@ -174,3 +177,23 @@ def quirks() -> List[str]:
                    "(Open MPI 5) or OMPI_MCA_rmaps_base_oversubscribe=1 (4.x); the Makefile and the tests' "
                    "launcher set them")
     return out
+
+
+_SIGNED_EXTREMA: Any = None
+
+
+def signed_unsigned_extrema() -> bool:
+    """Whether this MPI's ``MPI_MAX``/``MPI_MIN`` compare ``uint64`` as signed (decided once, locally).
+
+    Debian's Open MPI 4.1.4 does: the max of 2**63 + 5 and 7 comes out 7. The host transport then
+    reduces ``uint64`` extrema with the top bit flipped, as ``int64`` (an order-preserving map), and
+    flips it back. A local ``Reduce_local`` probe: the same kernels on every rank of one library.
+    """
+    global _SIGNED_EXTREMA
+    if _SIGNED_EXTREMA is None:
+        from mpi4py import MPI
+
+        a, b = np.array([(1 << 63) + 5], np.uint64), np.array([7], np.uint64)
+        MPI.MAX.Reduce_local(a, b)
+        _SIGNED_EXTREMA = int(b[0]) != (1 << 63) + 5
+    return _SIGNED_EXTREMA

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
+
 from .._faults import watched
 from .._request import Pending
 from ._base import Transport
 from ._control import run
-from ._mpitypes import _DATATYPES, _OPS, committed, displacements, mpi_datatype, mpi_op, saturating_sums
+from ._mpitypes import (_DATATYPES, _OPS, committed, displacements, mpi_datatype, mpi_op, saturating_sums,
+                        signed_unsigned_extrema)
 
 __all__ = ["HostMPI", "MPIPending"]
 
@@ -41,6 +44,7 @@ class HostMPI(Transport):
         super().__init__(comm)
         self._mpi = comm.mpi  # the private duplicate: fixed for the Communicator's life
         self.saturates = saturating_sums()
+        self._flip_extrema = signed_unsigned_extrema()
         rank, parts = comm.rank, comm.size
         # _pairwise's partners: receive from rank-1, rank-2, ...; send to rank+1, rank+2, ...
         self._sources = [(rank - step) % parts for step in range(1, parts)]
@@ -174,7 +178,27 @@ class HostMPI(Transport):
         source = _in_place() if send is None else [send, counts[self.comm.rank], t]
         return "Allgatherv", (source, [recv, (list(counts), displacements(counts)), t]), None
 
+    def _flipped(self, send: Optional[Any], recv: Any, op: str) -> Optional[tuple]:
+        """``uint64`` max/min where MPI compares them as signed: (send, recv) with the top bit flipped, as
+        ``int64``, and the step that flips ``recv`` back; ``None`` everywhere else."""
+        if not self._flip_extrema or recv.dtype != _UINT64 or op not in ("max", "min"):
+            return None
+        if send is None:
+            recv ^= _TOP  # in place: this rank's own data, flipped back afterwards
+            flipped = None
+        else:
+            flipped = (send ^ _TOP).view(_INT64)  # a copy: the input is never modified
+
+        def back(flipped_recv: Any = recv) -> None:
+            flipped_recv ^= _TOP  # in place, on the array object
+
+        return flipped, recv.view(_INT64), back, flipped
+
     def _reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> tuple:
+        flip = self._flipped(send, recv, op)
+        if flip is not None:
+            name, args, then = self._reduce_scatter(flip[0], flip[1], counts, op)
+            return name, args, _chain(then, flip[2], flip[3])
         t, o = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype), _OPS.get(op) or mpi_op(op)
         first = counts[0]
         even = counts.count(first) == len(counts)
@@ -190,6 +214,10 @@ class HostMPI(Transport):
         return "Reduce_scatter", (_in_place(), [recv, t], list(counts), o), then
 
     def _allreduce(self, send: Optional[Any], recv: Any, op: str) -> tuple:
+        flip = self._flipped(send, recv, op)
+        if flip is not None:
+            name, args, then = self._allreduce(flip[0], flip[1], op)
+            return name, args, _chain(then, flip[2], flip[3])
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
@@ -232,6 +260,23 @@ def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:
         flat[start : start + count] = flat[:count].copy() if start < count else flat[:count]
 
     return move
+
+
+_UINT64, _INT64 = np.dtype(np.uint64), np.dtype(np.int64)
+_TOP = np.uint64(1 << 63)
+
+
+def _chain(first: Optional[Callable[[], None]], then: Callable[[], None], keep: Any) -> Callable[[], None]:
+    """``first()`` (if any), then ``then()``; ``keep`` (a buffer MPI reads until then) lives as long."""
+
+    def step() -> None:
+        if first is not None:
+            first()
+        then()
+        del keep_alive[:]
+
+    keep_alive = [keep]
+    return step
 
 
 def _in_place() -> Any:
