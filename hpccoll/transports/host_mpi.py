@@ -178,27 +178,27 @@ class HostMPI(Transport):
         source = _in_place() if send is None else [send, counts[self.comm.rank], t]
         return "Allgatherv", (source, [recv, (list(counts), displacements(counts)), t]), None
 
-    def _flipped(self, send: Optional[Any], recv: Any, op: str) -> Optional[tuple]:
-        """``uint64`` max/min where MPI compares them as signed: (send, recv) with the top bit flipped, as
-        ``int64``, and the step that flips ``recv`` back; ``None`` everywhere else."""
-        if not self._flip_extrema or recv.dtype != _UINT64 or op not in ("max", "min"):
-            return None
+    def _flipped(self, build: Callable[..., tuple], send: Optional[Any], recv: Any, *rest: Any) -> tuple:
+        """``build``'s call for ``uint64`` max/min where MPI compares them as signed: on ``send`` and
+        ``recv`` with the top bit flipped, as ``int64`` (an order-preserving map); its completion step
+        then flips ``recv`` back."""
         if send is None:
             recv ^= _TOP  # in place: this rank's own data, flipped back afterwards
-            flipped = None
+            copy = None
         else:
-            flipped = (send ^ _TOP).view(_INT64)  # a copy: the input is never modified
+            copy = (send ^ _TOP).view(_INT64)  # a copy: the input is never modified
+        name, args, then = build(copy, recv.view(_INT64), *rest)
 
-        def back(flipped_recv: Any = recv) -> None:
-            flipped_recv ^= _TOP  # in place, on the array object
+        def back(out: Any = recv, keep: Any = copy) -> None:  # keep: MPI reads the copy until completion
+            if then is not None:
+                then()
+            out ^= _TOP
 
-        return flipped, recv.view(_INT64), back, flipped
+        return name, args, back
 
     def _reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> tuple:
-        flip = self._flipped(send, recv, op)
-        if flip is not None:
-            name, args, then = self._reduce_scatter(flip[0], flip[1], counts, op)
-            return name, args, _chain(then, flip[2], flip[3])
+        if self._flip_extrema and recv.dtype == _UINT64 and op in _EXTREMA:
+            return self._flipped(self._reduce_scatter, send, recv, counts, op)
         t, o = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype), _OPS.get(op) or mpi_op(op)
         first = counts[0]
         even = counts.count(first) == len(counts)
@@ -214,10 +214,8 @@ class HostMPI(Transport):
         return "Reduce_scatter", (_in_place(), [recv, t], list(counts), o), then
 
     def _allreduce(self, send: Optional[Any], recv: Any, op: str) -> tuple:
-        flip = self._flipped(send, recv, op)
-        if flip is not None:
-            name, args, then = self._allreduce(flip[0], flip[1], op)
-            return name, args, _chain(then, flip[2], flip[3])
+        if self._flip_extrema and recv.dtype == _UINT64 and op in _EXTREMA:
+            return self._flipped(self._allreduce, send, recv, op)
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
@@ -264,19 +262,7 @@ def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:
 
 _UINT64, _INT64 = np.dtype(np.uint64), np.dtype(np.int64)
 _TOP = np.uint64(1 << 63)
-
-
-def _chain(first: Optional[Callable[[], None]], then: Callable[[], None], keep: Any) -> Callable[[], None]:
-    """``first()`` (if any), then ``then()``; ``keep`` (a buffer MPI reads until then) lives as long."""
-
-    def step() -> None:
-        if first is not None:
-            first()
-        then()
-        del keep_alive[:]
-
-    keep_alive = [keep]
-    return step
+_EXTREMA = frozenset(("max", "min"))
 
 
 def _in_place() -> Any:
