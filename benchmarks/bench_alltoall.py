@@ -108,7 +108,9 @@ def data_cases(raw, comm, n):
             "raw_again": lambda: raw.Alltoallv([xu, (send_u, sdu), D], [outu, (recv_u, rdu), D]),
             "given": lambda: hpccoll.all_to_all(xu, comm, sizes=send_u, recv_sizes=recv_u, out=outu),
         },
-        "transpose": {} if x2 is None else {  # a transpose packs its blocks first: its cost over a plain exchange
+        "transpose": {}
+        if x2 is None
+        else {  # a transpose packs its blocks first: its cost over a plain exchange
             "raw": lambda: raw.Alltoall([x, D], [out, D]),
             "axis1": lambda: hpccoll.all_to_all(x2, comm, split_axis=1, concat_axis=0, out=out2, recv_sizes=[64] * P),
         },
@@ -117,10 +119,12 @@ def data_cases(raw, comm, n):
 
 def part_a(raw, comm, timer, sizes, say):
     say("\n# (a) all_to_all with out= vs raw mpi4py, float64; times in us (median over rounds, max over ranks)")
-    header = f"{'size/rank':>10}{'raw A2A':>10}{'learned':>10}{'ratio':>7}{'exchange':>9}{'given':>10}{'ratio':>7}" \
-             f"{'async':>7}{'pairs':>7}{'g-p':>8}{'raw A2Av':>10}{'g/A2Av':>7}{'raw/raw':>8} | {'uneven raw':>11}{'hpccoll':>10}{'ratio':>7}" \
-             f"{'raw/raw':>8}" \
-             f" | {'transpose/raw':>13}"
+    header = (
+        f"{'size/rank':>10}{'raw A2A':>10}{'learned':>10}{'ratio':>7}{'exchange':>9}{'given':>10}{'ratio':>7}"
+        f"{'async':>7}{'pairs':>7}{'g-p':>8}{'raw A2Av':>10}{'g/A2Av':>7}{'raw/raw':>8} | {'uneven raw':>11}{'hpccoll':>10}{'ratio':>7}"
+        f"{'raw/raw':>8}"
+        f" | {'transpose/raw':>13}"
+    )
     say(header)
     say("-" * len(header))
     rows = []
@@ -128,22 +132,34 @@ def part_a(raw, comm, timer, sizes, say):
         n = max(comm.size, nbytes // 8 // comm.size * comm.size)
         cases = data_cases(raw, comm, n)
         t = timer.run(cases["even"], nbytes)
-        row = {"bytes_per_rank": nbytes, **{k: v * 1e6 for k, v in t.items()},
-               "learned/raw": timer.ratio("learned", "raw"), "given/raw": timer.ratio("given", "raw"),
-               "async/raw": timer.ratio("async", "raw"), "pairs/raw": timer.ratio("pairs", "raw"),
-               "given-pairs": timer.added("given", "pairs") * 1e6, "given/rawv": timer.ratio("given", "rawv"), "noise": timer.ratio("raw_again", "raw")}
+        row = {
+            "bytes_per_rank": nbytes,
+            **{k: v * 1e6 for k, v in t.items()},
+            "learned/raw": timer.ratio("learned", "raw"),
+            "given/raw": timer.ratio("given", "raw"),
+            "async/raw": timer.ratio("async", "raw"),
+            "pairs/raw": timer.ratio("pairs", "raw"),
+            "given-pairs": timer.added("given", "pairs") * 1e6,
+            "given/rawv": timer.ratio("given", "rawv"),
+            "noise": timer.ratio("raw_again", "raw"),
+        }
         t = timer.run(cases["uneven"], nbytes)
-        row.update(uneven_raw=t["raw"] * 1e6, uneven=t["given"] * 1e6, **{
-            "uneven/raw": timer.ratio("given", "raw"), "uneven_noise": timer.ratio("raw_again", "raw")})
+        row.update(
+            uneven_raw=t["raw"] * 1e6,
+            uneven=t["given"] * 1e6,
+            **{"uneven/raw": timer.ratio("given", "raw"), "uneven_noise": timer.ratio("raw_again", "raw")},
+        )
         if cases["transpose"]:
             timer.run(cases["transpose"], nbytes)
             row["transpose/raw"] = timer.ratio("axis1", "raw")
         rows.append(row)
-        say(f"{human(nbytes):>10}{row['raw']:>10.1f}{row['learned']:>10.1f}{row['learned/raw']:>7.3f}{row['exchange']:>9.1f}"
+        say(
+            f"{human(nbytes):>10}{row['raw']:>10.1f}{row['learned']:>10.1f}{row['learned/raw']:>7.3f}{row['exchange']:>9.1f}"
             f"{row['given']:>10.1f}{row['given/raw']:>7.3f}{row['async/raw']:>7.3f}{row['pairs/raw']:>7.3f}"
             f"{row['given-pairs']:>8.1f}{row['rawv']:>10.1f}{row['given/rawv']:>7.3f}"
             f"{row['noise']:>8.3f} | {row['uneven_raw']:>11.1f}{row['uneven']:>10.1f}{row['uneven/raw']:>7.3f}"
-            f"{row['uneven_noise']:>8.3f} | {row.get('transpose/raw', float('nan')):>13.3f}")
+            f"{row['uneven_noise']:>8.3f} | {row.get('transpose/raw', float('nan')):>13.3f}"
+        )
     return rows
 
 
@@ -179,8 +195,12 @@ def part_c(raw, timer, say):
     rows = []
     for block in (1 << 10, 1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 20):
         timer.run(pair_forms(raw, block // 8), block * raw.size)
-        row = {"block_bytes": block, "raw": statistics.median(timer.samples["raw"]) * 1e6,
-               "at_once/raw": timer.ratio("at_once", "raw"), "steps/raw": timer.ratio("steps", "raw")}
+        row = {
+            "block_bytes": block,
+            "raw": statistics.median(timer.samples["raw"]) * 1e6,
+            "at_once/raw": timer.ratio("at_once", "raw"),
+            "steps/raw": timer.ratio("steps", "raw"),
+        }
         rows.append(row)
         say(f"{human(block):>10}{row['raw']:>12.1f}{row['at_once/raw']:>9.3f}{row['steps/raw']:>8.3f}")
     return rows
@@ -208,8 +228,10 @@ def part_b(raw, comm, timer, n, say):
     for backend in ("fftw", "numpy"):
         fft = PFFT(raw, (n, n), dtype=np.complex128, grid=(-1,), backend=backend)
         if fft.forward.input_array.shape != x.shape:  # both must start from the same rows
-            say(f"# mpi4py-fft distributes the rows otherwise ({fft.forward.input_array.shape} here, {x.shape} "
-                "in hpccoll): skipped")
+            say(
+                f"# mpi4py-fft distributes the rows otherwise ({fft.forward.input_array.shape} here, {x.shape} "
+                "in hpccoll): skipped"
+            )
             return None
         fft.forward.input_array[...] = x  # planned arrays, transformed in place of a copy; no 1/N^2 scaling
         peers[backend] = fft
@@ -220,15 +242,26 @@ def part_b(raw, comm, timer, n, say):
     spectra = mine.xp.fft.fft(x, axis=1)
     fns["all_to_all"] = lambda: mine.transpose.forward(spectra, out=mine._columns)
     t = timer.run(fns, 16 * n * n)
-    result = {"n": n, "ranks": comm.size, "same_result": same, **{k: v * 1e6 for k, v in t.items()},
-              "hpccoll/pfft_fftw": timer.ratio("hpccoll", "pfft_fftw"),
-              "hpccoll/pfft_numpy": timer.ratio("hpccoll", "pfft_numpy"),
-              "all_to_all/hpccoll": timer.ratio("all_to_all", "hpccoll")}
+    result = {
+        "n": n,
+        "ranks": comm.size,
+        "same_result": same,
+        **{k: v * 1e6 for k, v in t.items()},
+        "hpccoll/pfft_fftw": timer.ratio("hpccoll", "pfft_fftw"),
+        "hpccoll/pfft_numpy": timer.ratio("hpccoll", "pfft_numpy"),
+        "all_to_all/hpccoll": timer.ratio("all_to_all", "hpccoll"),
+    }
     say(f"  results agree with mpi4py-fft: {same}")
     say(f"  PencilFFT2 (numpy FFTs + all_to_all) {t['hpccoll'] * 1e3:9.2f} ms")
-    say(f"  mpi4py-fft PFFT, FFTW backend        {t['pfft_fftw'] * 1e3:9.2f} ms   ratio {result['hpccoll/pfft_fftw']:.3f}")
-    say(f"  mpi4py-fft PFFT, NumPy backend       {t['pfft_numpy'] * 1e3:9.2f} ms   ratio {result['hpccoll/pfft_numpy']:.3f}")
-    say(f"  of which the all_to_all (out=)       {t['all_to_all'] * 1e3:9.2f} ms   share {result['all_to_all/hpccoll']:.3f}")
+    say(
+        f"  mpi4py-fft PFFT, FFTW backend        {t['pfft_fftw'] * 1e3:9.2f} ms   ratio {result['hpccoll/pfft_fftw']:.3f}"
+    )
+    say(
+        f"  mpi4py-fft PFFT, NumPy backend       {t['pfft_numpy'] * 1e3:9.2f} ms   ratio {result['hpccoll/pfft_numpy']:.3f}"
+    )
+    say(
+        f"  of which the all_to_all (out=)       {t['all_to_all'] * 1e3:9.2f} ms   share {result['all_to_all/hpccoll']:.3f}"
+    )
     return result
 
 
@@ -243,9 +276,13 @@ def main(argv=None) -> int:
     raw = MPI.COMM_WORLD.Dup()
     comm = hpccoll.Communicator(MPI.COMM_WORLD)
     say = print if comm.rank == 0 else (lambda *a, **k: None)
-    say(f"# hpccoll {hpccoll.__version__} vs mpi4py {__import__('mpi4py').__version__} "
-        f"({MPI.Get_library_version().splitlines()[0].strip()}), {comm.size} ranks")
-    say(f"# command: mpiexec -n {comm.size} python benchmarks/bench_alltoall.py {' '.join(argv or sys.argv[1:])}".rstrip())
+    say(
+        f"# hpccoll {hpccoll.__version__} vs mpi4py {__import__('mpi4py').__version__} "
+        f"({MPI.Get_library_version().splitlines()[0].strip()}), {comm.size} ranks"
+    )
+    say(
+        f"# command: mpiexec -n {comm.size} python benchmarks/bench_alltoall.py {' '.join(argv or sys.argv[1:])}".rstrip()
+    )
     timer = Timer(raw, args.rounds)
     lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
     sizes = [s for s in ((1 << 10) << (2 * k) for k in range(10)) if lo <= s <= hi]

@@ -81,8 +81,16 @@ class Bench:
         elapsed = (time.perf_counter() - start) / iters
         return self.comm.mpi.allreduce(elapsed, op=MPI.MAX)
 
-    def compare(self, section: str, case: str, size: int, ours: Callable[[], Any], ref: Callable[[], Any],
-                target: str = "", bandwidth: bool = False) -> None:
+    def compare(
+        self,
+        section: str,
+        case: str,
+        size: int,
+        ours: Callable[[], Any],
+        ref: Callable[[], Any],
+        target: str = "",
+        bandwidth: bool = False,
+    ) -> None:
         """Time ``ours`` and ``ref`` in alternating rounds and record the best of each."""
         iters = self.iters(size)
         for fn in (ours, ref):  # warm-up: kernels compiled, buffers allocated, NCCL connected
@@ -92,8 +100,16 @@ class Bench:
         for _ in range(self.rounds):
             best_ours = min(best_ours, self._time(ours, iters))
             best_ref = min(best_ref, self._time(ref, iters))
-        row = {"section": section, "case": case, "bytes": size, "hpccoll_s": best_ours, "reference_s": best_ref,
-               "ratio": best_ours / best_ref, "added_us": (best_ours - best_ref) * 1e6, "target": target}
+        row = {
+            "section": section,
+            "case": case,
+            "bytes": size,
+            "hpccoll_s": best_ours,
+            "reference_s": best_ref,
+            "ratio": best_ours / best_ref,
+            "added_us": (best_ours - best_ref) * 1e6,
+            "target": target,
+        }
         if bandwidth:
             row["hpccoll_GBps"], row["reference_GBps"] = size / best_ours / 1e9, size / best_ref / 1e9
         self.rows.append(row)
@@ -102,8 +118,9 @@ class Bench:
         self.rows.append({"section": section, "case": text})
 
     def report(self) -> str:
-        lines = [f"{'section':9} {'case':58} {'size':>8} {'hpccoll':>11} {'reference':>11} {'ratio':>6} "
-                 f"{'added':>9}  target"]
+        lines = [
+            f"{'section':9} {'case':58} {'size':>8} {'hpccoll':>11} {'reference':>11} {'ratio':>6} {'added':>9}  target"
+        ]
         for r in self.rows:
             if "ratio" not in r:
                 lines.append(f"{r['section']:9} {r['case']}")
@@ -114,8 +131,10 @@ class Bench:
                 a, b = f"{r['hpccoll_GBps']:.1f}GB/s", f"{r['reference_GBps']:.1f}GB/s"
             else:
                 a, b = f"{r['hpccoll_s'] * 1e6:.1f}us", f"{r['reference_s'] * 1e6:.1f}us"
-            lines.append(f"{r['section']:9} {r['case']:58} {label:>8} {a:>11} {b:>11} {r['ratio']:6.3f} "
-                         f"{r['added_us']:8.1f}u  {r['target']}")
+            lines.append(
+                f"{r['section']:9} {r['case']:58} {label:>8} {a:>11} {b:>11} {r['ratio']:6.3f} "
+                f"{r['added_us']:8.1f}u  {r['target']}"
+            )
         return "\n".join(lines)
 
 
@@ -138,25 +157,55 @@ def bench_nccl(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
         target = "<= 1.01x" if size >= 64 * MIB else "<= 1.5 us added" if size <= KIB else ""
         even = [n] * P
         if P == 1:  # the API copies without communicating at one rank: time the transport itself
-            b.compare("nccl", "transport.allgatherv vs allGather (1 rank)", size,
-                      lambda: t.allgatherv(x, g, even),
-                      lambda: nc.allGather(x.data.ptr, g.data.ptr, n, f32, stream()), target)
-            b.compare("nccl", "transport.reduce_scatter vs reduceScatter", size,
-                      lambda: t.reduce_scatter(big, r, even, "sum"),
-                      lambda: nc.reduceScatter(big.data.ptr, r.data.ptr, n, f32, SUM, stream()), target)
-            b.compare("nccl", "transport.allreduce vs allReduce", size,
-                      lambda: t.allreduce(x, r, "sum"),
-                      lambda: nc.allReduce(x.data.ptr, r.data.ptr, n, f32, SUM, stream()), target)
+            b.compare(
+                "nccl",
+                "transport.allgatherv vs allGather (1 rank)",
+                size,
+                lambda: t.allgatherv(x, g, even),
+                lambda: nc.allGather(x.data.ptr, g.data.ptr, n, f32, stream()),
+                target,
+            )
+            b.compare(
+                "nccl",
+                "transport.reduce_scatter vs reduceScatter",
+                size,
+                lambda: t.reduce_scatter(big, r, even, "sum"),
+                lambda: nc.reduceScatter(big.data.ptr, r.data.ptr, n, f32, SUM, stream()),
+                target,
+            )
+            b.compare(
+                "nccl",
+                "transport.allreduce vs allReduce",
+                size,
+                lambda: t.allreduce(x, r, "sum"),
+                lambda: nc.allReduce(x.data.ptr, r.data.ptr, n, f32, SUM, stream()),
+                target,
+            )
             continue
-        b.compare("nccl", "all_gather(sizes=, out=) vs allGather", size,
-                  lambda: hpccoll.all_gather(x, comm, sizes=even, out=g),
-                  lambda: nc.allGather(x.data.ptr, g.data.ptr, n, f32, stream()), target)
-        b.compare("nccl", "reduce_scatter(out=) vs reduceScatter", size,
-                  lambda: hpccoll.reduce_scatter(big, comm, out=r),
-                  lambda: nc.reduceScatter(big.data.ptr, r.data.ptr, n, f32, SUM, stream()), target)
-        b.compare("nccl", "all_reduce(out=) vs allReduce", size,
-                  lambda: hpccoll.all_reduce(x, comm, out=r),
-                  lambda: nc.allReduce(x.data.ptr, r.data.ptr, n, f32, SUM, stream()), target)
+        b.compare(
+            "nccl",
+            "all_gather(sizes=, out=) vs allGather",
+            size,
+            lambda: hpccoll.all_gather(x, comm, sizes=even, out=g),
+            lambda: nc.allGather(x.data.ptr, g.data.ptr, n, f32, stream()),
+            target,
+        )
+        b.compare(
+            "nccl",
+            "reduce_scatter(out=) vs reduceScatter",
+            size,
+            lambda: hpccoll.reduce_scatter(big, comm, out=r),
+            lambda: nc.reduceScatter(big.data.ptr, r.data.ptr, n, f32, SUM, stream()),
+            target,
+        )
+        b.compare(
+            "nccl",
+            "all_reduce(out=) vs allReduce",
+            size,
+            lambda: hpccoll.all_reduce(x, comm, out=r),
+            lambda: nc.allReduce(x.data.ptr, r.data.ptr, n, f32, SUM, stream()),
+            target,
+        )
 
 
 def bench_uneven(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
@@ -168,8 +217,11 @@ def bench_uneven(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
     nc, f32, SUM, P = t.communicator, t.nccl_datatype(np.float32), t.nccl_op("sum"), comm.size
     for size in sizes:
         n = max(size // 4, 2)
-        for name, counts in (("halves", [n if r % 2 else n // 2 for r in range(P)]),
-                             ("one empty", [0] + [n] * (P - 1)), ("near-even", [n - r for r in range(P)])):
+        for name, counts in (
+            ("halves", [n if r % 2 else n // 2 for r in range(P)]),
+            ("one empty", [0] + [n] * (P - 1)),
+            ("near-even", [n - r for r in range(P)]),
+        ):
             widest, mine = max(counts), counts[comm.rank]
             send, recv = cp.ones(mine, cp.float32), cp.empty(sum(counts), cp.float32)
             pad_send, pad_recv = cp.ones(widest, cp.float32), cp.empty(widest * P, cp.float32)
@@ -177,6 +229,7 @@ def bench_uneven(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
             pad_full, pad_part = cp.ones(widest * P, cp.float32), cp.empty(widest, cp.float32)
             stream = cp.cuda.get_current_stream().ptr
             for design in ("grouped", "pad"):
+
                 def gather(design=design):
                     t.uneven = design
                     t.allgatherv(send, recv, counts)
@@ -185,11 +238,20 @@ def bench_uneven(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
                     t.uneven = design
                     t.reduce_scatter(full, part, counts, "sum")
 
-                b.compare("uneven", f"allgatherv {design:7} {name} vs padded allGather", size, gather,
-                          lambda: nc.allGather(pad_send.data.ptr, pad_recv.data.ptr, widest, f32, stream))
-                b.compare("uneven", f"reduce_scatter {design:7} {name} vs padded reduceScatter", size, scatter,
-                          lambda: nc.reduceScatter(pad_full.data.ptr, pad_part.data.ptr, widest, f32,
-                                                   SUM, stream))
+                b.compare(
+                    "uneven",
+                    f"allgatherv {design:7} {name} vs padded allGather",
+                    size,
+                    gather,
+                    lambda: nc.allGather(pad_send.data.ptr, pad_recv.data.ptr, widest, f32, stream),
+                )
+                b.compare(
+                    "uneven",
+                    f"reduce_scatter {design:7} {name} vs padded reduceScatter",
+                    size,
+                    scatter,
+                    lambda: nc.reduceScatter(pad_full.data.ptr, pad_part.data.ptr, widest, f32, SUM, stream),
+                )
     t.uneven = "auto"
 
 
@@ -209,12 +271,24 @@ def bench_relayout(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
         dst = cp.empty_like(flat)
         target = ">= 90% of its GB/s (ratio <= 1.11)" if size >= 64 * MIB else "<= 3x its time" if size <= MIB else ""
         for label, sizes_ in (("even", (16,) * parts), ("uneven", (8, 24, 16, 16))):
-            b.compare("relayout", f"axis=1 copy_blocks ({label}) vs D2D copy", flat.nbytes,
-                      lambda s=sizes_: copy_blocks(flat, out, cp, 1, s, False),
-                      lambda: dst.data.copy_from_device_async(flat.data, flat.nbytes), target, bandwidth=True)
-            b.compare("relayout", f"axis=1 copy_blocks ({label}) vs the relayout it replaced", flat.nbytes,
-                      lambda s=sizes_: copy_blocks(flat, out, cp, 1, s, False),
-                      lambda s=sizes_: replaced(flat, out, cp, 1, s, False), "< 1", bandwidth=True)
+            b.compare(
+                "relayout",
+                f"axis=1 copy_blocks ({label}) vs D2D copy",
+                flat.nbytes,
+                lambda s=sizes_: copy_blocks(flat, out, cp, 1, s, False),
+                lambda: dst.data.copy_from_device_async(flat.data, flat.nbytes),
+                target,
+                bandwidth=True,
+            )
+            b.compare(
+                "relayout",
+                f"axis=1 copy_blocks ({label}) vs the relayout it replaced",
+                flat.nbytes,
+                lambda s=sizes_: copy_blocks(flat, out, cp, 1, s, False),
+                lambda s=sizes_: replaced(flat, out, cp, 1, s, False),
+                "< 1",
+                bandwidth=True,
+            )
 
 
 @contextlib.contextmanager
@@ -243,11 +317,23 @@ def bench_staged(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
                 comm.mpi.Allreduce(host_in, host_out)
                 y.data.copy_from_host_async(_addr(host_out), y.nbytes, stream)
 
-            b.compare("staged", "staged allreduce vs D2H+Allreduce+H2D by hand", size,
-                      lambda: t.allreduce(x, y, "sum"), by_hand, "<= 1.2x")
+            b.compare(
+                "staged",
+                "staged allreduce vs D2H+Allreduce+H2D by hand",
+                size,
+                lambda: t.allreduce(x, y, "sum"),
+                by_hand,
+                "<= 1.2x",
+            )
             if comm.size > 1:
-                b.compare("staged", "all_reduce(transport='staged') vs by hand", size,
-                          lambda: hpccoll.all_reduce(x, staged, out=y), by_hand, "<= 1.2x")
+                b.compare(
+                    "staged",
+                    "all_reduce(transport='staged') vs by hand",
+                    size,
+                    lambda: hpccoll.all_reduce(x, staged, out=y),
+                    by_hand,
+                    "<= 1.2x",
+                )
 
 
 def bench_cuda_mpi(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
@@ -264,8 +350,9 @@ def bench_cuda_mpi(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
                 cp.cuda.get_current_stream().synchronize()
                 comm.mpi.Allreduce(x, y)
 
-            b.compare("cuda_mpi", "transport.allreduce vs mpi4py Allreduce", size,
-                      lambda: t.allreduce(x, y, "sum"), raw)
+            b.compare(
+                "cuda_mpi", "transport.allreduce vs mpi4py Allreduce", size, lambda: t.allreduce(x, y, "sum"), raw
+            )
 
 
 def _addr(a: np.ndarray) -> Any:
@@ -296,8 +383,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if comm.rank == 0:
         dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
         name = dev.decode() if isinstance(dev, bytes) else dev
-        print(f"# bench_gpu: {comm.size} rank(s), {gpus} GPU(s) visible ({name}), CuPy {cupy.__version__}, "
-              f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
+        print(
+            f"# bench_gpu: {comm.size} rank(s), {gpus} GPU(s) visible ({name}), CuPy {cupy.__version__}, "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}"
+        )
         print(b.report())
         if args.json:
             with open(args.json, "w") as fh:

@@ -79,7 +79,7 @@ def interleaved(comm: MPI.Intracomm, fns: dict, iters: int, rounds: int) -> dict
     samples = {name: [] for name in fns}
     order = list(fns.items())
     for r in range(rounds):
-        for name, fn in order[r % len(order):] + order[: r % len(order)]:
+        for name, fn in order[r % len(order) :] + order[: r % len(order)]:
             n = SLOW.get(name, iters)
             comm.Barrier()
             t0 = time.perf_counter()
@@ -120,14 +120,18 @@ def cases(x: jax.Array, xn: np.ndarray, comm: hpccoll.Communicator, raw: MPI.Int
     if mpi4jax is not None:
         m_ar = jax.jit(lambda v: mpi4jax.allreduce(v, MPI.SUM, comm=raw))
         m_ag = jax.jit(lambda v: mpi4jax.allgather(v, comm=raw))
-        out["all_reduce"].update({
-            "mpi4jax eager": lambda: ready(mpi4jax.allreduce(x, MPI.SUM, comm=raw)),
-            "mpi4jax jit": lambda: ready(m_ar(x)),
-        })
-        out["all_gather"].update({
-            "mpi4jax eager": lambda: ready(mpi4jax.allgather(x, comm=raw)),
-            "mpi4jax jit": lambda: ready(m_ag(x)),
-        })
+        out["all_reduce"].update(
+            {
+                "mpi4jax eager": lambda: ready(mpi4jax.allreduce(x, MPI.SUM, comm=raw)),
+                "mpi4jax jit": lambda: ready(m_ar(x)),
+            }
+        )
+        out["all_gather"].update(
+            {
+                "mpi4jax eager": lambda: ready(mpi4jax.allgather(x, comm=raw)),
+                "mpi4jax jit": lambda: ready(m_ag(x)),
+            }
+        )
     return out
 
 
@@ -135,8 +139,9 @@ def check(x: jax.Array, xn: np.ndarray, comm: hpccoll.Communicator, raw: MPI.Int
     """Every contender computes the same thing (else the timing compares different work)."""
     want_ar, want_ag = hpccoll.all_reduce(xn, comm), hpccoll.all_gather(xn, comm)
     np.testing.assert_allclose(np.asarray(hcj.all_reduce(x, comm)), want_ar, rtol=1e-14)
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: hcj.all_gather(v, comm, sizes=[len(xn)] * comm.size))(x)),
-                                  want_ag)
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda v: hcj.all_gather(v, comm, sizes=[len(xn)] * comm.size))(x)), want_ag
+    )
     if mpi4jax is not None:
         np.testing.assert_allclose(np.asarray(mpi4jax.allreduce(x, MPI.SUM, comm=raw)), want_ar, rtol=1e-14)
         np.testing.assert_array_equal(np.asarray(mpi4jax.allgather(x, comm=raw)).reshape(-1), want_ag)
@@ -155,13 +160,20 @@ def main(argv=None) -> int:
     P, rank = comm.size, comm.rank
     say = print if rank == 0 else (lambda *a, **k: None)
     m4j = f"mpi4jax {mpi4jax.__version__}" if mpi4jax is not None else "mpi4jax not installed"
-    say(f"# hpccoll {hpccoll.__version__}, JAX {jax.__version__} ({jax.default_backend()}), {m4j}, "
-        f"{MPI.Get_library_version().splitlines()[0].strip()}, {P} ranks, float64")
+    say(
+        f"# hpccoll {hpccoll.__version__}, JAX {jax.__version__} ({jax.default_backend()}), {m4j}, "
+        f"{MPI.Get_library_version().splitlines()[0].strip()}, {P} ranks, float64"
+    )
     say(f"# command: mpiexec -n {P} python -m mpi4py benchmarks/bench_jax.py {' '.join(argv or sys.argv[1:])}".rstrip())
-    say("# per-call time in microseconds: median over rounds of the max over ranks; ratios: median of same-round ratios")
+    say(
+        "# per-call time in microseconds: median over rounds of the max over ranks; ratios: median of same-round ratios"
+    )
     cols = ["numpy", "hcj eager", "mpi4jax eager", "hcj jit", "hcj io_callback", "mpi4jax jit"]
-    header = (f"{'collective':<12}{'size/rank':>10}" + "".join(f"{c:>16}" for c in cols)
-              + f"{'eager/m4j':>11}{'jit/m4j':>9}{'io_cb/m4j':>11}{'jit/numpy':>11}{'hcj/hcj':>9}")
+    header = (
+        f"{'collective':<12}{'size/rank':>10}"
+        + "".join(f"{c:>16}" for c in cols)
+        + f"{'eager/m4j':>11}{'jit/m4j':>9}{'io_cb/m4j':>11}{'jit/numpy':>11}{'hcj/hcj':>9}"
+    )
     say(header)
     say("-" * len(header))
     for nbytes in (parse_bytes(s) for s in args.sizes.split(",")):
@@ -179,10 +191,14 @@ def main(argv=None) -> int:
                     return "-"
                 return f"{statistics.median(p / q for p, q in zip(s[a], s[b])):.3f}"
 
-            say(f"{name:<12}{human(nbytes):>10}" + "".join(f"{med[c]:>16.1f}" if c in med else f"{'-':>16}" for c in cols)
+            say(
+                f"{name:<12}{human(nbytes):>10}"
+                + "".join(f"{med[c]:>16.1f}" if c in med else f"{'-':>16}" for c in cols)
                 + f"{ratio('hcj eager', 'mpi4jax eager'):>11}{ratio('hcj jit', 'mpi4jax jit'):>9}"
                 + f"{ratio('hcj io_callback', 'mpi4jax jit'):>11}"
-                + f"{ratio('hcj jit', 'numpy'):>11}{ratio('hcj jit again', 'hcj jit'):>9}", flush=True)
+                + f"{ratio('hcj jit', 'numpy'):>11}{ratio('hcj jit again', 'hcj jit'):>9}",
+                flush=True,
+            )
     raw.Free()
     comm.free()
     return 0

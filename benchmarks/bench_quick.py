@@ -90,7 +90,7 @@ class Timer:
         for r in range(self.rounds):
             # Each round starts one place further along: no callable always runs first
             # (the first after another's large allocations and frees can be faster or slower).
-            for name, fn in order[r % len(order):] + order[: r % len(order)]:
+            for name, fn in order[r % len(order) :] + order[: r % len(order)]:
                 self.comm.Barrier()
                 t0 = time.perf_counter()
                 for _ in range(iters):
@@ -118,14 +118,20 @@ def main(argv=None) -> int:
     # 8 B, 64 B, ... 256 KiB, then 1, 4, 16, 64 MiB
     ladder = [8 << (3 * k) for k in range(6)] + [(1 << 20) << (2 * k) for k in range(6)]
     sizes = [s for s in ladder if parse_bytes(args.min_bytes) <= s <= parse_bytes(args.max_bytes)]
-    say(f"# hpccoll {hpccoll.__version__} vs mpi4py {__import__('mpi4py').__version__} "
-        f"({MPI.Get_library_version().splitlines()[0].strip()}), {P} ranks, float64")
+    say(
+        f"# hpccoll {hpccoll.__version__} vs mpi4py {__import__('mpi4py').__version__} "
+        f"({MPI.Get_library_version().splitlines()[0].strip()}), {P} ranks, float64"
+    )
     say(f"# command: mpiexec -n {P} python benchmarks/bench_quick.py {' '.join(argv or sys.argv[1:])}".rstrip())
-    say("# times: median over rounds of the per-call time (max over ranks), microseconds; "
-        "ratios and 'added': median over rounds of the paired (same-round) ratio and difference")
+    say(
+        "# times: median over rounds of the per-call time (max over ranks), microseconds; "
+        "ratios and 'added': median over rounds of the paired (same-round) ratio and difference"
+    )
     say("# raw/raw: the same raw call timed twice in each round, the noise floor of the ratios")
-    header = f"{'collective':<15}{'size/rank':>10}{'raw':>11}{'out=':>11}{'ratio':>7}{'added':>9}" \
-             f"{'raw+alloc':>11}{'alloc':>11}{'ratio':>7}{'raw/raw':>8}"
+    header = (
+        f"{'collective':<15}{'size/rank':>10}{'raw':>11}{'out=':>11}{'ratio':>7}{'added':>9}"
+        f"{'raw+alloc':>11}{'alloc':>11}{'ratio':>7}{'raw/raw':>8}"
+    )
     say(header)
     say("-" * len(header))
     results = []
@@ -168,9 +174,11 @@ def main(argv=None) -> int:
             row["ratio_alloc"] = timer.ratio("alloc", "raw_alloc")
             row["added_us"] = timer.added("out", "raw") * 1e6
             results.append(row)
-            say(f"{name:<15}{human(nbytes):>10}{row['raw']:>11.1f}{row['out']:>11.1f}{row['ratio_out']:>7.3f}"
+            say(
+                f"{name:<15}{human(nbytes):>10}{row['raw']:>11.1f}{row['out']:>11.1f}{row['ratio_out']:>7.3f}"
                 f"{row['added_us']:>+9.1f}{row['raw_alloc']:>11.1f}{row['alloc']:>11.1f}{row['ratio_alloc']:>7.3f}"
-                f"{row['noise']:>8.3f}" + (f"   (sizes=None: {row['discover']:.1f})" if "discover" in row else ""))
+                f"{row['noise']:>8.3f}" + (f"   (sizes=None: {row['discover']:.1f})" if "discover" in row else "")
+            )
 
     layout = []
     nbytes = min(16 << 20, parse_bytes(args.max_bytes))
@@ -187,46 +195,74 @@ def main(argv=None) -> int:
     oute, outu = np.empty((sum(even_sz), 64)), np.empty(sum(uneven) * 64)
     counts = [u * 64 for u in uneven]
     displs = [sum(counts[:r]) for r in range(P)]
-    t = timer.run({
-        "axis0": lambda: hpccoll.all_gather(x0, comm, axis=0, out=out0),
-        "axis1": lambda: hpccoll.all_gather(x1, comm, axis=1, out=out1),
-    }, nbytes * P)
+    t = timer.run(
+        {
+            "axis0": lambda: hpccoll.all_gather(x0, comm, axis=0, out=out0),
+            "axis1": lambda: hpccoll.all_gather(x1, comm, axis=1, out=out1),
+        },
+        nbytes * P,
+    )
     layout.append({"case": "all_gather axis=1 / axis=0", "ratio": timer.ratio("axis1", "axis0"), **t})
-    say(f"all_gather axis=1 / axis=0      {t['axis1'] * 1e6:>11.1f} / {t['axis0'] * 1e6:>11.1f} us = "
-        f"{layout[-1]['ratio']:.3f}")
-    t = timer.run({
-        "raw": lambda: raw.Allgatherv([xu, D], [outu, (counts, displs), D]),
-        "uneven": lambda: hpccoll.all_gather(xu, comm, sizes=uneven, out=outu.reshape(-1, 64)),
-    }, nbytes * P)
+    say(
+        f"all_gather axis=1 / axis=0      {t['axis1'] * 1e6:>11.1f} / {t['axis0'] * 1e6:>11.1f} us = "
+        f"{layout[-1]['ratio']:.3f}"
+    )
+    t = timer.run(
+        {
+            "raw": lambda: raw.Allgatherv([xu, D], [outu, (counts, displs), D]),
+            "uneven": lambda: hpccoll.all_gather(xu, comm, sizes=uneven, out=outu.reshape(-1, 64)),
+        },
+        nbytes * P,
+    )
     layout.append({"case": "all_gather uneven / raw Allgatherv", "ratio": timer.ratio("uneven", "raw"), **t})
-    say(f"all_gather uneven / Allgatherv  {t['uneven'] * 1e6:>11.1f} / {t['raw'] * 1e6:>11.1f} us = "
-        f"{layout[-1]['ratio']:.3f}")
-    t = timer.run({
-        "even": lambda: hpccoll.all_gather(xe, comm, sizes=even_sz, out=oute),
-        "uneven": lambda: hpccoll.all_gather(xu, comm, sizes=uneven, out=outu.reshape(-1, 64)),
-    }, nbytes * P)
+    say(
+        f"all_gather uneven / Allgatherv  {t['uneven'] * 1e6:>11.1f} / {t['raw'] * 1e6:>11.1f} us = "
+        f"{layout[-1]['ratio']:.3f}"
+    )
+    t = timer.run(
+        {
+            "even": lambda: hpccoll.all_gather(xe, comm, sizes=even_sz, out=oute),
+            "uneven": lambda: hpccoll.all_gather(xu, comm, sizes=uneven, out=outu.reshape(-1, 64)),
+        },
+        nbytes * P,
+    )
     layout.append({"case": "all_gather uneven / even (same total)", "ratio": timer.ratio("uneven", "even"), **t})
-    say(f"all_gather uneven / even        {t['uneven'] * 1e6:>11.1f} / {t['even'] * 1e6:>11.1f} us = "
-        f"{layout[-1]['ratio']:.3f}   (rank 0 holds 1.5x, rank 1 0.5x: bounded by the largest block)")
+    say(
+        f"all_gather uneven / even        {t['uneven'] * 1e6:>11.1f} / {t['even'] * 1e6:>11.1f} us = "
+        f"{layout[-1]['ratio']:.3f}   (rank 0 holds 1.5x, rank 1 0.5x: bounded by the largest block)"
+    )
     # Coalescing: 256 arrays of 1 KiB in one list call, against one 256 KiB call and 256 calls.
     say("\n# coalesced all_reduce: 256 arrays of 1 KiB (float64)")
     many = [np.random.default_rng(rank + i).standard_normal(128) for i in range(256)]
     one = np.concatenate(many)
     one_out = np.empty_like(one)
-    t = timer.run({
-        "one": lambda: hpccoll.all_reduce(one, comm),
-        "list": lambda: hpccoll.all_reduce(many, comm),
-        "loop": lambda: [hpccoll.all_reduce(a, comm) for a in many],
-        "raw_one": lambda: raw.Allreduce([one, D], [one_out, D], MPI.SUM),
-    }, 256 * 1024 * 64)
-    coalesced = {"list_over_one": timer.ratio("list", "one"), "loop_over_list": timer.ratio("loop", "list"),
-                 "loop_over_raw_one": timer.ratio("loop", "raw_one"), **t}
-    say(f"list of 256 / one 256 KiB call  {t['list'] * 1e6:>11.1f} / {t['one'] * 1e6:>11.1f} us = "
-        f"{coalesced['list_over_one']:.2f}   (target <= 2)")
-    say(f"256 calls / list of 256         {t['loop'] * 1e6:>11.1f} / {t['list'] * 1e6:>11.1f} us = "
-        f"{coalesced['loop_over_list']:.1f}x faster   (target >= 10)")
-    say(f"256 calls / raw 256 KiB Allreduce {t['loop'] * 1e6:>9.1f} / {t['raw_one'] * 1e6:>11.1f} us = "
-        f"{coalesced['loop_over_raw_one']:.1f}x   (the ceiling: a list form with no packing, checks or results)")
+    t = timer.run(
+        {
+            "one": lambda: hpccoll.all_reduce(one, comm),
+            "list": lambda: hpccoll.all_reduce(many, comm),
+            "loop": lambda: [hpccoll.all_reduce(a, comm) for a in many],
+            "raw_one": lambda: raw.Allreduce([one, D], [one_out, D], MPI.SUM),
+        },
+        256 * 1024 * 64,
+    )
+    coalesced = {
+        "list_over_one": timer.ratio("list", "one"),
+        "loop_over_list": timer.ratio("loop", "list"),
+        "loop_over_raw_one": timer.ratio("loop", "raw_one"),
+        **t,
+    }
+    say(
+        f"list of 256 / one 256 KiB call  {t['list'] * 1e6:>11.1f} / {t['one'] * 1e6:>11.1f} us = "
+        f"{coalesced['list_over_one']:.2f}   (target <= 2)"
+    )
+    say(
+        f"256 calls / list of 256         {t['loop'] * 1e6:>11.1f} / {t['list'] * 1e6:>11.1f} us = "
+        f"{coalesced['loop_over_list']:.1f}x faster   (target >= 10)"
+    )
+    say(
+        f"256 calls / raw 256 KiB Allreduce {t['loop'] * 1e6:>9.1f} / {t['raw_one'] * 1e6:>11.1f} us = "
+        f"{coalesced['loop_over_raw_one']:.1f}x   (the ceiling: a list form with no packing, checks or results)"
+    )
 
     # Overlap: a non-blocking all_reduce hidden behind local work of about the same duration.
     nbytes = min(4 << 20, parse_bytes(args.max_bytes))
@@ -243,22 +279,38 @@ def main(argv=None) -> int:
         compute()
         req.wait()
 
-    t = timer.run({
-        "comm": lambda: hpccoll.all_reduce(g, comm, out=out_g),
-        "compute": compute,
-        "together": together,
-    }, nbytes * 16)
+    t = timer.run(
+        {
+            "comm": lambda: hpccoll.all_reduce(g, comm, out=out_g),
+            "compute": compute,
+            "together": together,
+        },
+        nbytes * 16,
+    )
     overlap = {"apart": t["comm"] + t["compute"], **t}
     overlap["together_over_apart"] = statistics.median(
-        g / (c + k) for g, c, k in zip(*(timer.samples[n] for n in ("together", "comm", "compute"))))
+        g / (c + k) for g, c, k in zip(*(timer.samples[n] for n in ("together", "comm", "compute")))
+    )
     say(f"\n# overlap: all_reduce of {human(nbytes)} with async_op=True around local matrix products")
-    say(f"comm {t['comm'] * 1e6:.1f} us + compute {t['compute'] * 1e6:.1f} us apart = {overlap['apart'] * 1e6:.1f} us; "
-        f"together {t['together'] * 1e6:.1f} us ({overlap['together_over_apart']:.2f} of apart)")
+    say(
+        f"comm {t['comm'] * 1e6:.1f} us + compute {t['compute'] * 1e6:.1f} us apart = {overlap['apart'] * 1e6:.1f} us; "
+        f"together {t['together'] * 1e6:.1f} us ({overlap['together_over_apart']:.2f} of apart)"
+    )
 
     if rank == 0 and args.json:
         with open(args.json, "w") as fh:
-            json.dump({"ranks": P, "mpi": MPI.Get_library_version().splitlines()[0].strip(), "rows": results,
-                       "layouts": layout, "coalesced": coalesced, "overlap": overlap}, fh, indent=1)
+            json.dump(
+                {
+                    "ranks": P,
+                    "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+                    "rows": results,
+                    "layouts": layout,
+                    "coalesced": coalesced,
+                    "overlap": overlap,
+                },
+                fh,
+                indent=1,
+            )
     comm.free()
     raw.Free()
     return 0

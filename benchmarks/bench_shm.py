@@ -82,7 +82,7 @@ class Paired:
         self.samples = {name: [] for name in cases}
         order = list(cases.items())
         for r in range(self.rounds):
-            for name, once in order[r % len(order):] + order[: r % len(order)]:
+            for name, once in order[r % len(order) :] + order[: r % len(order)]:
                 self.comm.Barrier()
                 per = sum(once() for _ in range(iters)) / iters
                 self.samples[name].append(self.comm.allreduce(per, op=MPI.MAX))
@@ -138,20 +138,29 @@ def scatter_cases(raw, shm, mpi, n: int, P: int, rank: int) -> Dict[str, Once]:
     full = np.random.default_rng(rank).standard_normal(n)
     out = np.empty(n // P)
     D = MPI.DOUBLE
-    return _reduction_cases(lambda: raw.Reduce_scatter_block([full, D], [out, D], MPI.SUM), hpccoll.reduce_scatter,
-                            full, out, out, shm, mpi)
+    return _reduction_cases(
+        lambda: raw.Reduce_scatter_block([full, D], [out, D], MPI.SUM), hpccoll.reduce_scatter, full, out, out, shm, mpi
+    )
 
 
 def reduce_cases(raw, shm, mpi, n: int, P: int, rank: int) -> Dict[str, Once]:
     x = np.random.default_rng(rank).standard_normal(n)
     out = np.empty(n)
     D = MPI.DOUBLE
-    return _reduction_cases(lambda: raw.Allreduce([x, D], [out, D], MPI.SUM), hpccoll.all_reduce,
-                            x, out, "shared", shm, mpi)
+    return _reduction_cases(
+        lambda: raw.Allreduce([x, D], [out, D], MPI.SUM), hpccoll.all_reduce, x, out, "shared", shm, mpi
+    )
 
 
-def _reduction_cases(raw_call: Callable[[], Any], collective: Callable[..., Any], x: np.ndarray, out: np.ndarray,
-                     shared_out: Any, shm, mpi) -> Dict[str, Once]:
+def _reduction_cases(
+    raw_call: Callable[[], Any],
+    collective: Callable[..., Any],
+    x: np.ndarray,
+    out: np.ndarray,
+    shared_out: Any,
+    shm,
+    mpi,
+) -> Dict[str, Once]:
     """A reduction's rows: the raw call (twice: the noise floor), ``collective`` on ``x`` over the shm, mpi and
     auto communicators into ``out``, and on a node-shared copy of ``x`` into ``shared_out``."""
     s = shm.shared_empty(x.size)
@@ -198,11 +207,15 @@ def memory(shm, say, result_bytes: int) -> dict:
         if kind == "shared":
             del s
         world.Barrier()
-    say(f"# memory: {P} ranks, all_gather result of {human(result_bytes)} read by every rank; "
-        "PSS added over all ranks of the node (/proc/self/smaps_rollup), MiB")
+    say(
+        f"# memory: {P} ranks, all_gather result of {human(result_bytes)} read by every rank; "
+        "PSS added over all ranks of the node (/proc/self/smaps_rollup), MiB"
+    )
     say(f"private results (one per rank, MPI buffers too):{rows['private']:9.1f} MiB")
     say(f"shared result (one per node, shards included):  {rows['shared']:9.1f} MiB")
-    say(f"ratio private / shared: {rows['private'] / rows['shared']:.2f} (ideal {P}: one copy per rank vs one per node)")
+    say(
+        f"ratio private / shared: {rows['private'] / rows['shared']:.2f} (ideal {P}: one copy per rank vs one per node)"
+    )
     return {"ranks": P, "result_bytes": result_bytes, **rows}
 
 
@@ -252,9 +265,11 @@ def main(argv=None) -> int:
     AUTO = hpccoll.Communicator(world, transport="auto")
     P, rank = shm.size, shm.rank
     say = print if rank == 0 else (lambda *a, **k: None)
-    say(f"# hpccoll shm transport vs raw mpi4py {__import__('mpi4py').__version__} "
+    say(
+        f"# hpccoll shm transport vs raw mpi4py {__import__('mpi4py').__version__} "
         f"({MPI.Get_library_version().splitlines()[0].strip()}), {P} ranks, float64, "
-        f"{os.cpu_count()} cores shared with other jobs")
+        f"{os.cpu_count()} cores shared with other jobs"
+    )
     say(f"# command: mpiexec -n {P} python -m mpi4py benchmarks/bench_shm.py {' '.join(argv or sys.argv[1:])}".rstrip())
     say(f"# load average at the start: {' '.join(f'{v:.1f}' for v in os.getloadavg())} (1, 5, 15 min)")
     results: dict = {"ranks": P, "load_start": os.getloadavg()}
@@ -264,16 +279,21 @@ def main(argv=None) -> int:
         results["chunks"] = chunks(raw, world, say, args.rounds)
     else:
         say("# times in us (median over rounds, max over ranks); x: raw / hpccoll, paired per round (>1: faster)")
-        header = (f"{'collective':<15}{'size':>9}{'raw':>10}{'private':>10}{'x':>7}{'mpi':>10}{'x':>7}"
-                  f"{'auto':>10}{'x':>7}{'shared':>10}{'x':>7}{'raw/raw':>8}")
+        header = (
+            f"{'collective':<15}{'size':>9}{'raw':>10}{'private':>10}{'x':>7}{'mpi':>10}{'x':>7}"
+            f"{'auto':>10}{'x':>7}{'shared':>10}{'x':>7}{'raw/raw':>8}"
+        )
         say(header)
         say("-" * len(header))
         ladder = [1 << k for k in range(10, 31, 2)]
         sizes = [s for s in ladder if parse_bytes(args.min_bytes) <= s <= parse_bytes(args.max_bytes)]
         timer = Paired(raw, args.rounds)
         rows = []
-        for name, make in (("all_gather", gather_cases), ("reduce_scatter", scatter_cases),
-                           ("all_reduce", reduce_cases)):
+        for name, make in (
+            ("all_gather", gather_cases),
+            ("reduce_scatter", scatter_cases),
+            ("all_reduce", reduce_cases),
+        ):
             for nbytes in sizes:
                 n = nbytes // 8 if name == "all_gather" else max(P, nbytes // 8 // P * P)
                 t = timer.run(make(raw, shm, mpi, n, P, rank), n * 8 * (P if name == "all_gather" else 1))
@@ -286,9 +306,11 @@ def main(argv=None) -> int:
                     row["x_step"] = timer.speedup("step_raw", "step_shared")
                     extra = f"   step: {row['step_raw']:.1f} vs {row['step_shared']:.1f} = x{row['x_step']:.2f}"
                 rows.append(row)
-                say(f"{name:<15}{human(n * 8):>9}{row['raw']:>10.1f}{row['private']:>10.1f}{row['x_private']:>7.2f}"
+                say(
+                    f"{name:<15}{human(n * 8):>9}{row['raw']:>10.1f}{row['private']:>10.1f}{row['x_private']:>7.2f}"
                     f"{row['mpi']:>10.1f}{row['x_mpi']:>7.2f}{row['auto']:>10.1f}{row['x_auto']:>7.2f}{row['shared']:>10.1f}{row['x_shared']:>7.2f}"
-                    f"{row['noise']:>8.2f}{extra}")
+                    f"{row['noise']:>8.2f}{extra}"
+                )
         results["rows"] = rows
     say(f"# load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     results["load_end"] = os.getloadavg()

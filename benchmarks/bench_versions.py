@@ -86,24 +86,31 @@ def main(argv=None) -> int:
     new, old = hpccoll.Communicator(world), before.Communicator(world)
     timer = Timer(raw, args.rounds)
     say = print if rank == 0 else (lambda *a, **k: None)
-    say(f"# hpccoll: working tree vs {args.before} vs raw mpi4py ({MPI.Get_library_version().splitlines()[0].strip()}), "
-        f"{P} ranks, float64, out= and sizes given")
+    say(
+        f"# hpccoll: working tree vs {args.before} vs raw mpi4py ({MPI.Get_library_version().splitlines()[0].strip()}), "
+        f"{P} ranks, float64, out= and sizes given"
+    )
     say(f"# command: mpiexec -n {P} python benchmarks/bench_versions.py {' '.join(argv or sys.argv[1:])}".rstrip())
     say("# times: median over rounds of the per-call time (max over ranks); added/ratios: median of same-round pairs")
-    say(f"{'collective':<16}{'size/rank':>10}{'raw us':>9}{'before us':>11}{'after us':>10}"
-        f"{'before+':>9}{'after+':>9}{'before x':>10}{'after x':>9}{'raw/raw':>9}")
+    say(
+        f"{'collective':<16}{'size/rank':>10}{'raw us':>9}{'before us':>11}{'after us':>10}"
+        f"{'before+':>9}{'after+':>9}{'before x':>10}{'after x':>9}{'raw/raw':>9}"
+    )
     for nbytes in (8, 1024, 1 << 20, 16 << 20):
         n = max(1, nbytes // 8)
         rng = np.random.default_rng(rank)
-        bufs = dict(x=rng.standard_normal(n), big=rng.standard_normal(n * P), g=np.empty(n * P), r=np.empty(n),
-                    a=np.empty(n))
+        bufs = dict(
+            x=rng.standard_normal(n), big=rng.standard_normal(n * P), g=np.empty(n * P), r=np.empty(n), a=np.empty(n)
+        )
         mine, theirs, base = cases(hpccoll, new, n, P, bufs), cases(before, old, n, P, bufs), raw_cases(raw, n, bufs)
         for name in mine:
             timer.run({"raw": base[name], "before": theirs[name], "after": mine[name], "raw2": base[name]}, nbytes)
             t = {k: statistics.median(v) for k, v in timer.samples.items()}
-            say(f"{name:<16}{human(nbytes):>10}{t['raw'] * 1e6:>9.2f}{t['before'] * 1e6:>11.2f}{t['after'] * 1e6:>10.2f}"
+            say(
+                f"{name:<16}{human(nbytes):>10}{t['raw'] * 1e6:>9.2f}{t['before'] * 1e6:>11.2f}{t['after'] * 1e6:>10.2f}"
                 f"{timer.added('before', 'raw') * 1e6:>9.2f}{timer.added('after', 'raw') * 1e6:>9.2f}"
-                f"{timer.ratio('before', 'raw'):>10.3f}{timer.ratio('after', 'raw'):>9.3f}{timer.ratio('raw2', 'raw'):>9.3f}")
+                f"{timer.ratio('before', 'raw'):>10.3f}{timer.ratio('after', 'raw'):>9.3f}{timer.ratio('raw2', 'raw'):>9.3f}"
+            )
     new.free()
     old.free()
     raw.Free()

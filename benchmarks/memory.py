@@ -69,26 +69,48 @@ def reset_hwm() -> None:
 # --------------------------------------------------------------------------- peak
 
 
-def cases(comm: hpccoll.Communicator, nbytes: int) -> List[Tuple[str, Callable[[], Any], Callable[[Any], Any], Callable[[int, int], int]]]:
+def cases(
+    comm: hpccoll.Communicator, nbytes: int
+) -> List[Tuple[str, Callable[[], Any], Callable[[Any], Any], Callable[[int, int], int]]]:
     """(name, make the input, the call, the packing buffers it may use: bytes from input and output bytes)."""
     P, n = comm.size, nbytes // 8
     rows = 1024
     none = lambda i, o: 0  # noqa: E731
     return [
         ("all_gather axis 0", lambda: np.ones(n), lambda x: hpccoll.all_gather(x, comm, sizes=[n] * P), none),
-        ("all_gather axis 1 (datatypes)", lambda: np.ones((rows, n // rows)),
-         lambda x: hpccoll.all_gather(x, comm, axis=1, sizes=[n // rows] * P), none),
+        (
+            "all_gather axis 1 (datatypes)",
+            lambda: np.ones((rows, n // rows)),
+            lambda x: hpccoll.all_gather(x, comm, axis=1, sizes=[n // rows] * P),
+            none,
+        ),
         # extents 1, 2, ..., P along the last axis: pieces too small for derived datatypes, so it packs
-        ("all_gather axis 1 uneven (packs)", lambda: np.ones((n // P, comm.rank + 1)),
-         lambda x: hpccoll.all_gather(x, comm, axis=1), lambda i, o: o),
-        ("all_gather strided input", lambda: np.ones(2 * n)[::2], lambda x: hpccoll.all_gather(x, comm, sizes=[n] * P),
-         lambda i, o: i),
+        (
+            "all_gather axis 1 uneven (packs)",
+            lambda: np.ones((n // P, comm.rank + 1)),
+            lambda x: hpccoll.all_gather(x, comm, axis=1),
+            lambda i, o: o,
+        ),
+        (
+            "all_gather strided input",
+            lambda: np.ones(2 * n)[::2],
+            lambda x: hpccoll.all_gather(x, comm, sizes=[n] * P),
+            lambda i, o: i,
+        ),
         ("reduce_scatter axis 0", lambda: np.ones(n), lambda x: hpccoll.reduce_scatter(x, comm), none),
-        ("reduce_scatter axis 1 (packs)", lambda: np.ones((rows, n // rows)), lambda x: hpccoll.reduce_scatter(x, comm, axis=1),
-         lambda i, o: i),
+        (
+            "reduce_scatter axis 1 (packs)",
+            lambda: np.ones((rows, n // rows)),
+            lambda x: hpccoll.reduce_scatter(x, comm, axis=1),
+            lambda i, o: i,
+        ),
         # 16-bit floats reduce in float32: the packed input and the received block are both twice as wide
-        ("reduce_scatter float16 (widens)", lambda: np.ones(4 * n, np.float16), lambda x: hpccoll.reduce_scatter(x, comm),
-         lambda i, o: 2 * i + 2 * o),
+        (
+            "reduce_scatter float16 (widens)",
+            lambda: np.ones(4 * n, np.float16),
+            lambda x: hpccoll.reduce_scatter(x, comm),
+            lambda i, o: 2 * i + 2 * o,
+        ),
         ("all_reduce", lambda: np.ones(n), lambda x: hpccoll.all_reduce(x, comm), none),
         ("all_reduce in place", lambda: np.ones(n), lambda x: hpccoll.all_reduce(x, comm, out=x), none),
     ]
@@ -150,8 +172,21 @@ def handle_probe(count: int = 16) -> Tuple[int, int]:
 
 
 class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,8 +194,9 @@ def _mallinfo2() -> Callable[[], _Mallinfo2]:
     try:
         call = ctypes.CDLL(None).mallinfo2  # glibc 2.33 or later
     except AttributeError:
-        raise RuntimeError("handle_probe: Open MPI's datatypes are counted by glibc's mallinfo2, "
-                           "which this C library lacks") from None
+        raise RuntimeError(
+            "handle_probe: Open MPI's datatypes are counted by glibc's mallinfo2, which this C library lacks"
+        ) from None
     call.restype = _Mallinfo2
     return call
 
@@ -265,7 +301,9 @@ def leak_check(comm: hpccoll.Communicator, calls: int, warmup: int = 200) -> Dic
 
 def no_leak(leaks: Dict[str, Any]) -> bool:
     """The verdict: no MPI handles left behind, and no traced Python/NumPy memory growth beyond noise."""
-    return leaks["traced_growth"] < 64 * 1024 and leaks["datatype_handle_growth"] < 8 and leaks["comm_handle_growth"] < 8
+    return (
+        leaks["traced_growth"] < 64 * 1024 and leaks["datatype_handle_growth"] < 8 and leaks["comm_handle_growth"] < 8
+    )
 
 
 # --------------------------------------------------------------------------- main
@@ -281,20 +319,26 @@ def main(argv=None) -> int:
     say = print if comm.rank == 0 else (lambda *a, **k: None)
     say(f"hpccoll {hpccoll.__version__}, {comm.size} ranks, {MPI.Get_library_version().splitlines()[0]}")
     peak = measure_peak(comm, args.mib * MiB)
-    say(f"\nPeak memory of one call, {args.mib} MiB of input per rank (MiB, max over ranks; bound = output + one packing buffer)")
+    say(
+        f"\nPeak memory of one call, {args.mib} MiB of input per rank (MiB, max over ranks; bound = output + one packing buffer)"
+    )
     say("| case | input | output | bound | traced (hpccoll) | within bound | RSS high-water (all, MPI included) |")
     say("|---|---:|---:|---:|---:|---|---:|")
     ok = True
     for row in peak:
         within = row["traced"] <= row["bound"] + MiB // 16  # + small Python objects
         ok &= within
-        say(f"| {row['case']} | {row['input'] / MiB:.0f} | {row['output'] / MiB:.0f} | {row['bound'] / MiB:.0f} | "
-            f"{row['traced'] / MiB:.1f} | {'yes' if within else 'NO'} | {row['rss'] / MiB:.1f} |")
+        say(
+            f"| {row['case']} | {row['input'] / MiB:.0f} | {row['output'] / MiB:.0f} | {row['bound'] / MiB:.0f} | "
+            f"{row['traced'] / MiB:.1f} | {'yes' if within else 'NO'} | {row['rss'] / MiB:.1f} |"
+        )
     leaks = leak_check(comm, args.calls)
     say(f"\nLeak check: {leaks['rounds']} rounds of the mixed loop ({leaks['seconds']:.1f} s), growth max over ranks:")
-    say(f"  RSS {leaks['rss_growth'] / 1024:.0f} KiB ({leaks['rss_growth_after_first_quarter'] / 1024:.0f} KiB after the "
+    say(
+        f"  RSS {leaks['rss_growth'] / 1024:.0f} KiB ({leaks['rss_growth_after_first_quarter'] / 1024:.0f} KiB after the "
         f"first quarter), tracemalloc {leaks['traced_growth'] / 1024:.1f} KiB, datatype handles "
-        f"{leaks['datatype_handle_growth']}, communicator handles {leaks['comm_handle_growth']}")
+        f"{leaks['datatype_handle_growth']}, communicator handles {leaks['comm_handle_growth']}"
+    )
     ok &= no_leak(leaks)
     say(f"\n{'PASS' if ok else 'FAIL'}: peaks within bound, no growth")
     if args.json and comm.rank == 0:

@@ -151,7 +151,9 @@ def _(c, odd):
 @case("sizes-lie/all_gather", "sizes=[2]*P everywhere, but the last rank's shard has 3 elements")
 def _(c, odd):
     x = _seq(2 + odd, c.rank)
-    return _hc().all_gather(x, c, sizes=[2] * c.size), np.concatenate([_seq(2 + (r == c.size - 1), r) for r in range(c.size)])
+    return _hc().all_gather(x, c, sizes=[2] * c.size), np.concatenate(
+        [_seq(2 + (r == c.size - 1), r) for r in range(c.size)]
+    )
 
 
 @case("sizes-differ/all_gather", "the last rank passes sizes[0] = 3, the others 2; every shard has 2 elements")
@@ -186,7 +188,9 @@ def _(c, odd):
     x = _seq(2 * c.size, c.rank)
     if odd:
         return _hc().reduce_scatter(x, c), sum(_seq(2 * c.size, r) for r in range(c.size))[2 * c.rank : 2 * c.rank + 2]
-    return _hc().all_gather(x, c, sizes=[2 * c.size] * c.size), np.concatenate([_seq(2 * c.size, r) for r in range(c.size)])
+    return _hc().all_gather(x, c, sizes=[2 * c.size] * c.size), np.concatenate(
+        [_seq(2 * c.size, r) for r in range(c.size)]
+    )
 
 
 @case("collective/all_reduce+reduce_scatter", "reduce_scatter on the last rank, all_reduce elsewhere")
@@ -282,11 +286,16 @@ def _(c, odd):
     return _hc().all_to_all(_seq(2 * c.size, c.rank), c, recv_sizes=recv), _a2a_want(c, 2 * c.size)
 
 
-@case("collective/all_to_all+all_gather", "all_gather (sizes given) on the last rank, all_to_all (recv_sizes given) elsewhere")
+@case(
+    "collective/all_to_all+all_gather",
+    "all_gather (sizes given) on the last rank, all_to_all (recv_sizes given) elsewhere",
+)
 def _(c, odd):
     x = _seq(2 * c.size, c.rank)
     if odd:
-        return _hc().all_gather(x, c, sizes=[2 * c.size] * c.size), np.concatenate([_seq(2 * c.size, r) for r in range(c.size)])
+        return _hc().all_gather(x, c, sizes=[2 * c.size] * c.size), np.concatenate(
+            [_seq(2 * c.size, r) for r in range(c.size)]
+        )
     return _hc().all_to_all(x, c, recv_sizes=[2] * c.size), _a2a_want(c, 2 * c.size)
 
 
@@ -315,8 +324,10 @@ def _(c, odd):
 @case("shape/all_gather/list/discover", "the last rank's second array (2, 2), (2, 1) elsewhere, sizes=None")
 def _(c, odd):
     xs = [_seq(2, c.rank), _seq(4 if odd else 2, c.rank).reshape(2, -1)]
-    want = [np.concatenate([_seq(2, r) for r in range(c.size)]),
-            np.concatenate([_seq(4 if odd else 2, r).reshape(2, -1) for r in range(c.size)])]
+    want = [
+        np.concatenate([_seq(2, r) for r in range(c.size)]),
+        np.concatenate([_seq(4 if odd else 2, r).reshape(2, -1) for r in range(c.size)]),
+    ]
     return _hc().all_gather(xs, c), want
 
 
@@ -429,7 +440,11 @@ def run_table(names: List[str], np_: int, limit: float, check: bool, timeout: fl
     """Launch every case in its own job and print a Markdown table."""
     bindir = pathlib.Path(sys.executable).parent
     mpiexec = os.environ.get("MPIEXEC", str(bindir / "mpiexec"))
-    env = dict(os.environ, HPCCOLL_TIMEOUT=str(timeout)) if timeout else {k: v for k, v in os.environ.items() if k != "HPCCOLL_TIMEOUT"}
+    env = (
+        dict(os.environ, HPCCOLL_TIMEOUT=str(timeout))
+        if timeout
+        else {k: v for k, v in os.environ.items() if k != "HPCCOLL_TIMEOUT"}
+    )
     mode = f"check={'on' if check else 'off'}" + (f", HPCCOLL_TIMEOUT={timeout:g}" if timeout else "")
     print(f"| case | the last of {np_} ranks ... | {mode}: outcome | seconds | what the ranks saw |")
     print("|---|---|---|---|---|")
@@ -439,8 +454,9 @@ def run_table(names: List[str], np_: int, limit: float, check: bool, timeout: fl
         if check:
             cmd.append("--check")
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
         try:
             out, _ = proc.communicate(timeout=limit)
             hung = False
@@ -451,11 +467,21 @@ def run_table(names: List[str], np_: int, limit: float, check: bool, timeout: fl
         elapsed = time.monotonic() - start
         results = [json.loads(p.read_text()) for p in sorted(pathlib.Path(folder).glob("*.json"))]
         shutil.rmtree(folder)
-        fatal = next((line.split("Fatal error in ", 1)[1].split(", error stack")[0]
-                      for line in out.splitlines() if "Fatal error in " in line), "")
-        saw = "; ".join(
-            f"{r['rank']}: " + (("right" if r["right"] else "WRONG") if r["returned"] else r["error"]) for r in results
-        ) or "-"
+        fatal = next(
+            (
+                line.split("Fatal error in ", 1)[1].split(", error stack")[0]
+                for line in out.splitlines()
+                if "Fatal error in " in line
+            ),
+            "",
+        )
+        saw = (
+            "; ".join(
+                f"{r['rank']}: " + (("right" if r["right"] else "WRONG") if r["returned"] else r["error"])
+                for r in results
+            )
+            or "-"
+        )
         outcome = classify(results, np_, proc.returncode, hung, fatal)
         print(f"| {name} | {CASES[name][0]} | {outcome} | {elapsed:.1f} | {saw} |", flush=True)
     return 0
@@ -469,7 +495,9 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="turn on hpccoll's check mode")
     parser.add_argument("--np", type=int, default=2, help="ranks per job (default 2)")
     parser.add_argument("--limit", type=float, default=10.0, help="seconds before a job counts as hung (default 10)")
-    parser.add_argument("--timeout", type=float, default=0.0, help="run the jobs with HPCCOLL_TIMEOUT set to this (default off)")
+    parser.add_argument(
+        "--timeout", type=float, default=0.0, help="run the jobs with HPCCOLL_TIMEOUT set to this (default off)"
+    )
     args = parser.parse_args(argv)
     if args.run:
         return run_case(args.run, args.check, args.out)

@@ -38,9 +38,14 @@ from typing import List, NamedTuple, Tuple
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: The old (eager) stand-in's verdicts, commit 644ac59's tests, as recorded on 2026-11-30 (not re-measured).
 RECORDED_OLD = {
-    "1": "caught (sync counter)", "2": "not a detection (NumPy arrays cannot be freed)",
-    "2b": "not a detection (NumPy arrays cannot be freed)", "2c": "missed", "3": "caught (call log)",
-    "4": "caught (by chance: numpy.empty held no valid data)", "5": "missed", "6": "caught (call log)",
+    "1": "caught (sync counter)",
+    "2": "not a detection (NumPy arrays cannot be freed)",
+    "2b": "not a detection (NumPy arrays cannot be freed)",
+    "2c": "missed",
+    "3": "caught (call log)",
+    "4": "caught (by chance: numpy.empty held no valid data)",
+    "5": "missed",
+    "6": "caught (call log)",
     "6b": "missed",
 }
 NCCL, STAGED = "hpccoll/transports/nccl.py", "hpccoll/transports/staged.py"
@@ -56,63 +61,82 @@ class Mutation(NamedTuple):
 
 MUTATIONS = [
     Mutation(
-        "1", "staged: no stream synchronisation before the host reads the pinned copy", STAGED,
+        "1",
+        "staged: no stream synchronisation before the host reads the pinned copy",
+        STAGED,
         "            rt.to_host(recv if send is None else send, hr if send is None else hs)\n"
         "            rt.sync_stream()\n",
         "            rt.to_host(recv if send is None else send, hr if send is None else hs)\n",
     ),
     Mutation(
-        "2", "nccl: padding temporary freed right after enqueuing its allGather (copies out of it queued later)",
+        "2",
+        "nccl: padding temporary freed right after enqueuing its allGather (copies out of it queued later)",
         NCCL,
         "        self._nc.allGather(self._rt.ptr(padded_send), self._rt.ptr(padded), widest, t, stream)\n",
         "        self._nc.allGather(self._rt.ptr(padded_send), self._rt.ptr(padded), widest, t, stream)\n"
         "        padded.data.mem.free()  # planted\n",
     ),
     Mutation(
-        "2b", "nccl: widening temporary (int16 reduce-scatter) freed right after enqueuing the NCCL call", NCCL,
+        "2b",
+        "nccl: widening temporary (int16 reduce-scatter) freed right after enqueuing the NCCL call",
+        NCCL,
         "            self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)\n",
         "            self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)\n"
         "            wide.data.mem.free()  # planted\n",
     ),
     Mutation(
-        "2c", "staged: pinned buffers reused (or regrown) without waiting for the previous copy out of them",
+        "2c",
+        "staged: pinned buffers reused (or regrown) without waiting for the previous copy out of them",
         STAGED,
         "        if self._pending_stream is not None:\n            self._event.synchronize()\n"
         "            self._pending_stream = None\n",
         "        self._pending_stream = None  # planted\n",
     ),
     Mutation(
-        "3", "nccl: every call enqueued on the default stream instead of the caller's", NCCL,
-        "self._rt.stream()", "0",
+        "3",
+        "nccl: every call enqueued on the default stream instead of the caller's",
+        NCCL,
+        "self._rt.stream()",
+        "0",
     ),
     Mutation(
-        "4", "nccl: result copied out of the padded receive buffer before the reduceScatter is enqueued", NCCL,
+        "4",
+        "nccl: result copied out of the padded receive buffer before the reduceScatter is enqueued",
+        NCCL,
         "        self._nc.reduceScatter(self._rt.ptr(padded), self._rt.ptr(mine), widest, t, o, stream)\n"
         "        if mine is not recv:\n            recv[...] = mine[: counts[me]]\n",
         "        if mine is not recv:\n            recv[...] = mine[: counts[me]]\n"
         "        self._nc.reduceScatter(self._rt.ptr(padded), self._rt.ptr(mine), widest, t, o, stream)\n",
     ),
     Mutation(
-        "5", "nccl: misaligned in-place allGather (own block staged at recv's start, sendbuff = recvbuff)", NCCL,
+        "5",
+        "nccl: misaligned in-place allGather (own block staged at recv's start, sendbuff = recvbuff)",
+        NCCL,
         "            nc.allGather(rt.ptr(send), rt.ptr(recv), n, wire.type, rt.stream())\n",
         "            recv[:first] = send  # planted\n"
         "            nc.allGather(rt.ptr(recv), rt.ptr(recv), n, wire.type, rt.stream())\n",
     ),
     Mutation(
-        "6", "nccl: no chunking: calls above the largest count go out whole", NCCL,
+        "6",
+        "nccl: no chunking: calls above the largest count go out whole",
+        NCCL,
         "    for offset in range(0, count, limit):\n        yield offset, min(limit, count - offset)\n",
         "    if count:  # planted\n        yield 0, count\n",
     ),
     Mutation(
-        "6b", "nccl: default largest count above C int (what older CuPy's broadcast/bcast take)", NCCL,
-        "    max_count: int = INT_MAX\n", "    max_count: int = 2**63 - 1\n",
+        "6b",
+        "nccl: default largest count above C int (what older CuPy's broadcast/bcast take)",
+        NCCL,
+        "    max_count: int = INT_MAX\n",
+        "    max_count: int = 2**63 - 1\n",
     ),
 ]
 
 
 def repo_files() -> List[str]:
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     return [f for f in out.splitlines() if (ROOT / f).is_file()]
 
 
@@ -132,8 +156,10 @@ def plant(tree: pathlib.Path, m: Mutation) -> Tuple[bool, str]:
     n = text.count(m.old)
     if n == 0:
         first = m.old.strip().splitlines()[0]
-        return False, (f"PATTERN NO LONGER MATCHES: {m.path} does not contain {first!r} any more; "
-                       "update benchmarks/mutations.py for the rewritten code")
+        return False, (
+            f"PATTERN NO LONGER MATCHES: {m.path} does not contain {first!r} any more; "
+            "update benchmarks/mutations.py for the rewritten code"
+        )
     path.write_text(text.replace(m.old, m.new))
     return True, f"{n} site{'s' if n > 1 else ''}"
 
@@ -145,12 +171,27 @@ def run_suite(tree: pathlib.Path, np_: int, timeout: int, hang: int) -> Tuple[st
     env = dict(os.environ, PYTHONPATH=str(tree), HPCCOLL_STANDIN_HANG_SECONDS=str(hang), PYTHONDONTWRITEBYTECODE="1")
     for name in ("HPCCOLL_STANDIN_MODE", "HPCCOLL_TIMEOUT", "HPCCOLL_TRANSPORT", "HPCCOLL_NCCL_UNEVEN"):
         env.pop(name, None)
-    cmd = [str(mpiexec), "-n", str(np_), str(py), "-m", "mpi4py", "-m", "pytest", "--with-mpi", "-q", "-x",
-           "-p", "no:cacheprovider", "tests/test_nccl_standin.py"]
+    cmd = [
+        str(mpiexec),
+        "-n",
+        str(np_),
+        str(py),
+        "-m",
+        "mpi4py",
+        "-m",
+        "pytest",
+        "--with-mpi",
+        "-q",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        "tests/test_nccl_standin.py",
+    ]
     t0 = time.monotonic()
     try:
-        done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
-                              start_new_session=True)
+        done = subprocess.run(
+            cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True
+        )
         out, rc = done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -174,8 +215,13 @@ def run_suite(tree: pathlib.Path, np_: int, timeout: int, hang: int) -> Tuple[st
 def check_imports(tree: pathlib.Path) -> None:
     """The scratch copy's hpccoll must be the one imported (not this checkout's editable install)."""
     py = ROOT / ".venv" / "bin" / "python"
-    got = subprocess.run([str(py), "-c", "import hpccoll; print(hpccoll.__file__)"], cwd=tree, capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=str(tree))).stdout.strip()
+    got = subprocess.run(
+        [str(py), "-c", "import hpccoll; print(hpccoll.__file__)"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(tree)),
+    ).stdout.strip()
     if not got.startswith(str(tree)):
         sys.exit(f"mutations: the scratch copy would import hpccoll from {got}, not from {tree}")
 
@@ -199,8 +245,10 @@ def main() -> None:
         return tree
 
     print(f"mutations: {len(chosen)} mutations, tests/test_nccl_standin.py at {args.np} ranks, scratch {scratch}")
-    print("mutations: the 'old stand-in' column is the result recorded on 2026-11-30 (commit 644ac59's tests "
-          "on that day's code), not measured by this run")
+    print(
+        "mutations: the 'old stand-in' column is the result recorded on 2026-11-30 (commit 644ac59's tests "
+        "on that day's code), not measured by this run"
+    )
     tree = tree_for("baseline")
     check_imports(tree)
     verdict, error, secs = run_suite(tree, args.np, args.timeout, args.hang)

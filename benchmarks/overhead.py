@@ -136,7 +136,10 @@ class _Device:
 NULL_CUPY = SimpleNamespace(
     __name__="cupy (no device)",
     cuda=SimpleNamespace(
-        get_current_stream=lambda device_id=-1: _STREAM, Event=_Event, runtime=_CudaRuntimeAPI, Device=_Device,
+        get_current_stream=lambda device_id=-1: _STREAM,
+        Event=_Event,
+        runtime=_CudaRuntimeAPI,
+        Device=_Device,
         alloc_pinned_memory=bytearray,
     ),
 )
@@ -167,12 +170,30 @@ class NullNcclCommunicator:
 
 
 def _null_nccl() -> Any:
-    names = ["NCCL_INT8", "NCCL_UINT8", "NCCL_INT32", "NCCL_UINT32", "NCCL_INT64", "NCCL_UINT64", "NCCL_FLOAT16",
-             "NCCL_FLOAT32", "NCCL_FLOAT64", "NCCL_BFLOAT16"]
+    names = [
+        "NCCL_INT8",
+        "NCCL_UINT8",
+        "NCCL_INT32",
+        "NCCL_UINT32",
+        "NCCL_INT64",
+        "NCCL_UINT64",
+        "NCCL_FLOAT16",
+        "NCCL_FLOAT32",
+        "NCCL_FLOAT64",
+        "NCCL_BFLOAT16",
+    ]
     module = SimpleNamespace(**{name: code for code, name in enumerate(names)})
-    module.__dict__.update(NCCL_SUM=0, NCCL_PROD=1, NCCL_MAX=2, NCCL_MIN=3, NcclCommunicator=NullNcclCommunicator,
-                           get_unique_id=lambda: bytes(128), get_version=lambda: 22809,
-                           groupStart=lambda: None, groupEnd=lambda: None)
+    module.__dict__.update(
+        NCCL_SUM=0,
+        NCCL_PROD=1,
+        NCCL_MAX=2,
+        NCCL_MIN=3,
+        NcclCommunicator=NullNcclCommunicator,
+        get_unique_id=lambda: bytes(128),
+        get_version=lambda: 22809,
+        groupStart=lambda: None,
+        groupEnd=lambda: None,
+    )
     return module
 
 
@@ -206,25 +227,59 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
         comm._mpi = null  # staged's host MPI calls do nothing either (its host transport binds it when made)
         staged = comm.transport_instance("staged")
         n = 256  # 1 KiB of float32 per rank, as rank 0 of 2
-        x, r, g, big = DeviceArray(n, np.float32), DeviceArray(n, np.float32), DeviceArray(2 * n, np.float32), \
-            DeviceArray(2 * n, np.float32)
+        x, r, g, big = (
+            DeviceArray(n, np.float32),
+            DeviceArray(n, np.float32),
+            DeviceArray(2 * n, np.float32),
+            DeviceArray(2 * n, np.float32),
+        )
         hx = np.frombuffer(rt.alloc_pinned(x.nbytes), np.float32)
         hr = np.frombuffer(rt.alloc_pinned(x.nbytes), np.float32)
-        env = dict(t=t, s=staged, nc=t.communicator, rt=rt, x=x, r=r, g=g, big=big, n=n, counts=[n, n],
-                   F32=t.nccl_datatype(np.float32), SUM=t.nccl_op("sum"), null=null, hx=hx, hr=hr,
-                   D=MPI.FLOAT, S=MPI.SUM)
+        env = dict(
+            t=t,
+            s=staged,
+            nc=t.communicator,
+            rt=rt,
+            x=x,
+            r=r,
+            g=g,
+            big=big,
+            n=n,
+            counts=[n, n],
+            F32=t.nccl_datatype(np.float32),
+            SUM=t.nccl_op("sum"),
+            null=null,
+            hx=hx,
+            hr=hr,
+            D=MPI.FLOAT,
+            S=MPI.SUM,
+        )
         cases = [
-            ("nccl allgatherv", "nc.allGather(rt.ptr(x), rt.ptr(g), n, F32, rt.stream())",
-             "t.allgatherv(x, g, counts)"),
-            ("nccl reduce_scatter", "nc.reduceScatter(rt.ptr(big), rt.ptr(r), n, F32, SUM, rt.stream())",
-             "t.reduce_scatter(big, r, counts, 'sum')"),
-            ("nccl allreduce", "nc.allReduce(rt.ptr(x), rt.ptr(r), n, F32, SUM, rt.stream())",
-             "t.allreduce(x, r, 'sum')"),
-            ("nccl allreduce, in place", "nc.allReduce(rt.ptr(r), rt.ptr(r), n, F32, SUM, rt.stream())",
-             "t.allreduce(None, r, 'sum')"),
-            ("staged allreduce",
-             "rt.to_host(x, hx); rt.sync_stream(); null.Allreduce([hx, D], [hr, D], S); rt.to_device(hr, r)",
-             "s.allreduce(x, r, 'sum')"),
+            (
+                "nccl allgatherv",
+                "nc.allGather(rt.ptr(x), rt.ptr(g), n, F32, rt.stream())",
+                "t.allgatherv(x, g, counts)",
+            ),
+            (
+                "nccl reduce_scatter",
+                "nc.reduceScatter(rt.ptr(big), rt.ptr(r), n, F32, SUM, rt.stream())",
+                "t.reduce_scatter(big, r, counts, 'sum')",
+            ),
+            (
+                "nccl allreduce",
+                "nc.allReduce(rt.ptr(x), rt.ptr(r), n, F32, SUM, rt.stream())",
+                "t.allreduce(x, r, 'sum')",
+            ),
+            (
+                "nccl allreduce, in place",
+                "nc.allReduce(rt.ptr(r), rt.ptr(r), n, F32, SUM, rt.stream())",
+                "t.allreduce(None, r, 'sum')",
+            ),
+            (
+                "staged allreduce",
+                "rt.to_host(x, hx); rt.sync_stream(); null.Allreduce([hx, D], [hr, D], S); rt.to_device(hr, r)",
+                "s.allreduce(x, r, 'sum')",
+            ),
         ]
         for name, raw_stmt, stmt in cases:
             rows.append((name,) + paired_ns(raw_stmt, stmt, env, number, repeat))
@@ -234,8 +289,10 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
 
 
 def print_gpu_section() -> None:
-    print("# GPU transports over a no-device CuPy runtime and a no-op NcclCommunicator (CPU time, best of 31 "
-          "alternating repeats; 1 KiB float32 per rank): hpccoll's Python per call, target <= 1000 ns for nccl")
+    print(
+        "# GPU transports over a no-device CuPy runtime and a no-op NcclCommunicator (CPU time, best of 31 "
+        "alternating repeats; 1 KiB float32 per rank): hpccoll's Python per call, target <= 1000 ns for nccl"
+    )
     print(f"{'transport call':<28}{'raw (ns)':>10}{'hpccoll (ns)':>14}{'added (ns)':>12}")
     for name, t_raw, t in gpu_section():
         print(f"{name:<28}{t_raw:>10.0f}{t:>14.0f}{t - t_raw:>12.0f}")
@@ -263,8 +320,9 @@ def print_lists_before(rev: str) -> None:
     print(f"# list forms, {rev} vs the working tree: CPU time, best of 15 alternating repeats of 200 calls")
     print(f"{'call':<44}{rev + ' (us)':>12}{'now (us)':>10}{'now/' + rev:>14}")
     for name, stmt in LIST_CALLS:
-        t_old, t_new = paired_ns(stmt.format(lib="before", comm="old"), stmt.format(lib="hpccoll", comm="new"),
-                                 env, 200, 15)
+        t_old, t_new = paired_ns(
+            stmt.format(lib="before", comm="old"), stmt.format(lib="hpccoll", comm="new"), env, 200, 15
+        )
         print(f"{name:<44}{t_old / 1e3:>12.1f}{t_new / 1e3:>10.1f}{t_new / t_old:>14.3f}")
     for c in comms:
         c._mpi, c._owned = MPI.COMM_SELF, False  # not ours to free: restore something Communicator.free can skip
@@ -283,23 +341,38 @@ def main() -> int:
     x, out = np.ones(1), np.empty(1)
     big, gathered = np.ones(2), np.empty(2)
     many = [np.random.default_rng(i).standard_normal(128) for i in range(256)]
-    env = dict(globals(), comm=comm, raw=null, x=x, out=out, big=big, gathered=gathered, many=many,
-               D=MPI.DOUBLE, S=MPI.SUM)
+    env = dict(
+        globals(), comm=comm, raw=null, x=x, out=out, big=big, gathered=gathered, many=many, D=MPI.DOUBLE, S=MPI.SUM
+    )
     rows = [
         ("all_reduce, out=", "raw.Allreduce([x, D], [out, D], S)", "hpccoll.all_reduce(x, comm, out=out)"),
         ("all_reduce, allocating", "raw.Allreduce([x, D], [np.empty(1), D], S)", "hpccoll.all_reduce(x, comm)"),
         ("all_reduce, in place", "raw.Allreduce(MPI.IN_PLACE, [x, D], S)", "hpccoll.all_reduce(x, comm, out=x)"),
-        ("all_gather, out=", "raw.Allgather([x, D], [gathered, D])",
-         "hpccoll.all_gather(x, comm, sizes=[1, 1], out=gathered)"),
-        ("all_gather, allocating", "raw.Allgather([x, D], [np.empty(2), D])",
-         "hpccoll.all_gather(x, comm, sizes=[1, 1])"),
-        ("reduce_scatter, out=", "raw.Reduce_scatter_block([big, D], [out, D], S)",
-         "hpccoll.reduce_scatter(big, comm, out=out)"),
-        ("reduce_scatter, allocating", "raw.Reduce_scatter_block([big, D], [np.empty(1), D], S)",
-         "hpccoll.reduce_scatter(big, comm)"),
+        (
+            "all_gather, out=",
+            "raw.Allgather([x, D], [gathered, D])",
+            "hpccoll.all_gather(x, comm, sizes=[1, 1], out=gathered)",
+        ),
+        (
+            "all_gather, allocating",
+            "raw.Allgather([x, D], [np.empty(2), D])",
+            "hpccoll.all_gather(x, comm, sizes=[1, 1])",
+        ),
+        (
+            "reduce_scatter, out=",
+            "raw.Reduce_scatter_block([big, D], [out, D], S)",
+            "hpccoll.reduce_scatter(big, comm, out=out)",
+        ),
+        (
+            "reduce_scatter, allocating",
+            "raw.Reduce_scatter_block([big, D], [np.empty(1), D], S)",
+            "hpccoll.reduce_scatter(big, comm)",
+        ),
     ]
-    print(f"# hpccoll {hpccoll.__version__}: Python cost per call against a null MPI communicator "
-          f"(best of 7 repeats; Python {sys.version.split()[0]}, NumPy {np.__version__})")
+    print(
+        f"# hpccoll {hpccoll.__version__}: Python cost per call against a null MPI communicator "
+        f"(best of 7 repeats; Python {sys.version.split()[0]}, NumPy {np.__version__})"
+    )
     print(f"{'call (1 float64)':<28}{'raw (ns)':>10}{'hpccoll (ns)':>14}{'added (ns)':>12}")
     for name, raw_stmt, stmt in rows:
         t_raw, t = best_ns(raw_stmt, env, 100_000), best_ns(stmt, env, 100_000)

@@ -85,10 +85,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     else:  # the copies are this process's CPU work: its CPU time holds on a shared machine
         xp, sync, clock = np, (lambda: None), time.process_time
     what = "wall time" if args.cupy else "CPU time"
-    print(f"# relayout along axis 1, {xp.__name__} {xp.__version__}, Python {sys.version.split()[0]}: {what}, "
-          f"best of {args.rounds} alternating rounds; ratio = new / replaced")
-    print(f"{'lead':>5} {'sizes':<26} {'trail':>5} {'dtype':<12} {'bytes':>9} {'dir':<8}"
-          f"{'replaced':>11} {'new':>11} {'ratio':>7}")
+    print(
+        f"# relayout along axis 1, {xp.__name__} {xp.__version__}, Python {sys.version.split()[0]}: {what}, "
+        f"best of {args.rounds} alternating rounds; ratio = new / replaced"
+    )
+    print(
+        f"{'lead':>5} {'sizes':<26} {'trail':>5} {'dtype':<12} {'bytes':>9} {'dir':<8}"
+        f"{'replaced':>11} {'new':>11} {'ratio':>7}"
+    )
     worst = 0.0
     for lead, sizes, trail, dtype, *order in CASES:
         shape = (lead, sum(sizes), trail)
@@ -105,8 +109,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             worst = max(worst, new / old)
             label = ",".join(map(str, sizes))
             kind = dtype + (f" {order[0]}" if order else "")
-            print(f"{lead:>5} {label:<26} {trail:>5} {kind:<12} {arr.nbytes:>9} "
-                  f"{'pack' if to_flat else 'unpack':<8}{old * 1e6:>9.2f}us {new * 1e6:>9.2f}us {new / old:>7.3f}")
+            print(
+                f"{lead:>5} {label:<26} {trail:>5} {kind:<12} {arr.nbytes:>9} "
+                f"{'pack' if to_flat else 'unpack':<8}{old * 1e6:>9.2f}us {new * 1e6:>9.2f}us {new / old:>7.3f}"
+            )
     print(f"# worst ratio {worst:.3f}")
     return 0
 

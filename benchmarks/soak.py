@@ -44,8 +44,18 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests")
 import hpccoll  # noqa: E402
 from conftest import DTYPES, LAYOUTS, assert_close, assert_same, forced_datatypes, layout, make, reference  # noqa: E402
 
-KINDS = ["all_gather", "all_gather_adjoint", "reduce_scatter", "reduce_scatter_adjoint", "all_reduce",
-         "all_reduce in place", "all_reduce_adjoint", "all_reduce_adjoint replicated", "all_to_all", "all_to_all_adjoint"]
+KINDS = [
+    "all_gather",
+    "all_gather_adjoint",
+    "reduce_scatter",
+    "reduce_scatter_adjoint",
+    "all_reduce",
+    "all_reduce in place",
+    "all_reduce_adjoint",
+    "all_reduce_adjoint replicated",
+    "all_to_all",
+    "all_to_all_adjoint",
+]
 MISMATCH_EVERY = 25  # about one round in this many is a deliberate cross-rank mismatch (check mode only)
 
 
@@ -62,10 +72,18 @@ class Case:
         ops = ["sum", "avg"] if "adjoint" in self.kind else list(hpccoll.OPS)
         ops = [op for op in ops if not unsupported(self.dtype, op)] or ["sum"]
         if self.kind.endswith("adjoint") or self.kind.endswith("replicated"):
-            ops = [op for op in ops if self.dtype.kind != "b"] or ops  # bool sums are OR: no true adjoint, still checked
+            ops = [
+                op for op in ops if self.dtype.kind != "b"
+            ] or ops  # bool sums are OR: no true adjoint, still checked
         self.op = ops[rng.integers(len(ops))]
-        gathers = self.kind in ("all_gather", "all_gather_adjoint", "reduce_scatter", "reduce_scatter_adjoint",
-                                "all_to_all", "all_to_all_adjoint")
+        gathers = self.kind in (
+            "all_gather",
+            "all_gather_adjoint",
+            "reduce_scatter",
+            "reduce_scatter_adjoint",
+            "all_to_all",
+            "all_to_all_adjoint",
+        )
         ndim = int(rng.integers(1 if gathers else 0, 5))
         side = [3, 6, 16, 64, 256][rng.integers(5)] if ndim <= 2 else [3, 5][rng.integers(2)]
         self.shape = tuple(int(rng.integers(0, side + 1)) for _ in range(ndim))
@@ -81,10 +99,12 @@ class Case:
         self.mismatch = int(rng.integers(MISMATCH_EVERY)) == 0
 
     def __str__(self) -> str:
-        return (f"{self.kind} {self.dtype} op={self.op} shape={self.shape} axis={self.axis} "
-                f"concat_axis={self.concat_axis} recv_sizes given={self.pass_recv_sizes} extents={self.extents} "
-                f"sizes given={self.pass_sizes} layout={self.x_layout} out={self.out_layout} "
-                f"datatypes={self.datatypes} seed={self.seed}")
+        return (
+            f"{self.kind} {self.dtype} op={self.op} shape={self.shape} axis={self.axis} "
+            f"concat_axis={self.concat_axis} recv_sizes given={self.pass_recv_sizes} extents={self.extents} "
+            f"sizes given={self.pass_sizes} layout={self.x_layout} out={self.out_layout} "
+            f"datatypes={self.datatypes} seed={self.seed}"
+        )
 
 
 def with_extent(shape: Tuple[int, ...], axis: int, n: int) -> Tuple[int, ...]:
@@ -103,7 +123,9 @@ def alltoall_reference(inputs: List[np.ndarray], sa: int, ca: int, splits: List[
     return np.concatenate([block(x, sa, s, rank) for x, s in zip(inputs, splits)], axis=ca)
 
 
-def prepare_alltoall(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, Callable[[np.ndarray, Any], Any], np.ndarray, bool]:
+def prepare_alltoall(
+    case: Case, c: hpccoll.Communicator
+) -> Tuple[np.ndarray, Callable[[np.ndarray, Any], Any], np.ndarray, bool]:
     """``prepare`` for all_to_all and its adjoint: every rank's input made on every rank, NumPy's blocks.
 
     Axes equal: each rank q splits its own way (``table[q]``, extents 0-4, from
@@ -133,18 +155,32 @@ def prepare_alltoall(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, C
     sizes = table[r] if case.pass_sizes else None
     if case.kind == "all_to_all":
         call = lambda x, out: hpccoll.all_to_all(  # noqa: E731
-            x, c, split_axis=case.axis, concat_axis=case.concat_axis, sizes=sizes,
-            recv_sizes=recv[r] if case.pass_recv_sizes else None, out=out)
+            x,
+            c,
+            split_axis=case.axis,
+            concat_axis=case.concat_axis,
+            sizes=sizes,
+            recv_sizes=recv[r] if case.pass_recv_sizes else None,
+            out=out,
+        )
         return xs[r], call, alltoall_reference(xs, sa, ca, table, r), True
     # the adjoint: cotangents of every rank's forward result, sent back (split along ca by recv, joined along sa)
     ys = [make(alltoall_reference(xs, sa, ca, table, q).shape, dt, case.seed + 1 + P + q) for q in range(P)]
     call = lambda x, out: hpccoll.all_to_all_adjoint(  # noqa: E731
-        x, c, split_axis=case.axis, concat_axis=case.concat_axis, sizes=sizes if case.pass_recv_sizes else None,
-        recv_sizes=recv[r], out=out)
+        x,
+        c,
+        split_axis=case.axis,
+        concat_axis=case.concat_axis,
+        sizes=sizes if case.pass_recv_sizes else None,
+        recv_sizes=recv[r],
+        out=out,
+    )
     return ys[r], call, alltoall_reference(ys, ca, sa, recv, r), True
 
 
-def prepare(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, Callable[[np.ndarray, Any], Any], np.ndarray, bool]:
+def prepare(
+    case: Case, c: hpccoll.Communicator
+) -> Tuple[np.ndarray, Callable[[np.ndarray, Any], Any], np.ndarray, bool]:
     """(this rank's input, the call on (input, out), the expected result, whether the comparison is exact)."""
     P, r, dt, op = c.size, c.rank, case.dtype, case.op
     ax = case.axis % len(case.shape) if case.shape else 0
@@ -154,7 +190,12 @@ def prepare(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, Callable[[
         return prepare_alltoall(case, c)
     if kind == "all_gather":
         full = make(with_extent(case.shape, ax, sum(sizes)), dt, case.seed)
-        return block(full, ax, sizes, r), lambda x, out: hpccoll.all_gather(x, c, axis=case.axis, sizes=given, out=out), full, True
+        return (
+            block(full, ax, sizes, r),
+            lambda x, out: hpccoll.all_gather(x, c, axis=case.axis, sizes=given, out=out),
+            full,
+            True,
+        )
     if kind == "all_gather_adjoint":  # the forward's extents travel with it
         stack = make((P,) + with_extent(case.shape, ax, sum(sizes)), dt, case.seed)
         call = lambda x, out: hpccoll.all_gather_adjoint(x, c, axis=case.axis, sizes=sizes, out=out)  # noqa: E731
@@ -176,7 +217,12 @@ def prepare(case: Case, c: hpccoll.Communicator) -> Tuple[np.ndarray, Callable[[
     if kind == "all_reduce in place":
         return stack[r, ...], lambda x, out: hpccoll.all_reduce(x, c, op=op, out=x), reference(stack, op), False
     if kind == "all_reduce_adjoint":
-        return stack[r, ...], lambda x, out: hpccoll.all_reduce_adjoint(x, c, op=op, out=out), reference(stack, op), False
+        return (
+            stack[r, ...],
+            lambda x, out: hpccoll.all_reduce_adjoint(x, c, op=op, out=out),
+            reference(stack, op),
+            False,
+        )
     same = stack[0, ...]  # replicated: every rank holds the same cotangent
     want = same / dt.type(P) if op == "avg" and P > 1 else same
     call = lambda x, out: hpccoll.all_reduce_adjoint(x, c, op=op, cotangent="replicated", out=out)  # noqa: E731
@@ -238,16 +284,26 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to run (default 10)")
     parser.add_argument("--seed", type=int, default=None, help="the random stream's seed (default: rank 0 picks one)")
-    parser.add_argument("--no-check", action="store_true", help="run without check mode (and without the mismatch rounds)")
-    parser.add_argument("--call-limit", type=float, default=60.0, help="HPCCOLL_TIMEOUT for every call, seconds (default 60)")
+    parser.add_argument(
+        "--no-check", action="store_true", help="run without check mode (and without the mismatch rounds)"
+    )
+    parser.add_argument(
+        "--call-limit", type=float, default=60.0, help="HPCCOLL_TIMEOUT for every call, seconds (default 60)"
+    )
     parser.add_argument("--json", help="also write the summary to this file (rank 0)")
     args = parser.parse_args(argv)
     os.environ["HPCCOLL_TIMEOUT"] = str(args.call_limit)
     c = hpccoll.Communicator(check=not args.no_check)
     seed = c.mpi.bcast(args.seed if args.seed is not None else secrets.randbits(32), root=0)
     rng = np.random.default_rng(seed)
-    stats: Dict[str, Any] = {"calls": collections.Counter(), "dtypes": collections.Counter(), "wrong": 0,
-                             "mismatches reported": 0, "slowest": 0.0, "failures": []}
+    stats: Dict[str, Any] = {
+        "calls": collections.Counter(),
+        "dtypes": collections.Counter(),
+        "wrong": 0,
+        "mismatches reported": 0,
+        "slowest": 0.0,
+        "failures": [],
+    }
     deadline = time.monotonic() + 60 * args.minutes
     start, rounds = time.monotonic(), 0
     while c.mpi.bcast(time.monotonic() < deadline if c.rank == 0 else None, root=0):
@@ -263,9 +319,15 @@ def main(argv=None) -> int:
             dtypes.update(s["dtypes"])
         wrong = sum(s["wrong"] for s in everyone)
         summary = {
-            "ranks": c.size, "check mode": c.check, "seed": seed, "minutes": round(elapsed / 60, 2), "rounds": rounds,
-            "wrong results (all ranks)": wrong, "hangs": 0,
-            "call limit (s)": args.call_limit, "slowest call (s)": round(max(s["slowest"] for s in everyone), 3),
+            "ranks": c.size,
+            "check mode": c.check,
+            "seed": seed,
+            "minutes": round(elapsed / 60, 2),
+            "rounds": rounds,
+            "wrong results (all ranks)": wrong,
+            "hangs": 0,
+            "call limit (s)": args.call_limit,
+            "slowest call (s)": round(max(s["slowest"] for s in everyone), 3),
             "mismatches reported on every rank": sum(s["mismatches reported"] for s in everyone) // c.size,
             "rounds per kind": dict(sorted((k, v // c.size) for k, v in calls.items())),
             "rounds per dtype": dict(sorted((k, v // c.size) for k, v in dtypes.items())),

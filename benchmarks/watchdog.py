@@ -57,20 +57,26 @@ def main(argv=None) -> int:
 
     one = np.ones(1)
     selves = communicators(MPI.COMM_SELF)
-    self_times = [[per_call(lambda c: run(c, "Allreduce", one, np.empty(1)), c, 20000) for c in selves]
-                  for _ in range(args.rounds)]
+    self_times = [
+        [per_call(lambda c: run(c, "Allreduce", one, np.empty(1)), c, 20000) for c in selves]
+        for _ in range(args.rounds)
+    ]
     bare, dog = (statistics.median(t[i] for t in self_times) for i in (0, 1))
-    say(f"watchdog bookkeeping per MPI call (COMM_SELF Allreduce, 1 rank): {bare * 1e6:.2f} us -> {dog * 1e6:.2f} us "
-        f"(+{(dog - bare) * 1e6:.2f} us)\n")
+    say(
+        f"watchdog bookkeeping per MPI call (COMM_SELF Allreduce, 1 rank): {bare * 1e6:.2f} us -> {dog * 1e6:.2f} us "
+        f"(+{(dog - bare) * 1e6:.2f} us)\n"
+    )
     say(f"| {P} ranks | bytes per rank | no watchdog (us) | HPCCOLL_TIMEOUT set (us) | ratio |")
     say("|---|---:|---:|---:|---:|")
     for nbytes in (8, 64 << 10, 16 << 20):
         n = max(1, nbytes // 8)
         x, xs = np.ones(n), np.ones(n * P)
         reps = max(5, min(2000, int(2e8 // nbytes) // 8))
-        for name, fn in (("all_reduce", lambda c: hpccoll.all_reduce(x, c)),
-                         ("all_gather", lambda c: hpccoll.all_gather(x, c, sizes=[n] * P)),
-                         ("reduce_scatter", lambda c: hpccoll.reduce_scatter(xs, c))):
+        for name, fn in (
+            ("all_reduce", lambda c: hpccoll.all_reduce(x, c)),
+            ("all_gather", lambda c: hpccoll.all_gather(x, c, sizes=[n] * P)),
+            ("reduce_scatter", lambda c: hpccoll.reduce_scatter(xs, c)),
+        ):
             times = []
             for i in range(args.rounds):  # alternate which goes first, so drifts in the machine's load cancel
                 first, second = (plain, watched) if i % 2 == 0 else (watched, plain)

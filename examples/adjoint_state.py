@@ -49,7 +49,7 @@ def forward(x_r, k_r, d_r, comm, sizes, rows, tape=None):
         tape.append(("collective", ops[0]))
         tape.append(("local", lambda g: k_r.T @ ((1.0 - Y * Y) * g)))  # reverse of tanh(K_r @ X)
         tape.append(("collective", ops[2]))
-        tape.append(("local", lambda g: g * r))                        # reverse of 0.5*||z - d||^2
+        tape.append(("local", lambda g: g * r))  # reverse of 0.5*||z - d||^2
     return J
 
 
@@ -104,9 +104,11 @@ def main(argv=None) -> int:
 
     ok = err <= args.tol and fd_err <= 1e-6
     if rank == 0:
-        print(f"adjoint_state: P={P} shard sizes {sizes}: J={J:.6f}; max relative error vs serial gradient "
-              f"{err:.3g} (tol {args.tol:g}); finite difference {fd:.10f} vs adjoint {ad:.10f} "
-              f"(relative {fd_err:.2g})")
+        print(
+            f"adjoint_state: P={P} shard sizes {sizes}: J={J:.6f}; max relative error vs serial gradient "
+            f"{err:.3g} (tol {args.tol:g}); finite difference {fd:.10f} vs adjoint {ad:.10f} "
+            f"(relative {fd_err:.2g})"
+        )
         print("adjoint_state: OK" if ok else "adjoint_state: FAILED")
     return 0 if ok else 1
 

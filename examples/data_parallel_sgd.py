@@ -87,13 +87,17 @@ def main(argv=None) -> int:
         diff = max(float(np.abs(p - s).max()) for p, s in zip(params, serial))
         worst = max(worst, comm.mpi.allreduce(diff, op=MPI.MAX))
         if rank == 0 and (step % 5 == 0 or step == args.steps - 1):
-            print(f"step {step:3d}  loss {loss / args.batch:.6f}  serial {serial_loss / args.batch:.6f}  "
-                  f"max |param - serial| {diff:.3g}")
+            print(
+                f"step {step:3d}  loss {loss / args.batch:.6f}  serial {serial_loss / args.batch:.6f}  "
+                f"max |param - serial| {diff:.3g}"
+            )
 
     ok = worst <= args.tol
     if rank == 0:
-        print(f"data_parallel_sgd: P={P} batch rows per rank {list(rows)}: max parameter difference vs "
-              f"serial over {args.steps} steps {worst:.3g} (tol {args.tol:g})")
+        print(
+            f"data_parallel_sgd: P={P} batch rows per rank {list(rows)}: max parameter difference vs "
+            f"serial over {args.steps} steps {worst:.3g} (tol {args.tol:g})"
+        )
         print("data_parallel_sgd: OK" if ok else "data_parallel_sgd: FAILED")
     return 0 if ok else 1
 

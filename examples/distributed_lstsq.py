@@ -102,9 +102,11 @@ def main(argv=None) -> int:
     err = comm.mpi.allreduce(float(np.linalg.norm(x - want) / np.linalg.norm(want)), op=MPI.MAX)
     ok = same and err <= args.tol
     if rank == 0:
-        print(f"distributed_lstsq: P={P} rows per rank {list(rows)}: LSQR stopped with istop={istop} after "
-              f"{itn} iterations on every rank: {same}; relative error vs numpy.linalg.lstsq {err:.3g} "
-              f"(tol {args.tol:g})")
+        print(
+            f"distributed_lstsq: P={P} rows per rank {list(rows)}: LSQR stopped with istop={istop} after "
+            f"{itn} iterations on every rank: {same}; relative error vs numpy.linalg.lstsq {err:.3g} "
+            f"(tol {args.tol:g})"
+        )
         print("distributed_lstsq: OK" if ok else "distributed_lstsq: FAILED")
     return 0 if ok else 1
 

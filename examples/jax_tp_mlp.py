@@ -58,12 +58,12 @@ def parallel_loss(params, t, comm, mode, cotangent, cols, rows):
     """This rank's part of the objective; ``params`` holds this rank's shards."""
     x, W1, b1, W2, b2 = params
     r = comm.rank
-    h = jnp.tanh(hcj.replicate(x, comm) @ W1 + b1)                # column-parallel
-    H = hcj.all_gather(h, comm, axis=1, sizes=cols)                # transpose: reduce-scatter
+    h = jnp.tanh(hcj.replicate(x, comm) @ W1 + b1)  # column-parallel
+    H = hcj.all_gather(h, comm, axis=1, sizes=cols)  # transpose: reduce-scatter
     lo = sum(rows[:r])
-    z = rms_norm(H)[:, lo : lo + rows[r]] @ W2                     # row-parallel partial sums
+    z = rms_norm(H)[:, lo : lo + rows[r]] @ W2  # row-parallel partial sums
     if mode == "all_reduce":
-        y = hcj.all_reduce(z, comm, cotangent=cotangent) + b2      # replicated; loss counted once
+        y = hcj.all_reduce(z, comm, cotangent=cotangent) + b2  # replicated; loss counted once
         return 0.5 * jnp.sum((y - t) ** 2)
     batch = hpccoll.split_sizes(t.shape[0], comm.size)
     y = hcj.reduce_scatter(z, comm, axis=0, sizes=batch) + hcj.replicate(b2, comm)
@@ -79,8 +79,10 @@ def shards(full, cols, rows, rank):
 
 
 def max_relative_error(got, want):
-    return max(float(np.abs(np.asarray(g) - np.asarray(w)).max() / max(np.abs(np.asarray(w)).max(), 1e-300))
-               for g, w in zip(got, want))
+    return max(
+        float(np.abs(np.asarray(g) - np.asarray(w)).max() / max(np.abs(np.asarray(w)).max(), 1e-300))
+        for g, w in zip(got, want)
+    )
 
 
 def main(argv=None) -> int:
@@ -131,8 +133,10 @@ def main(argv=None) -> int:
         if cotangent == "varying":
             ratio = comm.mpi.allreduce(float(np.abs(grads[1]).max() / np.abs(want[1]).max()), op=MPI.MAX)
             if rank == 0:
-                print(f"jax_tp_mlp: P={P} contrast {label}: max relative gradient error {err:.3g} "
-                      f"(dW1 is {ratio:.3g} x the serial one: the factor-of-P bug)")
+                print(
+                    f"jax_tp_mlp: P={P} contrast {label}: max relative gradient error {err:.3g} "
+                    f"(dW1 is {ratio:.3g} x the serial one: the factor-of-P bug)"
+                )
             failed |= P > 1 and abs(ratio - P) > 1e-8 * P  # the contrast must show exactly P
             continue
         for _ in range(args.steps):
@@ -140,8 +144,10 @@ def main(argv=None) -> int:
             mine = [a - args.lr * b for a, b in zip(mine, g)]
         train_err = comm.mpi.allreduce(max_relative_error(mine, want_trained), op=MPI.MAX)
         if rank == 0:
-            print(f"jax_tp_mlp: P={P} {label}: loss relative error {loss_err:.3g}, max relative gradient error "
-                  f"vs serial {err:.3g}, after {args.steps} jitted SGD steps {train_err:.3g} (tol {args.tol:g})")
+            print(
+                f"jax_tp_mlp: P={P} {label}: loss relative error {loss_err:.3g}, max relative gradient error "
+                f"vs serial {err:.3g}, after {args.steps} jitted SGD steps {train_err:.3g} (tol {args.tol:g})"
+            )
         failed |= not (err <= args.tol and loss_err <= args.tol and train_err <= args.tol)
     if rank == 0:
         print("jax_tp_mlp: FAILED" if failed else "jax_tp_mlp: OK")

@@ -45,8 +45,7 @@ class PencilFFT2:
         self.rows = hpccoll.split_sizes(n0, self.comm.size)
         self.cols = hpccoll.split_sizes(n1, self.comm.size)
         # Both extents are known, so no call needs a size exchange.
-        self.transpose = hpccoll.AllToAll(self.comm, split_axis=1, concat_axis=0, sizes=self.cols,
-                                          recv_sizes=self.rows)
+        self.transpose = hpccoll.AllToAll(self.comm, split_axis=1, concat_axis=0, sizes=self.cols, recv_sizes=self.rows)
         self._columns: Optional[Any] = None  # the transpose's output, reused from call to call
 
     def forward(self, x: Any, out: Any = None) -> Any:
@@ -70,8 +69,9 @@ class PencilFFT2:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["numpy", "cupy"], default="numpy", help="array library (default numpy)")
-    parser.add_argument("--shape", type=int, nargs=2, default=(64, 45), metavar=("N0", "N1"),
-                        help="global array shape (default 64 45)")
+    parser.add_argument(
+        "--shape", type=int, nargs=2, default=(64, 45), metavar=("N0", "N1"), help="global array shape (default 64 45)"
+    )
     parser.add_argument("--check", action="store_true", help="turn on the cross-rank argument check")
     args = parser.parse_args(argv)
     xp = np
@@ -92,8 +92,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     gathered = hpccoll.all_gather(x, comm)  # the whole array, to check against the serial FFT
     want = np.fft.fft2(_host(gathered))[:, c0:c1]
     checks = {
-        f"forward == numpy.fft.fft2 of the gathered {n0} x {n1} array (this rank's columns)":
-            np.allclose(_host(y), want, rtol=1e-10, atol=1e-10 * n0 * n1),
+        f"forward == numpy.fft.fft2 of the gathered {n0} x {n1} array (this rank's columns)": np.allclose(
+            _host(y), want, rtol=1e-10, atol=1e-10 * n0 * n1
+        ),
         "inverse(forward(x)) == x": np.allclose(_host(fft.inverse(y)), full[r0:r1], rtol=1e-10, atol=1e-10),
     }
     g = xp.asarray(rng.standard_normal(want.shape) + 1j * rng.standard_normal(want.shape))  # differs by rank

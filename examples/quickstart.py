@@ -96,8 +96,9 @@ def main(argv=None) -> int:
         "AllReduce": (hpccoll.AllReduce(comm), (4,), (4,)),
     }
     for name, (op, xs, ys) in ops.items():
-        ok = dottest(op, xp.asarray(local.standard_normal(xs)), xp.asarray(local.standard_normal(ys)),
-                     raise_error=False)
+        ok = dottest(
+            op, xp.asarray(local.standard_normal(xs)), xp.asarray(local.standard_normal(ys)), raise_error=False
+        )
         say(f"  [{'ok' if ok else 'FAILED'}] dottest {name}")
         if not ok:
             failures.append(f"dottest {name}")

@@ -100,7 +100,9 @@ def run(comm: hpccoll.Communicator, mode: str, n: int, steps: int, rows: list, p
     return {
         "step": comm.mpi.allreduce(step_time * per, op=MPI.MAX),
         "gather": comm.mpi.allreduce(gather_time * per, op=MPI.MAX),
-        "lap": lap, "vals": vals, "t": t,
+        "lap": lap,
+        "vals": vals,
+        "t": t,
     }
 
 
@@ -143,8 +145,10 @@ def main(argv=None) -> int:
     rows[0], rows[-1] = rows[0] + size // 2, rows[-1] - size // 2  # uneven on purpose (numbers of rows still >= 0)
     pts = np.random.default_rng(rank).random((args.particles, 2))
     lo, hi = sum(rows[:rank]), sum(rows[: rank + 1])
-    say(f"shared_field: {n} x {n} float64 field ({n * n * 8 / 2**20:.0f} MiB) in {size} slabs {rows}, "
-        f"{args.steps} steps")
+    say(
+        f"shared_field: {n} x {n} float64 field ({n * n * 8 / 2**20:.0f} MiB) in {size} slabs {rows}, "
+        f"{args.steps} steps"
+    )
     modes = ["shared", "plain"] if args.mode == "both" else [args.mode]
     failures = []
     results = {}
@@ -158,14 +162,18 @@ def main(argv=None) -> int:
         ok = comm.mpi.allreduce(bool(ok), op=MPI.LAND)
         if not ok:
             failures.append(mode)
-        say(f"  {mode:>6}: {r['step'] * 1e3:8.2f} ms per step, all_gather {r['gather'] * 1e3:8.3f} ms, "
+        say(
+            f"  {mode:>6}: {r['step'] * 1e3:8.2f} ms per step, all_gather {r['gather'] * 1e3:8.3f} ms, "
             f"field memory, all ranks {r['memory']:7.1f} MiB (PSS)  [{'ok' if ok else 'FAILED'}: "
-            "stencil and interpolation equal the serial run]")
+            "stencil and interpolation equal the serial run]"
+        )
     if len(results) == 2:
         s, p = results["shared"], results["plain"]
-        say(f"  shared vs plain: all_gather {p['gather'] / s['gather']:.1f}x faster, step "
+        say(
+            f"  shared vs plain: all_gather {p['gather'] / s['gather']:.1f}x faster, step "
             f"{p['step'] / s['step']:.2f}x, memory {p['memory'] / max(s['memory'], 1e-9):.1f}x less "
-            f"(the plain version holds {size} copies of the field, the shared one 1 per node)")
+            f"(the plain version holds {size} copies of the field, the shared one 1 per node)"
+        )
     comm.free()
     say("passed" if not failures else f"FAILED: {failures}")
     return 1 if failures else 0

@@ -56,17 +56,17 @@ def parallel_loss(params, t, comm, mode, cotangent, cols, rows):
     """This rank's part of the objective; ``params`` holds this rank's shards."""
     x, W1, b1, W2, b2 = params
     r = comm.rank
-    h = anp.tanh(hca.replicate(x, comm) @ W1 + b1)                 # column-parallel
-    H = hca.all_gather(h, comm, axis=1, sizes=cols)                 # backward: reduce-scatter
+    h = anp.tanh(hca.replicate(x, comm) @ W1 + b1)  # column-parallel
+    H = hca.all_gather(h, comm, axis=1, sizes=cols)  # backward: reduce-scatter
     lo = sum(rows[:r])
-    z = rms_norm(H)[:, lo : lo + rows[r]] @ W2                      # row-parallel partial sums
+    z = rms_norm(H)[:, lo : lo + rows[r]] @ W2  # row-parallel partial sums
     if mode == "all_reduce":
-        y = hca.all_reduce(z, comm, cotangent=cotangent) + b2       # replicated; loss counted once
+        y = hca.all_reduce(z, comm, cotangent=cotangent) + b2  # replicated; loss counted once
         return 0.5 * anp.sum((y - t) ** 2)
     batch = hpccoll.split_sizes(t.shape[0], comm.size)
     y = hca.reduce_scatter(z, comm, axis=0, sizes=batch) + hca.replicate(b2, comm)
     start = sum(batch[:r])
-    return 0.5 * anp.sum((y - t[start : start + batch[r]]) ** 2)   # this rank's rows
+    return 0.5 * anp.sum((y - t[start : start + batch[r]]) ** 2)  # this rank's rows
 
 
 def shards(full, cols, rows, rank):
@@ -124,13 +124,17 @@ def main(argv=None) -> int:
         if cotangent == "varying":
             ratio = comm.mpi.allreduce(float(np.abs(grads[1]).max() / np.abs(want[1]).max()), op=MPI.MAX)
             if rank == 0:
-                print(f"tp_mlp: P={P} contrast {label}: max relative gradient error {err:.3g} "
-                      f"(dW1 is {ratio:.3g} x the serial one: the factor-of-P bug)")
+                print(
+                    f"tp_mlp: P={P} contrast {label}: max relative gradient error {err:.3g} "
+                    f"(dW1 is {ratio:.3g} x the serial one: the factor-of-P bug)"
+                )
             failed |= P > 1 and abs(ratio - P) > 1e-8 * P  # the contrast must show exactly P
             continue
         if rank == 0:
-            print(f"tp_mlp: P={P} {label}: loss relative error {loss_err:.3g}, "
-                  f"max relative gradient error vs serial {err:.3g} (tol {args.tol:g})")
+            print(
+                f"tp_mlp: P={P} {label}: loss relative error {loss_err:.3g}, "
+                f"max relative gradient error vs serial {err:.3g} (tol {args.tol:g})"
+            )
         failed |= not (err <= args.tol and loss_err <= args.tol)
     if rank == 0:
         print("tp_mlp: FAILED" if failed else "tp_mlp: OK")

@@ -11,6 +11,7 @@ from ._operators import Operator
 
 __all__ = ["adjoint_of"]
 
+
 def adjoint_of(fn_or_operator: Any) -> Any:
     """The adjoint of a collective function or operator, under the inner product summed over ranks.
 

@@ -24,12 +24,21 @@ import numpy as np
 __all__ = ["main", "parse_size", "run"]
 
 COLLECTIVES = ("allgather", "reducescatter", "allreduce")
-_BUS = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
-        "allreduce": lambda n: 2 * (n - 1) / n}
-_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "bf16": "bfloat16",
-            "int8": "int8", "uint8": "uint8"}
-_RTOL = {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-6, "float64": 1e-12, "complex64": 1e-6,
-         "complex128": 1e-12}
+_BUS = {
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "allreduce": lambda n: 2 * (n - 1) / n,
+}
+_ALIASES = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "int": "int32",
+    "bf16": "bfloat16",
+    "int8": "int8",
+    "uint8": "uint8",
+}
+_RTOL = {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-6, "float64": 1e-12, "complex64": 1e-6, "complex128": 1e-12}
 
 
 def parse_size(text: str) -> int:
@@ -234,16 +243,22 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
     rows: List[Dict[str, Any]] = []
     for coll in colls:
         op = args.op if coll != "allgather" else "none"
-        say(f"#\n# {coll}: {P} ranks, dtype {args.datatype.name}, op {op}, axis {args.axis}, "
-            f"{'uneven' if args.uneven else 'even'} shards, transport {comm.transport}")
-        head = (f"#{'size':>11}{'count':>13}{'type':>10}{'redop':>8}{'root':>6}"
-                + "".join(f"{'time':>9}{'algbw':>8}{'busbw':>8}{'#wrong':>7}" for _ in range(2)))
+        say(
+            f"#\n# {coll}: {P} ranks, dtype {args.datatype.name}, op {op}, axis {args.axis}, "
+            f"{'uneven' if args.uneven else 'even'} shards, transport {comm.transport}"
+        )
+        head = f"#{'size':>11}{'count':>13}{'type':>10}{'redop':>8}{'root':>6}" + "".join(
+            f"{'time':>9}{'algbw':>8}{'busbw':>8}{'#wrong':>7}" for _ in range(2)
+        )
         if args.baseline:
             head += f"{'base':>9}{'ratio':>7}"
         say("#" + " " * 48 + "out-of-place".center(32) + "in-place".center(32))
         say(head)
-        say(f"#{'(B)':>11}{'(elements)':>13}{'':>24}" + f"{'(us)':>9}{'(GB/s)':>8}{'(GB/s)':>8}{'':>7}" * 2
-            + (f"{'(us)':>9}" if args.baseline else ""))
+        say(
+            f"#{'(B)':>11}{'(elements)':>13}{'':>24}"
+            + f"{'(us)':>9}{'(GB/s)':>8}{'(GB/s)':>8}{'':>7}" * 2
+            + (f"{'(us)':>9}" if args.baseline else "")
+        )
         size = args.minbytes
         while size <= args.maxbytes:
             case = Case(coll, size, args.datatype, args.op, comm, args.axis, args.uneven)
@@ -253,8 +268,14 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
             iters = args.iters if case.nbytes < (1 << 24) else max(1, args.iters // 4)
             times = _time(comm, fns, iters, args.warmup, args.rounds)
             wrong = [comm.mpi.allreduce(case.wrong(ip), op=MPI.SUM) for ip in (False, True)]
-            row: Dict[str, Any] = {"collective": coll, "size": case.nbytes, "count": case.count,
-                                   "type": args.datatype.name, "redop": op, "root": -1}
+            row: Dict[str, Any] = {
+                "collective": coll,
+                "size": case.nbytes,
+                "count": case.count,
+                "type": args.datatype.name,
+                "redop": op,
+                "root": -1,
+            }
             # every field starts with a space, so a wide value never runs into its neighbour
             text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {-1:>5}"
             for key, w in (("oop", wrong[0]), ("ip", wrong[1])):
@@ -294,8 +315,11 @@ def _plot(rows: List[Dict[str, Any]], path: str, ranks: int) -> None:
             continue
         sizes = [r["size"] for r in mine]
         ax.plot(sizes, [r["oop"]["busbw"] for r in mine], marker="o", label=f"{coll} (hpccoll)")
-        base = [(r["size"], r["size"] / 1e9 / (r["baseline_us"] / 1e6) * _BUS[coll](ranks))
-                for r in mine if "baseline_us" in r]
+        base = [
+            (r["size"], r["size"] / 1e9 / (r["baseline_us"] / 1e6) * _BUS[coll](ranks))
+            for r in mine
+            if "baseline_us" in r
+        ]
         if base:
             ax.plot(*zip(*base), linestyle="--", marker="x", label=f"{coll} (raw mpi4py)")
     ax.set_xscale("log", base=2)
@@ -310,14 +334,20 @@ def _plot(rows: List[Dict[str, Any]], path: str, ranks: int) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """The ``bench`` options, modelled on nccl-tests."""
-    p = argparse.ArgumentParser(prog="python -m hpccoll bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m hpccoll bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("32M"), help="largest size (default 32M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows (default 2)")
     p.add_argument("-c", "--collective", choices=COLLECTIVES + ("all",), default="all", help="default all")
-    p.add_argument("-d", "--datatype", type=_dtype, default=np.dtype(np.float32),
-                   help="float32 (default), float64, float16, bfloat16, int32, ... (nccl-tests names work too)")
+    p.add_argument(
+        "-d",
+        "--datatype",
+        type=_dtype,
+        default=np.dtype(np.float32),
+        help="float32 (default), float64, float16, bfloat16, int32, ... (nccl-tests names work too)",
+    )
     p.add_argument("-o", "--op", choices=("sum", "prod", "max", "min", "avg"), default="sum", help="default sum")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per round (default 20)")
     p.add_argument("-w", "--warmup", type=int, default=5, help="warm-up iterations (default 5)")
@@ -340,8 +370,10 @@ def main(argv: Any = None) -> int:
         parser().error("expected 1 <= minbytes <= maxbytes and stepfactor >= 2")
     comm = hpccoll.Communicator(transport=args.transport)
     say = (lambda line: print(line, flush=True)) if comm.rank == 0 else (lambda line: None)
-    say(f"# hpccoll {hpccoll.__version__} bench: mpiexec -n {comm.size} python -m hpccoll bench "
-        + " ".join(sys.argv[2:] if argv is None else argv))
+    say(
+        f"# hpccoll {hpccoll.__version__} bench: mpiexec -n {comm.size} python -m hpccoll bench "
+        + " ".join(sys.argv[2:] if argv is None else argv)
+    )
     rows = run(args, comm, say)
     if comm.rank == 0 and args.json:
         with open(args.json, "w") as fh:

@@ -70,7 +70,16 @@ class Communicator:
     """
 
     __slots__ = (
-        "_mpi", "rank", "size", "check", "transport", "timeout", "bucket_bytes", "state", "_transports", "_by_kind",
+        "_mpi",
+        "rank",
+        "size",
+        "check",
+        "transport",
+        "timeout",
+        "bucket_bytes",
+        "state",
+        "_transports",
+        "_by_kind",
         "_owned",
     )
 
@@ -154,10 +163,13 @@ class Communicator:
         """
         known = self._by_kind.get(kind)
         if known is None:
-            known = self._chain(kind, tuple(
-                (least, name if least else self.transport_instance(name))
-                for least, name in transport_chain(self, kind)
-            ))
+            known = self._chain(
+                kind,
+                tuple(
+                    (least, name if least else self.transport_instance(name))
+                    for least, name in transport_chain(self, kind)
+                ),
+            )
         floor, chain = known
         if nbytes < floor:  # below every threshold (or no threshold at all): the last transport
             return chain[-1][1]
@@ -174,10 +186,14 @@ class Communicator:
     def _admit(self, kind: str, name: str, nbytes: int) -> Any:
         """Probe the size-limited transport ``name`` (collective), keep it in the chain or drop it; then choose."""
         usable = registered(name).auto_reason(self) is None
-        self._chain(kind, tuple(
-            (least, self.transport_instance(name) if inst == name else inst)
-            for least, inst in self._by_kind[kind][1] if inst != name or usable
-        ))
+        self._chain(
+            kind,
+            tuple(
+                (least, self.transport_instance(name) if inst == name else inst)
+                for least, inst in self._by_kind[kind][1]
+                if inst != name or usable
+            ),
+        )
         return self.transport_of(kind, nbytes)
 
     def transport_for(self, array: Any) -> Any:
@@ -263,10 +279,7 @@ class Communicator:
         self.free()
 
     def __repr__(self) -> str:
-        return (
-            f"Communicator(rank={self.rank}, size={self.size}, "
-            f"transport={self.transport!r}, check={self.check})"
-        )
+        return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport!r}, check={self.check})"
 
 
 def _bucket_bytes() -> int:

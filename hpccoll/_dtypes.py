@@ -105,9 +105,7 @@ def normalize_op(op: Any) -> str:
         mpi_op = _mpi_op_name(op)
         if mpi_op is not None:
             return mpi_op
-    raise ArgumentError(
-        f"op: expected one of {', '.join(map(repr, OPS))} or MPI.SUM/PROD/MAX/MIN; got {op!r}"
-    )
+    raise ArgumentError(f"op: expected one of {', '.join(map(repr, OPS))} or MPI.SUM/PROD/MAX/MIN; got {op!r}")
 
 
 def _mpi_op_name(op: Any) -> Optional[str]:
@@ -149,12 +147,15 @@ _BOOL_OPS = {"sum": "max", "max": "max", "prod": "min", "min": "min"}
 _PLANS: Dict[Tuple[np.dtype, str, frozenset, frozenset], Union[ReducePlan, DTypeError]] = {}
 
 #: The 32-bit integer each small integer's sum is widened to (wrapped back to it like NumPy afterwards).
-_WIDE_INT = {np.dtype(n): np.dtype(w) for n, w in
-             (("int8", "int32"), ("int16", "int32"), ("uint8", "uint32"), ("uint16", "uint32"))}
+_WIDE_INT = {
+    np.dtype(n): np.dtype(w)
+    for n, w in (("int8", "int32"), ("int16", "int32"), ("uint8", "uint32"), ("uint16", "uint32"))
+}
 
 
-def reduce_plan(dtype: np.dtype, op: str, native: frozenset = frozenset(),
-                saturates: frozenset = frozenset()) -> ReducePlan:
+def reduce_plan(
+    dtype: np.dtype, op: str, native: frozenset = frozenset(), saturates: frozenset = frozenset()
+) -> ReducePlan:
     """Choose the wire dtype and op for reducing ``dtype`` with ``op`` (cached).
 
     Parameters

@@ -9,8 +9,20 @@ from typing import Any, Dict, List
 
 __all__ = ["collect", "report", "main"]
 
-_ENV_PREFIXES = ("HPCCOLL_", "NCCL_", "UCX_", "FI_", "MPICH_", "MPIR_CVAR_", "OMPI_MCA_", "CUDA_VISIBLE_DEVICES",
-                 "SLURM_LOCALID", "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID", "MPI_LOCALRANKID")
+_ENV_PREFIXES = (
+    "HPCCOLL_",
+    "NCCL_",
+    "UCX_",
+    "FI_",
+    "MPICH_",
+    "MPIR_CVAR_",
+    "OMPI_MCA_",
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_LOCALID",
+    "PMI_LOCAL_RANK",
+    "PALS_LOCAL_RANKID",
+    "MPI_LOCALRANKID",
+)
 
 
 def _gpu() -> Dict[str, Any]:
@@ -45,8 +57,12 @@ def collect(comm: Any) -> Dict[str, Any]:
     from .transports import transport_classes
     from .transports._mpitypes import quirks
 
-    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
-              MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    levels = {
+        MPI.THREAD_SINGLE: "single",
+        MPI.THREAD_FUNNELED: "funneled",
+        MPI.THREAD_SERIALIZED: "serialized",
+        MPI.THREAD_MULTIPLE: "multiple",
+    }
     hosts = comm.mpi.allgather(MPI.Get_processor_name())
     per_host: Dict[str, int] = {}
     for h in hosts:
@@ -99,8 +115,10 @@ def report(info: Dict[str, Any]) -> str:
     if gpu.get("reason"):
         lines.append(f"  none usable: {gpu['reason']}")
     else:
-        lines.append(f"  cupy {gpu['cupy']}, CUDA runtime {gpu['cuda_runtime']}, NCCL {gpu['nccl']}, "
-                     f"{gpu['devices']} device(s) visible on rank 0's host")
+        lines.append(
+            f"  cupy {gpu['cupy']}, CUDA runtime {gpu['cuda_runtime']}, NCCL {gpu['nccl']}, "
+            f"{gpu['devices']} device(s) visible on rank 0's host"
+        )
     lines.append("transports")
     for name, t in info["transports"].items():
         state = "usable" if t["usable"] else f"unavailable: {t['reason']}"

@@ -14,7 +14,17 @@ from ._arrays import flat, prod
 from ._relayout import copy_blocks as blocks
 
 __all__ = [
-    "as_wire", "wire_flat", "pack", "blocks", "store", "divide", "divided", "buckets", "concat", "join", "joined",
+    "as_wire",
+    "wire_flat",
+    "pack",
+    "blocks",
+    "store",
+    "divide",
+    "divided",
+    "buckets",
+    "concat",
+    "join",
+    "joined",
 ]
 
 
@@ -112,4 +122,3 @@ def joined(arrays: Sequence[np.ndarray]) -> np.ndarray:
         return np.frombuffer(b"".join(arrays), arrays[0].dtype)
     except (TypeError, ValueError, BufferError):  # not C-contiguous, or a dtype with no buffer format
         return np.concatenate(arrays, axis=None)
-

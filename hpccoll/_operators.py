@@ -187,17 +187,27 @@ class AllToAll(_PairOperator):
     >>> cols = op(rows); rows_again = op.H(cols)                   # doctest: +SKIP
     """
 
-    def __init__(self, comm: Any = None, *, split_axis: int = 0, concat_axis: int = 0, sizes: Sizes = None,
-                 recv_sizes: Sizes = None) -> None:
+    def __init__(
+        self,
+        comm: Any = None,
+        *,
+        split_axis: int = 0,
+        concat_axis: int = 0,
+        sizes: Sizes = None,
+        recv_sizes: Sizes = None,
+    ) -> None:
         self.comm = as_communicator(comm)
         self.split_axis, self.concat_axis = split_axis, concat_axis
         self.sizes = _check_sizes(sizes, self.comm)
         self.recv_sizes = None if recv_sizes is None else sizes_of(recv_sizes, self.comm.size, "recv_sizes")
-        self.keywords = dict(split_axis=split_axis, concat_axis=concat_axis, sizes=self.sizes,
-                             recv_sizes=self.recv_sizes)
+        self.keywords = dict(
+            split_axis=split_axis, concat_axis=concat_axis, sizes=self.sizes, recv_sizes=self.recv_sizes
+        )
 
     pair = PAIR["all_to_all"]
 
     def __repr__(self) -> str:
-        return (f"AllToAll(split_axis={self.split_axis}, concat_axis={self.concat_axis}, sizes={self.sizes}, "
-                f"recv_sizes={self.recv_sizes}, size={self.comm.size})")
+        return (
+            f"AllToAll(split_axis={self.split_axis}, concat_axis={self.concat_axis}, sizes={self.sizes}, "
+            f"recv_sizes={self.recv_sizes}, size={self.comm.size})"
+        )

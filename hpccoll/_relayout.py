@@ -305,9 +305,7 @@ extern "C" __global__ void hpccoll_copy_blocks(
 def kernel_source(width: int, wide_index: bool) -> str:
     """CUDA C++ of the relayout kernel ``hpccoll_copy_blocks`` for ``width``-byte elements."""
     index = "long long" if wide_index else "int"
-    return (
-        _SOURCE.replace("UNIT_T", _C_UNIT[width]).replace("INDEX_T", index).replace("PER_THREAD", str(PER_THREAD))
-    )
+    return _SOURCE.replace("UNIT_T", _C_UNIT[width]).replace("INDEX_T", index).replace("PER_THREAD", str(PER_THREAD))
 
 
 def host_table(lead: int, unit: int, width: int, sizes: Sequence[int], itype: Any) -> np.ndarray:
@@ -383,6 +381,15 @@ def _cupy(buf: Any, arr: Any, xp: Any, lead: int, row: int, unit: int, sizes: Se
     else:
         table, run = _table(xp, data.device_id, itype, lead, unit, width, sizes), 0
     tiles = -(-total // (THREADS * PER_THREAD))
-    args = (buf, arr, table, np.int32(len(sizes)), itype(run), itype(lead), itype(row // width), itype(total),
-            np.int32(to_flat))
+    args = (
+        buf,
+        arr,
+        table,
+        np.int32(len(sizes)),
+        itype(run),
+        itype(lead),
+        itype(row // width),
+        itype(total),
+        np.int32(to_flat),
+    )
     _kernel(xp, width, wide)((tiles,), (THREADS,), args)

@@ -226,8 +226,10 @@ def assert_same(got, want, comm=None):
     if comm is not None:
         return agree(comm, lambda: assert_same(got, want))
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
-    np.testing.assert_array_equal(got.view(f"u{got.dtype.itemsize}") if got.dtype.itemsize <= 8 else got,
-                                  want.view(f"u{want.dtype.itemsize}") if want.dtype.itemsize <= 8 else want)
+    np.testing.assert_array_equal(
+        got.view(f"u{got.dtype.itemsize}") if got.dtype.itemsize <= 8 else got,
+        want.view(f"u{want.dtype.itemsize}") if want.dtype.itemsize <= 8 else want,
+    )
     return True
 
 
@@ -276,7 +278,8 @@ def pytest_terminal_summary(terminalreporter):
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "gpu" in getattr(r, "keywords", {})]
     if skipped:
         terminalreporter.write_sep(
-            "=", f"{len(skipped)} GPU tests (marker gpu) skipped, reasons above; on a GPU machine: make test-gpu",
+            "=",
+            f"{len(skipped)} GPU tests (marker gpu) skipped, reasons above; on a GPU machine: make test-gpu",
             yellow=True,
         )
 
@@ -345,8 +348,12 @@ def pytest_timeout_set_timer(item, settings):
         if capman is not None:
             capman.suspend_global_capture(item)
         terminal = item.config.get_terminal_writer()
-        terminal.line(f"\nTIMEOUT on rank {world.rank} of {world.size}: {item.nodeid} ran past its {settings.timeout:g} s "
-                      "(its stacks follow; the job ends)", red=True, bold=True)
+        terminal.line(
+            f"\nTIMEOUT on rank {world.rank} of {world.size}: {item.nodeid} ran past its {settings.timeout:g} s "
+            "(its stacks follow; the job ends)",
+            red=True,
+            bold=True,
+        )
         terminal.flush()
         pytest_timeout.timeout_timer(item, settings)
 

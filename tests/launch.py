@@ -36,8 +36,15 @@ JOB_PREFIXES = ("PMI_", "PMIX_", "HYDI_", "MPI_LOCALNRANKS", "MPI_LOCALRANKID", 
 #: ... except the user's own settings among them, which the child needs as much as this process did,
 _USER_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_ROOT", "OPAL_PREFIX")
 #: (The MCA values that Open MPI's launcher itself passes to its ranks are left out all the same.)
-_LAUNCHER_MCA = ("OMPI_MCA_num_procs", "OMPI_MCA_initial_wdir", "OMPI_MCA_cpu_type", "OMPI_MCA_PREFIXES",
-                 "OMPI_MCA_ess", "OMPI_MCA_orte_", "OMPI_MCA_pmix")
+_LAUNCHER_MCA = (
+    "OMPI_MCA_num_procs",
+    "OMPI_MCA_initial_wdir",
+    "OMPI_MCA_cpu_type",
+    "OMPI_MCA_PREFIXES",
+    "OMPI_MCA_ess",
+    "OMPI_MCA_orte_",
+    "OMPI_MCA_pmix",
+)
 #: How much of the child's stdout and stderr a failure shows.
 TAIL = 4000
 
@@ -183,8 +190,15 @@ def run_mpiexec(
     """
     cmd = mpiexec_command(n, args)
     # its own session: on a timeout the whole job (mpiexec and the ranks it forked) can be ended together
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                            env=child_env(env, drop), start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=child_env(env, drop),
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -202,5 +216,7 @@ def run_mpiexec(
 
 def _report(cmd: Sequence[str], what: str, out: str, err: str) -> str:
     """A failed job's message: the command, how it ended, and the last :data:`TAIL` characters of each stream."""
-    return (f"$ {shlex.join(cmd)}\n{what} ({mpi_flavour()}, uid {os.geteuid()})\n"
-            f"--- stdout (tail)\n{out[-TAIL:]}\n--- stderr (tail)\n{err[-TAIL:]}")
+    return (
+        f"$ {shlex.join(cmd)}\n{what} ({mpi_flavour()}, uid {os.geteuid()})\n"
+        f"--- stdout (tail)\n{out[-TAIL:]}\n--- stderr (tail)\n{err[-TAIL:]}"
+    )

@@ -86,8 +86,19 @@ def _caller() -> str:
 class _Alloc:
     """The bytes of one allocation; queued work keeps them alive even after the allocation is freed."""
 
-    __slots__ = ("raw", "ptr", "nbytes", "device", "stream", "pinned", "live", "accesses", "freed_at", "label",
-                 "generation")
+    __slots__ = (
+        "raw",
+        "ptr",
+        "nbytes",
+        "device",
+        "stream",
+        "pinned",
+        "live",
+        "accesses",
+        "freed_at",
+        "label",
+        "generation",
+    )
 
     def __init__(self, raw: np.ndarray, device: int, stream: Optional["Stream"], pinned: bool, label: str) -> None:
         self.raw = raw
@@ -137,7 +148,10 @@ class _PinnedBlock:
     def __init__(self, alloc: _Alloc) -> None:
         self.alloc = alloc
         self.__array_interface__ = {
-            "shape": (alloc.nbytes,), "typestr": "|u1", "data": (alloc.ptr, False), "version": 3,
+            "shape": (alloc.nbytes,),
+            "typestr": "|u1",
+            "data": (alloc.ptr, False),
+            "version": 3,
         }
 
     def __del__(self) -> None:
@@ -153,8 +167,16 @@ class _PinnedBlock:
 class _Op:
     __slots__ = ("fn", "what", "deps", "clock", "stream", "index", "nccl", "where")
 
-    def __init__(self, fn: Optional[Callable[[], Any]], what: str, deps: list, stream: "Stream", index: int,
-                 nccl: Any, where: str) -> None:
+    def __init__(
+        self,
+        fn: Optional[Callable[[], Any]],
+        what: str,
+        deps: list,
+        stream: "Stream",
+        index: int,
+        nccl: Any,
+        where: str,
+    ) -> None:
         self.fn = fn
         self.what = what
         self.deps = deps
@@ -336,8 +358,13 @@ class _Device:
                 alloc.raw.fill(POISON)
             return
         # Device memory goes back to the pool of the stream it came from, reusable in that stream's order.
-        self.enqueue(f"poison of the freed {alloc.describe()}", lambda raw=alloc.raw: raw.fill(POISON),
-                     stream=alloc.stream, writes=[(alloc, alloc.ptr, alloc.ptr + alloc.nbytes)], poison=True)
+        self.enqueue(
+            f"poison of the freed {alloc.describe()}",
+            lambda raw=alloc.raw: raw.fill(POISON),
+            stream=alloc.stream,
+            writes=[(alloc, alloc.ptr, alloc.ptr + alloc.nbytes)],
+            poison=True,
+        )
 
     # ------------------------------------------------------------------ queueing and the race detector
     def enqueue(
@@ -374,8 +401,10 @@ class _Device:
             if alloc is None or hi <= lo:
                 continue
             if not alloc.live and not poison:
-                self.violation(f"use after free: {what} (queued at {where}) uses the {alloc.describe()}, "
-                               f"freed before ({alloc.freed_at})")
+                self.violation(
+                    f"use after free: {what} (queued at {where}) uses the {alloc.describe()}, "
+                    f"freed before ({alloc.freed_at})"
+                )
             self.check_races(alloc, op, lo, hi, write)
         stream.ops.append(op)
         self.ops_queued += 1
@@ -432,8 +461,11 @@ class _Device:
         if self.violations:
             found, self.violations = self.violations, []
             more = "".join(f"\n  and: {m}" for m in found[1:4]) + (
-                f"\n  ... {len(found) - 4} more" if len(found) > 4 else "")
-            mode = f"stand-in mode {self.mode!r}" + (f", HPCCOLL_STANDIN_SEED={self.seed}" if self.mode == "random" else "")
+                f"\n  ... {len(found) - 4} more" if len(found) > 4 else ""
+            )
+            mode = f"stand-in mode {self.mode!r}" + (
+                f", HPCCOLL_STANDIN_SEED={self.seed}" if self.mode == "random" else ""
+            )
             raise StandInRace(f"{found[0]}{more}\n  ({mode})")
 
     # ------------------------------------------------------------------ execution
@@ -468,8 +500,10 @@ class _Device:
     def sync(self, stream: Stream, upto: int) -> None:
         """The host waits for ``stream`` up to op ``upto``."""
         if not self.run(stream, upto):
-            raise StandInHang(f"the host waits on stream {stream.ptr:#x}, which is blocked on a stalled NCCL "
-                              "communicator that was never aborted: a real GPU would hang here")
+            raise StandInHang(
+                f"the host waits on stream {stream.ptr:#x}, which is blocked on a stalled NCCL "
+                "communicator that was never aborted: a real GPU would hang here"
+            )
         self.observed(stream, upto)
         self.raise_violations()
 
@@ -499,8 +533,10 @@ class _Device:
         """``cudaDeviceSynchronize``: every stream, in creation order."""
         for s in list(self.streams):
             if not self.run(s, len(s.ops)):
-                raise StandInHang(f"a device synchronisation waits on stream {s.ptr:#x}, blocked on a stalled NCCL "
-                                  "communicator that was never aborted: a real GPU would hang here")
+                raise StandInHang(
+                    f"a device synchronisation waits on stream {s.ptr:#x}, blocked on a stalled NCCL "
+                    "communicator that was never aborted: a real GPU would hang here"
+                )
             self.observed(s, len(s.ops))
         self.raise_violations()
 
@@ -639,8 +675,10 @@ def _device_range(ptr: int, size: int, who: str) -> _Alloc:
         freed = GPU.find_freed(ptr)
         if freed is not None:
             raise RuntimeError(f"{who}: address {ptr:#x} is in the freed {freed.describe()} ({freed.freed_at})")
-        raise RuntimeError(f"{who}: [{ptr:#x}, +{size}) is not inside one device allocation "
-                           "(cudaErrorInvalidValue, or an illegal address on a GPU)")
+        raise RuntimeError(
+            f"{who}: [{ptr:#x}, +{size}) is not inside one device allocation "
+            "(cudaErrorInvalidValue, or an illegal address on a GPU)"
+        )
     return alloc
 
 
@@ -651,10 +689,12 @@ def _memcpy(dst: int, src: int, size: int, stream: Stream, who: str) -> None:
     dv = d.raw[dst - d.ptr : dst - d.ptr + size]
     sv = s.raw[src - s.ptr : src - s.ptr + size]
     if d is s and dst != src and dst < src + size and src < dst + size:
-        GPU.violation(f"{who}: source and destination overlap (queued at {_caller()}); cudaMemcpyAsync is "
-                      "undefined there")
-    GPU.enqueue(who, lambda: np.copyto(dv, sv), reads=[(s, src, src + size)], writes=[(d, dst, dst + size)],
-                stream=stream)
+        GPU.violation(
+            f"{who}: source and destination overlap (queued at {_caller()}); cudaMemcpyAsync is undefined there"
+        )
+    GPU.enqueue(
+        who, lambda: np.copyto(dv, sv), reads=[(s, src, src + size)], writes=[(d, dst, dst + size)], stream=stream
+    )
 
 
 def _memset(ptr: int, value: int, size: int, stream: Stream, who: str) -> None:
@@ -675,8 +715,14 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     __slots__ = ("_mem", "_v", "__weakref__")
 
-    def __init__(self, shape: Any, dtype: Any = float, memptr: Optional[MemoryPointer] = None,
-                 strides: Any = None, order: str = "C") -> None:
+    def __init__(
+        self,
+        shape: Any,
+        dtype: Any = float,
+        memptr: Optional[MemoryPointer] = None,
+        strides: Any = None,
+        order: str = "C",
+    ) -> None:
         shape, dtype = _shape(shape), np.dtype(dtype)
         if memptr is None:
             nbytes = dtype.itemsize
@@ -723,8 +769,10 @@ class ndarray:  # noqa: N801 - CuPy's name
         return f"<stand-in cupy.ndarray shape={self.shape} dtype={self.dtype} at {self.data.ptr:#x}>"
 
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct "
-                        "a NumPy array explicitly. (stand-in, as CuPy)")
+        raise TypeError(
+            "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct "
+            "a NumPy array explicitly. (stand-in, as CuPy)"
+        )
 
     def __iter__(self) -> Any:
         raise NotImplementedError("stand-in: iterating over a device array is not modelled; use .get()")
@@ -733,10 +781,15 @@ class ndarray:  # noqa: N801 - CuPy's name
     def __cuda_array_interface__(self) -> dict:
         # The consumer (mpi4py) reads and writes the memory from the host at once, without synchronising.
         GPU.host_access([self], True, "a host consumer of __cuda_array_interface__ (MPI)")
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
-                "data": (self.data.ptr, False), "version": 3,
-                "strides": None if self._v.flags.c_contiguous else self._v.strides,
-                "stream": GPU.current.ptr or 1}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "descr": [("", self.dtype.str)],
+            "data": (self.data.ptr, False),
+            "version": 3,
+            "strides": None if self._v.flags.c_contiguous else self._v.strides,
+            "stream": GPU.current.ptr or 1,
+        }
 
     # ---- views
     def view(self, dtype: Any = None) -> "ndarray":
@@ -790,8 +843,9 @@ class ndarray:  # noqa: N801 - CuPy's name
     def fill(self, value: Any) -> None:
         copyto(self, value, casting="unsafe", what="fill")
 
-    def get(self, stream: Optional[Stream] = None, order: str = "C", out: Optional[np.ndarray] = None,
-            blocking: bool = True) -> np.ndarray:
+    def get(
+        self, stream: Optional[Stream] = None, order: str = "C", out: Optional[np.ndarray] = None, blocking: bool = True
+    ) -> np.ndarray:
         """Copy to the host on ``stream`` (default: the current one) and wait for that stream only."""
         stream = stream or GPU.current
         GPU.sync(stream, len(stream.ops))
@@ -864,11 +918,16 @@ def _overlap_check(target: np.ndarray, sources: List[np.ndarray], what: str) -> 
     for src in sources:
         if not (src.size and target.size and np.may_share_memory(src, target)):
             continue
-        same = (src.__array_interface__["data"][0] == target.__array_interface__["data"][0]
-                and src.strides == target.strides and src.shape == target.shape)
+        same = (
+            src.__array_interface__["data"][0] == target.__array_interface__["data"][0]
+            and src.strides == target.strides
+            and src.shape == target.shape
+        )
         if not same and np.shares_memory(src, target):
-            GPU.violation(f"{what}: source and destination partly overlap (queued at {_caller()}); CuPy copies "
-                          "with cudaMemcpyAsync or a parallel kernel, undefined there")
+            GPU.violation(
+                f"{what}: source and destination partly overlap (queued at {_caller()}); CuPy copies "
+                "with cudaMemcpyAsync or a parallel kernel, undefined there"
+            )
 
 
 def _elementwise(ufunc: Any, inputs: List[Any], out: Optional[ndarray] = None) -> ndarray:
@@ -885,8 +944,9 @@ def _elementwise(ufunc: Any, inputs: List[Any], out: Optional[ndarray] = None) -
         raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {dtype} to {out.dtype} (stand-in)")
     target = out._v
     _overlap_check(target, [x._v for x in inputs if isinstance(x, ndarray)], ufunc.__name__)
-    GPU.enqueue(f"kernel {ufunc.__name__}", lambda: ufunc(*views, out=target, casting="unsafe"), reads=reads,
-                writes=[out])
+    GPU.enqueue(
+        f"kernel {ufunc.__name__}", lambda: ufunc(*views, out=target, casting="unsafe"), reads=reads, writes=[out]
+    )
     return out
 
 
@@ -902,9 +962,12 @@ def _reduce(ufunc: Any, a: ndarray, axis: Any, dtype: Any, out: Any, keepdims: b
     if out is None:
         out = empty(shape, probe.dtype)
     src, target = a._v, out._v
-    GPU.enqueue(f"reduction {ufunc.__name__}",
-                lambda: ufunc.reduce(src, axis=axis, dtype=dtype, out=target, keepdims=keepdims),
-                reads=[a], writes=[out])
+    GPU.enqueue(
+        f"reduction {ufunc.__name__}",
+        lambda: ufunc.reduce(src, axis=axis, dtype=dtype, out=target, keepdims=keepdims),
+        reads=[a],
+        writes=[out],
+    )
     return out
 
 
@@ -935,8 +998,9 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> nd
 
 def empty_like(a: ndarray, dtype: Any = None, order: str = "K", shape: Any = None) -> ndarray:
     fortran = order == "F" or (order in "KA" and a.flags.f_contiguous and not a.flags.c_contiguous)
-    return empty(a.shape if shape is None else shape, a.dtype if dtype is None else dtype,
-                 order="F" if fortran else "C")
+    return empty(
+        a.shape if shape is None else shape, a.dtype if dtype is None else dtype, order="F" if fortran else "C"
+    )
 
 
 def zeros_like(a: ndarray, dtype: Any = None, order: str = "K", shape: Any = None) -> ndarray:
@@ -977,8 +1041,15 @@ def asfortranarray(a: ndarray, dtype: Any = None) -> ndarray:
     return out
 
 
-def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None, *, what: str = "copyto",
-           stream: Optional[Stream] = None) -> None:
+def copyto(
+    dst: ndarray,
+    src: Any,
+    casting: str = "same_kind",
+    where: Any = None,
+    *,
+    what: str = "copyto",
+    stream: Optional[Stream] = None,
+) -> None:
     """``cupy.copyto``: one queued copy, its shapes, casting and overlap checked now."""
     if not isinstance(dst, ndarray):
         raise TypeError(f"stand-in {what}: the destination must be a device array; got {type(dst).__name__}")
@@ -987,8 +1058,9 @@ def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None
     value, reads = _operand(src, what)
     if isinstance(value, np.ndarray):
         if not np.can_cast(value.dtype, dst.dtype, casting):
-            raise TypeError(f"Cannot cast array data from {value.dtype} to {dst.dtype} according to the rule "
-                            f"{casting!r} (stand-in)")
+            raise TypeError(
+                f"Cannot cast array data from {value.dtype} to {dst.dtype} according to the rule {casting!r} (stand-in)"
+            )
         if np.broadcast_shapes(value.shape, dst.shape) != dst.shape:
             raise ValueError(f"could not broadcast input array from shape {value.shape} into shape {dst.shape}")
     if dst.size == 0:
@@ -998,8 +1070,9 @@ def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = None
     GPU.enqueue(what, lambda: np.copyto(target, value, casting="unsafe"), reads=reads, writes=[dst], stream=stream)
 
 
-def concatenate(arrays: Sequence[ndarray], axis: Optional[int] = 0, out: Optional[ndarray] = None,
-                dtype: Any = None) -> ndarray:
+def concatenate(
+    arrays: Sequence[ndarray], axis: Optional[int] = 0, out: Optional[ndarray] = None, dtype: Any = None
+) -> ndarray:
     arrays = list(arrays)
     views = [a._v for a in arrays]
     if axis is None:
@@ -1049,8 +1122,24 @@ def get_array_module(*args: Any) -> Any:
     return sys.modules[__name__] if any(isinstance(a, ndarray) for a in args) else np
 
 
-for _name in ("bool_", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
-              "float32", "float64", "complex64", "complex128", "dtype", "newaxis"):
+for _name in (
+    "bool_",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "dtype",
+    "newaxis",
+):
     globals()[_name] = getattr(np, _name)
 
 

@@ -126,8 +126,9 @@ HANG_SECONDS = float(os.environ.get("HPCCOLL_STANDIN_HANG_SECONDS", "60"))
 INT_MAX = 2**31 - 1
 SIZE_MAX = 2**64 - 1
 _TAG = 0x5A5A  # rendezvous messages on COMM_WORLD: tag base (tests never use point-to-point there)
-_CALL_CODES = {name: i for i, name in enumerate(
-    ["allGather", "allReduce", "reduceScatter", "broadcast", "reduce", "send", "recv"])}
+_CALL_CODES = {
+    name: i for i, name in enumerate(["allGather", "allReduce", "reduceScatter", "broadcast", "reduce", "send", "recv"])
+}
 _serial = itertools.count()
 _depth = 0
 _group: List["_Call"] = []
@@ -207,8 +208,10 @@ def _count(value: Any, call: str) -> int:
     if v > limit:
         raise OverflowError(f"value too large to convert to {ctype}")
     if MAX_COUNT is not None and v > MAX_COUNT:
-        raise OverflowError(f"value too large to convert to {ctype} (stand-in: {call} count {v} is above the "
-                            f"declared limit MAX_COUNT={MAX_COUNT}; the caller must split it)")
+        raise OverflowError(
+            f"value too large to convert to {ctype} (stand-in: {call} count {v} is above the "
+            f"declared limit MAX_COUNT={MAX_COUNT}; the caller must split it)"
+        )
     return v
 
 
@@ -266,8 +269,17 @@ class _Call:
 
     __slots__ = ("comm", "name", "signature", "stream", "run", "reads", "writes", "p2p")
 
-    def __init__(self, comm: "MPIStandInNcclCommunicator", name: str, signature: tuple, stream: Any,
-                 run: Callable[[], Any], reads: list, writes: list, p2p: bool = False) -> None:
+    def __init__(
+        self,
+        comm: "MPIStandInNcclCommunicator",
+        name: str,
+        signature: tuple,
+        stream: Any,
+        run: Callable[[], Any],
+        reads: list,
+        writes: list,
+        p2p: bool = False,
+    ) -> None:
         self.comm, self.name, self.signature, self.stream = comm, name, signature, stream
         self.run, self.reads, self.writes, self.p2p = run, reads, writes, p2p
 
@@ -280,8 +292,14 @@ def _launch(calls: List[_Call]) -> None:
     stream = calls[0].stream
     comms = {c.comm for c in calls}
     what = f"NCCL {calls[0].name}" if len(calls) == 1 else f"NCCL group of {len(calls)} calls"
-    op = GPU.enqueue(what, lambda: _execute(calls), reads=[r for c in calls for r in c.reads],
-                     writes=[w for c in calls for w in c.writes], stream=stream, nccl=comms)
+    op = GPU.enqueue(
+        what,
+        lambda: _execute(calls),
+        reads=[r for c in calls for r in c.reads],
+        writes=[w for c in calls for w in c.writes],
+        stream=stream,
+        nccl=comms,
+    )
     for comm in comms:
         comm._queued = [o for o in comm._queued if o.stream.done_ops <= o.index] + [op]
     if GPU.running:
@@ -319,8 +337,10 @@ def _wait(requests: list, what: str) -> None:
     deadline = time.monotonic() + HANG_SECONDS
     while not MPI.Request.Testall(requests):
         if time.monotonic() > deadline:
-            raise StandInHang(f"rank {MPI.COMM_WORLD.Get_rank()} waited {HANG_SECONDS:g} s for {what}: the other "
-                              "ranks never ran their matching NCCL call (a real GPU would hang here)")
+            raise StandInHang(
+                f"rank {MPI.COMM_WORLD.Get_rank()} waited {HANG_SECONDS:g} s for {what}: the other "
+                "ranks never ran their matching NCCL call (a real GPU would hang here)"
+            )
         time.sleep(0.0001)
 
 
@@ -374,8 +394,10 @@ class MPIStandInNcclCommunicator:
             if first != other:
                 self._mpi.Free()
                 self._mpi = None
-                raise NcclError(f"NCCL_ERROR_INVALID_USAGE: Duplicate GPU detected: rank {first} and rank {other} "
-                                f"both on CUDA device with busId {seen[1]}")
+                raise NcclError(
+                    f"NCCL_ERROR_INVALID_USAGE: Duplicate GPU detected: rank {first} and rank {other} "
+                    f"both on CUDA device with busId {seen[1]}"
+                )
         MPIStandInNcclCommunicator.created += 1
 
     # ---- bookkeeping
@@ -459,16 +481,20 @@ class MPIStandInNcclCommunicator:
         if alloc is None:
             freed = GPU.find_freed(ptr)
             if freed is not None:
-                raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} {ptr:#x} is in the freed "
-                                f"{freed.describe()} ({freed.freed_at})")
+                raise NcclError(
+                    f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} {ptr:#x} is in the freed "
+                    f"{freed.describe()} ({freed.freed_at})"
+                )
             start = GPU.find(ptr, 1)
             detail = "runs past the end of its allocation" if start is not None else "is not device memory"
             raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} [{ptr:#x}, +{nbytes} bytes) {detail}")
         if alloc.pinned:
             raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} {ptr:#x} is host memory, not device memory")
         if alloc.device != self._device:
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} is on GPU {alloc.device}; this "
-                            f"communicator's GPU is {self._device}")
+            raise NcclError(
+                f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} is on GPU {alloc.device}; this "
+                f"communicator's GPU is {self._device}"
+            )
         return alloc, ptr, ptr + nbytes
 
     @staticmethod
@@ -477,11 +503,21 @@ class MPIStandInNcclCommunicator:
         if send is None or recv is None or send[0] is not recv[0]:
             return
         if send[1] < recv[2] and recv[1] < send[2] and send[1] != in_place_send:
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: sendbuff and recvbuff overlap but are not in "
-                            f"place ({rule}); sendbuff is at recvbuff{send[1] - recv[1]:+d} bytes")
+            raise NcclError(
+                f"NCCL_ERROR_INVALID_ARGUMENT: {name}: sendbuff and recvbuff overlap but are not in "
+                f"place ({rule}); sendbuff is at recvbuff{send[1] - recv[1]:+d} bytes"
+            )
 
-    def _call(self, name: str, signature: tuple, stream: Any, run: Callable[[], Any], reads: list, writes: list,
-              p2p: bool = False) -> None:
+    def _call(
+        self,
+        name: str,
+        signature: tuple,
+        stream: Any,
+        run: Callable[[], Any],
+        reads: list,
+        writes: list,
+        p2p: bool = False,
+    ) -> None:
         call = _Call(self, name, signature, stream, run, [r for r in reads if r], [w for w in writes if w], p2p)
         if _depth:
             _group.append(call)
@@ -490,8 +526,10 @@ class MPIStandInNcclCommunicator:
 
     def _same(self, signature: tuple) -> None:
         """Every rank runs this collective with the same arguments (else raise on all)."""
-        mine = np.array([_CALL_CODES[signature[0]], *[-1 if v is None else v for v in signature[1:]]]
-                        + [-2] * (5 - len(signature)), np.int64)
+        mine = np.array(
+            [_CALL_CODES[signature[0]], *[-1 if v is None else v for v in signature[1:]]] + [-2] * (5 - len(signature)),
+            np.int64,
+        )
         seen = np.empty((self._size, mine.size), np.int64)
         _wait([self._mpi.Iallgather(mine, seen)], f"the other ranks' {signature[0]}")
         for rank in range(self._size):
@@ -506,8 +544,13 @@ class MPIStandInNcclCommunicator:
         count, datatype, _, _, dtype, s = self._begin("allGather", count, datatype, stream)
         send = self._device_buffer("allGather", "sendbuff", sendbuf, count, dtype)
         recv = self._device_buffer("allGather", "recvbuff", recvbuf, count * self._size, dtype)
-        self._layout("allGather", send, recv, recvbuf + self._rank * count * dtype.itemsize,
-                     "allGather: sendbuff == recvbuff + rank*count")
+        self._layout(
+            "allGather",
+            send,
+            recv,
+            recvbuf + self._rank * count * dtype.itemsize,
+            "allGather: sendbuff == recvbuff + rank*count",
+        )
 
         def run() -> None:
             mine = _buffer(sendbuf, count, dtype).copy()
@@ -515,8 +558,15 @@ class MPIStandInNcclCommunicator:
 
         self._call("allGather", ("allGather", count, datatype), s, run, [send], [recv])
 
-    def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int,  # noqa: N802
-                  stream: int) -> None:
+    def allReduce(
+        self,
+        sendbuf: int,
+        recvbuf: int,
+        count: int,
+        datatype: int,
+        op: int,  # noqa: N802
+        stream: int,
+    ) -> None:
         sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
         count, datatype, op, _, dtype, s = self._begin("allReduce", count, datatype, stream, op=op)
         send = self._device_buffer("allReduce", "sendbuff", sendbuf, count, dtype)
@@ -529,15 +579,27 @@ class MPIStandInNcclCommunicator:
 
         self._call("allReduce", ("allReduce", count, datatype, op), s, run, [send], [recv])
 
-    def reduceScatter(self, sendbuf: int, recvbuf: int, recvcount: int, datatype: int, op: int,  # noqa: N802
-                      stream: int) -> None:
+    def reduceScatter(
+        self,
+        sendbuf: int,
+        recvbuf: int,
+        recvcount: int,
+        datatype: int,
+        op: int,  # noqa: N802
+        stream: int,
+    ) -> None:
         sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
         recvcount, datatype, op, _, dtype, s = self._begin("reduceScatter", recvcount, datatype, stream, op=op)
         send = self._device_buffer("reduceScatter", "sendbuff", sendbuf, recvcount * self._size, dtype)
         recv = self._device_buffer("reduceScatter", "recvbuff", recvbuf, recvcount, dtype)
         # In place: recvbuff == sendbuff + rank*recvcount, i.e. sendbuff == recvbuff - rank*recvcount.
-        self._layout("reduceScatter", send, recv, recvbuf - self._rank * recvcount * dtype.itemsize,
-                     "reduceScatter: recvbuff == sendbuff + rank*recvcount")
+        self._layout(
+            "reduceScatter",
+            send,
+            recv,
+            recvbuf - self._rank * recvcount * dtype.itemsize,
+            "reduceScatter: recvbuff == sendbuff + rank*recvcount",
+        )
 
         def run() -> None:
             stack = self._gather_all(_buffer(sendbuf, recvcount * self._size, dtype))
@@ -546,15 +608,15 @@ class MPIStandInNcclCommunicator:
 
         self._call("reduceScatter", ("reduceScatter", recvcount, datatype, op), s, run, [send], [recv])
 
-    def broadcast(self, sendbuff: int, recvbuff: int, count: int, datatype: int, root: int,
-                  stream: int) -> None:
+    def broadcast(self, sendbuff: int, recvbuff: int, count: int, datatype: int, root: int, stream: int) -> None:
         self._broadcast("broadcast", sendbuff, recvbuff, count, datatype, root, stream)
 
     def bcast(self, buff: int, count: int, datatype: int, root: int, stream: int) -> None:
         self._broadcast("bcast", buff, buff, count, datatype, root, stream)
 
-    def _broadcast(self, name: str, sendbuff: Any, recvbuff: Any, count: Any, datatype: Any, root: Any,
-                   stream: Any) -> None:
+    def _broadcast(
+        self, name: str, sendbuff: Any, recvbuff: Any, count: Any, datatype: Any, root: Any, stream: Any
+    ) -> None:
         sendbuff, recvbuff = _intptr(sendbuff), _intptr(recvbuff)
         count, datatype, _, root, dtype, s = self._begin(name, count, datatype, stream, root=root)
         if not 0 <= root < self._size:
@@ -572,8 +634,7 @@ class MPIStandInNcclCommunicator:
 
         self._call(name, ("broadcast", count, datatype, None, root), s, run, [send], [recv])
 
-    def reduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int, root: int,
-               stream: int) -> None:
+    def reduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int, root: int, stream: int) -> None:
         sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
         count, datatype, op, root, dtype, s = self._begin("reduce", count, datatype, stream, op=op, root=root)
         if not 0 <= root < self._size:
@@ -602,17 +663,29 @@ class MPIStandInNcclCommunicator:
         sendbuf = _intptr(sendbuf)
         count, datatype, _, peer, dtype, s = self._begin("send", count, datatype, stream, root=peer)
         buf = self._device_buffer("send", "sendbuff", sendbuf, count, dtype)
-        self._call("send", ("send", count, datatype, None, peer), s,
-                   lambda: self._mpi.Isend(_buffer(sendbuf, count, dtype).view(np.uint8), dest=peer, tag=1),
-                   [buf], [], p2p=True)
+        self._call(
+            "send",
+            ("send", count, datatype, None, peer),
+            s,
+            lambda: self._mpi.Isend(_buffer(sendbuf, count, dtype).view(np.uint8), dest=peer, tag=1),
+            [buf],
+            [],
+            p2p=True,
+        )
 
     def recv(self, recvbuf: int, count: int, datatype: int, peer: int, stream: int) -> None:
         recvbuf = _intptr(recvbuf)
         count, datatype, _, peer, dtype, s = self._begin("recv", count, datatype, stream, root=peer)
         buf = self._device_buffer("recv", "recvbuff", recvbuf, count, dtype)
-        self._call("recv", ("recv", count, datatype, None, peer), s,
-                   lambda: self._mpi.Irecv(_buffer(recvbuf, count, dtype).view(np.uint8), source=peer, tag=1),
-                   [], [buf], p2p=True)
+        self._call(
+            "recv",
+            ("recv", count, datatype, None, peer),
+            s,
+            lambda: self._mpi.Irecv(_buffer(recvbuf, count, dtype).view(np.uint8), source=peer, tag=1),
+            [],
+            [buf],
+            p2p=True,
+        )
 
 
 #: The binding's class name, so this module can stand in for ``cupy.cuda.nccl``.
@@ -647,8 +720,14 @@ class StandInRuntime:
         ``HPCCOLL_STANDIN_MODE`` and ``HPCCOLL_STANDIN_SEED``).
     """
 
-    def __init__(self, devices: int = 8, bus_ids: Optional[Callable[[int], str]] = None, nccl: Any = "standin",
-                 mode: Optional[str] = None, seed: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        devices: int = 8,
+        bus_ids: Optional[Callable[[int], str]] = None,
+        nccl: Any = "standin",
+        mode: Optional[str] = None,
+        seed: Optional[int] = None,
+    ) -> None:
         global RUNTIME
         GPU.reset(mode, seed, MPI.COMM_WORLD.Get_rank())
         self.xp = standin_cupy

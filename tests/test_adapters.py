@@ -48,8 +48,12 @@ def test_adjoint_of_functions_both_ways():
 
 
 def test_adjoint_of_operators(comm):
-    for op in (hpccoll.AllGather(comm, axis=1), hpccoll.ReduceScatter(comm, op="avg"), hpccoll.AllReduce(comm),
-               hpccoll.AllToAll(comm, split_axis=1)):
+    for op in (
+        hpccoll.AllGather(comm, axis=1),
+        hpccoll.ReduceScatter(comm, op="avg"),
+        hpccoll.AllReduce(comm),
+        hpccoll.AllToAll(comm, split_axis=1),
+    ):
         adj = hpccoll.adjoint_of(op)
         assert adj.H is op
         assert hpccoll.adjoint_of(adj) is op
@@ -186,8 +190,16 @@ def _all_to_all_case(comm):
     return (lambda m: lambda x: m.all_to_all(x, comm, split_axis=1, concat_axis=0)), full[lo:hi], W[r], want
 
 
-CASES = ["all_to_all", "all_gather", "reduce_scatter:sum", "reduce_scatter:avg", "all_reduce:sum:varying",
-         "all_reduce:avg:varying", "all_reduce:sum:replicated", "all_reduce:avg:replicated"]
+CASES = [
+    "all_to_all",
+    "all_gather",
+    "reduce_scatter:sum",
+    "reduce_scatter:avg",
+    "all_reduce:sum:varying",
+    "all_reduce:avg:varying",
+    "all_reduce:sum:replicated",
+    "all_reduce:avg:replicated",
+]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -267,7 +279,7 @@ def test_torch_zero_copy_dtypes_and_double_backward(comm):
     x = torch.full((2,), float(comm.rank + 1), dtype=torch.float32, requires_grad=True)
     y = hct.all_gather(x, comm)
     assert y.dtype == torch.float32 and y.device.type == "cpu" and y.requires_grad
-    (g,) = torch.autograd.grad((y ** 3).sum(), x, create_graph=True)  # 3 x^2, P times (one per rank's loss)
+    (g,) = torch.autograd.grad((y**3).sum(), x, create_graph=True)  # 3 x^2, P times (one per rank's loss)
     (h,) = torch.autograd.grad(g.sum(), x)
     torch.testing.assert_close(h, 6.0 * comm.size * x.detach())
 

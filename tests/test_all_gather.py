@@ -31,8 +31,19 @@ def test_every_dtype(comm, dtype):
 @pytest.mark.parametrize(
     "shape,axis",
     # the extent at ``axis`` is replaced by the shard size; (3, 0, _) has no elements at all
-    [((0,), 0), ((0, 5), 0), ((4, 0), 1), ((4, 0), -1), ((3, 0, 2), 1), ((3, 4, 0), 2), ((0, 4, 2), -3),
-     ((3, 0, 0), 2), ((2, 3, 0, 2), 2), ((2, 3, 2, 0), 3), ((2, 3, 2, 0), -2)],
+    [
+        ((0,), 0),
+        ((0, 5), 0),
+        ((4, 0), 1),
+        ((4, 0), -1),
+        ((3, 0, 2), 1),
+        ((3, 4, 0), 2),
+        ((0, 4, 2), -3),
+        ((3, 0, 0), 2),
+        ((2, 3, 0, 2), 2),
+        ((2, 3, 2, 0), 3),
+        ((2, 3, 2, 0), -2),
+    ],
 )
 @pytest.mark.parametrize("how", LAYOUTS)
 @pytest.mark.parametrize("strided", [False, True], ids=["packed", "datatypes"])
@@ -84,7 +95,9 @@ def test_mismatched_other_dims_detected_without_check(comm):
     if comm.size == 1:
         assert hpccoll.all_gather(x, comm).shape == (2, 3)
     else:  # the message says what this rank has
-        raises_everywhere(comm, hpccoll.MismatchError, "disagree", lambda: hpccoll.all_gather(x, comm), same_message=False)
+        raises_everywhere(
+            comm, hpccoll.MismatchError, "disagree", lambda: hpccoll.all_gather(x, comm), same_message=False
+        )
 
 
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
@@ -102,5 +115,9 @@ def test_in_place(comm, pattern, axis, async_op):
     agree(comm, (got.wait() if async_op else got) is out, "out= was not returned")
     assert_same(out, full, comm)
     buf = np.zeros(2 * comm.size + 1)
-    raises_everywhere(comm, hpccoll.ArgumentError, "in-place layout",  # overlaps, but not at its block
-                      lambda: hpccoll.all_gather(buf[1:3], comm, out=buf[: 2 * comm.size], sizes=[2] * comm.size))
+    raises_everywhere(
+        comm,
+        hpccoll.ArgumentError,
+        "in-place layout",  # overlaps, but not at its block
+        lambda: hpccoll.all_gather(buf[1:3], comm, out=buf[: 2 * comm.size], sizes=[2] * comm.size),
+    )

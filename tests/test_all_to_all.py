@@ -50,8 +50,16 @@ def case(comm, shape, sa, ca, pattern, dtype, seed=0, default=False):
 
 
 AXES = [  # (shape, split_axis, concat_axis): extents at the two axes are replaced
-    ((0, 3), 0, 0), ((0,), 0, 0), ((3, 0), 1, 1), ((0, 0), 1, 0), ((0, 0), 0, 1), ((0, 0), -1, -2),
-    ((2, 0, 0), 1, 2), ((0, 3, 0), 2, 0), ((2, 0, 3), -2, -2), ((0, 2, 0, 2), 0, 2),
+    ((0, 3), 0, 0),
+    ((0,), 0, 0),
+    ((3, 0), 1, 1),
+    ((0, 0), 1, 0),
+    ((0, 0), 0, 1),
+    ((0, 0), -1, -2),
+    ((2, 0, 0), 1, 2),
+    ((0, 3, 0), 2, 0),
+    ((2, 0, 3), -2, -2),
+    ((0, 2, 0, 2), 0, 2),
 ]
 
 
@@ -70,8 +78,12 @@ def test_axes_sizes_layouts(comm, shape, sa, ca, pattern, how, given):
     x, sizes, recv, want = case(comm, shape, sa, ca, pattern, np.float64, seed=len(shape), default=given == "nothing")
     x = layout(x, how)
     before = x.copy()
-    kw = dict(split_axis=sa, concat_axis=ca, sizes=None if given == "nothing" else sizes,
-              recv_sizes=recv if given == "both" else None)
+    kw = dict(
+        split_axis=sa,
+        concat_axis=ca,
+        sizes=None if given == "nothing" else sizes,
+        recv_sizes=recv if given == "both" else None,
+    )
     y = hpccoll.all_to_all(x, comm, **kw)
     out = layout(np.empty_like(want), how)
     res = hpccoll.all_to_all(x, comm, out=out, **kw)
@@ -129,8 +141,11 @@ def test_mpi_calls(comm, pattern, axes, road, monkeypatch):
     monkeypatch.setattr(_control, "run", _recorder(_control.run, names))  # the size exchange
     blocking, pairwise = HostMPI._blocking, HostMPI._pairwise
     pairs = {"Sendrecv": "pairs"}  # two ranks, blocking: the pairs are one Sendrecv
-    monkeypatch.setattr(HostMPI, "_blocking",
-                        lambda self, name, *args: (names.append(pairs.get(name, name)), blocking(self, name, *args)))
+    monkeypatch.setattr(
+        HostMPI,
+        "_blocking",
+        lambda self, name, *args: (names.append(pairs.get(name, name)), blocking(self, name, *args)),
+    )
     monkeypatch.setattr(HostMPI, "_pairwise", lambda self, *args: (names.append("pairs"), pairwise(self, *args))[1])
     x, sizes, recv, want = case(comm, (0, 3) if axes == (0, 0) else (0, 0), *axes, pattern, np.int32, seed=1)
     kw = dict(split_axis=axes[0], concat_axis=axes[1], sizes=sizes)
@@ -201,11 +216,21 @@ def test_out_errors(comm):
         raises_everywhere(comm, ArgumentError, match, lambda: hpccoll.all_to_all(x, comm, out=out))
     ro = good.copy()
     ro.flags.writeable = False
-    raises_everywhere(comm, ArgumentError, "out: expected a writeable array",
-                      lambda: hpccoll.all_to_all(x, comm, out=ro, recv_sizes=[2] * P))
+    raises_everywhere(
+        comm,
+        ArgumentError,
+        "out: expected a writeable array",
+        lambda: hpccoll.all_to_all(x, comm, out=ro, recv_sizes=[2] * P),
+    )
     big = np.zeros(4 * P * 3)
-    raises_everywhere(comm, ArgumentError, "separate from the input", lambda: hpccoll.all_to_all(
-        big[: 2 * P * 3].reshape(2 * P, 3), comm, out=big[P * 3 : 3 * P * 3].reshape(2 * P, 3)))
+    raises_everywhere(
+        comm,
+        ArgumentError,
+        "separate from the input",
+        lambda: hpccoll.all_to_all(
+            big[: 2 * P * 3].reshape(2 * P, 3), comm, out=big[P * 3 : 3 * P * 3].reshape(2 * P, 3)
+        ),
+    )
 
 
 def test_argument_errors(comm):
@@ -220,16 +245,25 @@ def test_argument_errors(comm):
         (dict(sizes=[-1] + [2] * (P - 1)), "sizes: expected"),
         (dict(recv_sizes=[2] * (P + 1)), f"recv_sizes: expected {P} non-negative ints"),
         (dict(recv_sizes=[3] * P), rf"recv_sizes: expected recv_sizes\[{me}\] == sizes\[{me}\] == 2"),
-        (dict(split_axis=1, sizes=[3] + [0] * (P - 1), recv_sizes=[1] * P),
-         rf"recv_sizes: expected recv_sizes\[{me}\] == x.shape\[0\] == {2 * P}"),
+        (
+            dict(split_axis=1, sizes=[3] + [0] * (P - 1), recv_sizes=[1] * P),
+            rf"recv_sizes: expected recv_sizes\[{me}\] == x.shape\[0\] == {2 * P}",
+        ),
     ]
     for kw, match in cases:  # some messages name the rank
         raises_everywhere(comm, ArgumentError, match, lambda: hpccoll.all_to_all(x, comm, **kw), same_message=False)
-    raises_everywhere(comm, ArgumentError, "at least 1 dimension to split along split_axis",
-                      lambda: hpccoll.all_to_all(np.float64(1.0), comm))
-    raises_everywhere(comm, DTypeError, "x: expected a native-byte-order dtype",
-                      lambda: hpccoll.all_to_all(np.array(["a"] * P), comm))
-    raises_everywhere(comm, ArgumentError, "recv_sizes: expected", lambda: hpccoll.AllToAll(comm, recv_sizes=[1] * (P + 1)))
+    raises_everywhere(
+        comm,
+        ArgumentError,
+        "at least 1 dimension to split along split_axis",
+        lambda: hpccoll.all_to_all(np.float64(1.0), comm),
+    )
+    raises_everywhere(
+        comm, DTypeError, "x: expected a native-byte-order dtype", lambda: hpccoll.all_to_all(np.array(["a"] * P), comm)
+    )
+    raises_everywhere(
+        comm, ArgumentError, "recv_sizes: expected", lambda: hpccoll.AllToAll(comm, recv_sizes=[1] * (P + 1))
+    )
 
 
 # --------------------------------------------------------------------------- lists, async
@@ -238,24 +272,39 @@ def test_argument_errors(comm):
 @pytest.mark.parametrize("async_op", [False, True])
 @pytest.mark.parametrize("axes", [(0, 0), (1, 0)])
 def test_lists(comm, axes, async_op):
-    cases = [case(comm, shape, *axes, pattern, dtype, seed=i)
-             for i, (shape, pattern, dtype) in enumerate([((0, 2), "uneven", np.float32), ((0, 0), "even", np.int8),
-                                                          ((0, 0, 3), "empty-last", np.complex128)])]
+    cases = [
+        case(comm, shape, *axes, pattern, dtype, seed=i)
+        for i, (shape, pattern, dtype) in enumerate(
+            [((0, 2), "uneven", np.float32), ((0, 0), "even", np.int8), ((0, 0, 3), "empty-last", np.complex128)]
+        )
+    ]
     P = comm.size
     if axes == (0, 0):  # equal axes: each array keeps its own split, so give none (array_split of each)
-        cases = [case(comm, shape, 0, 0, "even", dtype, seed=i, default=True)
-                 for i, (shape, dtype) in enumerate([((0, 2), np.float32), ((0,), np.int8), ((0, 1, 3), np.complex128)])]
+        cases = [
+            case(comm, shape, 0, 0, "even", dtype, seed=i, default=True)
+            for i, (shape, dtype) in enumerate([((0, 2), np.float32), ((0,), np.int8), ((0, 1, 3), np.complex128)])
+        ]
         sizes = None
     else:
         sizes = cases[0][1]
-        cases = [case(comm, shape, *axes, "uneven", dtype, seed=i)
-                 for i, (shape, dtype) in enumerate([((0, 0), np.float32), ((0, 0, 2), np.int8), ((0, 0), np.bool_)])]
+        cases = [
+            case(comm, shape, *axes, "uneven", dtype, seed=i)
+            for i, (shape, dtype) in enumerate([((0, 0), np.float32), ((0, 0, 2), np.int8), ((0, 0), np.bool_)])
+        ]
     xs = [c[0] for c in cases]
     got = hpccoll.all_to_all(xs, comm, split_axis=axes[0], concat_axis=axes[1], sizes=sizes, async_op=async_op)
     outs = [np.empty_like(c[3]) for c in cases]
     recv = cases[0][2]
-    again = hpccoll.all_to_all(tuple(xs), comm, split_axis=axes[0], concat_axis=axes[1], sizes=sizes, out=outs,
-                               recv_sizes=recv if axes != (0, 0) else None, async_op=async_op)
+    again = hpccoll.all_to_all(
+        tuple(xs),
+        comm,
+        split_axis=axes[0],
+        concat_axis=axes[1],
+        sizes=sizes,
+        out=outs,
+        recv_sizes=recv if axes != (0, 0) else None,
+        async_op=async_op,
+    )
     if async_op:
         got, again = got.wait(), again.wait()
     agree(comm, isinstance(got, list) and len(got) == 3 and again is not None, lambda: f"got {got!r}, {again!r}")
@@ -268,10 +317,18 @@ def test_lists(comm, axes, async_op):
 
 def test_list_errors(comm):
     P = comm.size
-    raises_everywhere(comm, ArgumentError, r"sizes: expected ints summing to x\[1\].shape\[0\]",
-                      lambda: hpccoll.all_to_all([np.ones(P), np.ones(P + 1)], comm, sizes=[1] * P))
-    raises_everywhere(comm, ArgumentError, "out: expected None or a list of 2 arrays",
-                      lambda: hpccoll.all_to_all([np.ones(P), np.ones(P)], comm, out=[np.ones(P)]))
+    raises_everywhere(
+        comm,
+        ArgumentError,
+        r"sizes: expected ints summing to x\[1\].shape\[0\]",
+        lambda: hpccoll.all_to_all([np.ones(P), np.ones(P + 1)], comm, sizes=[1] * P),
+    )
+    raises_everywhere(
+        comm,
+        ArgumentError,
+        "out: expected None or a list of 2 arrays",
+        lambda: hpccoll.all_to_all([np.ones(P), np.ones(P)], comm, out=[np.ones(P)]),
+    )
 
 
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
@@ -314,8 +371,12 @@ def test_mismatch_detected_without_check_mode(comm):
     raises_everywhere(comm, MismatchError, "ranks 0 and 1 disagree", lambda: hpccoll.all_to_all(x, comm))
     y = np.ones((2 * P, 2))
     sizes = [2] * P if comm.rank == 0 else [2 * P] + [0] * (P - 1)  # the split must be shared when axes differ
-    raises_everywhere(comm, MismatchError, "ranks 0 and 1 disagree",
-                      lambda: hpccoll.all_to_all(y, comm, split_axis=0, concat_axis=1, sizes=sizes))
+    raises_everywhere(
+        comm,
+        MismatchError,
+        "ranks 0 and 1 disagree",
+        lambda: hpccoll.all_to_all(y, comm, split_axis=0, concat_axis=1, sizes=sizes),
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -334,10 +395,15 @@ def test_check_mode_mismatches(checked, fault):  # noqa: F811 - the fixture
         kw["sizes"] = [1] * P if me == 1 else None
     if fault == "out":
         kw["out"] = np.empty((2, 3 * P + (me == 1)))
-    expected = {"dtype": (MismatchError, "dtype"), "axes": (MismatchError, "split_axis"),
-                "shape": (MismatchError, "shape except concat_axis"), "split": (MismatchError, "sizes"),
-                "recv_sizes": (MismatchError, r"rank 1 has recv_sizes=\[3, 2"),
-                "local": (ArgumentError, "raised on rank 1"), "out": (ArgumentError, "raised on rank 1")}[fault]
+    expected = {
+        "dtype": (MismatchError, "dtype"),
+        "axes": (MismatchError, "split_axis"),
+        "shape": (MismatchError, "shape except concat_axis"),
+        "split": (MismatchError, "sizes"),
+        "recv_sizes": (MismatchError, r"rank 1 has recv_sizes=\[3, 2"),
+        "local": (ArgumentError, "raised on rank 1"),
+        "out": (ArgumentError, "raised on rank 1"),
+    }[fault]
     raises_everywhere(checked, *expected, lambda: hpccoll.all_to_all(x, checked, **kw))
 
 

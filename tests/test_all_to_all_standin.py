@@ -47,13 +47,21 @@ def test_every_dtype_over_nccl(gpu, dtype, axes):  # noqa: F811 - the fixture
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("dtype,nccl_type,scale", [("complex128", "NCCL_FLOAT64", 2), ("bool", "NCCL_UINT8", 1),
-                                                   ("int16", "NCCL_UINT8", 2), ("float16", "NCCL_UINT8", 2)])
+@pytest.mark.parametrize(
+    "dtype,nccl_type,scale",
+    [
+        ("complex128", "NCCL_FLOAT64", 2),
+        ("bool", "NCCL_UINT8", 1),
+        ("int16", "NCCL_UINT8", 2),
+        ("float16", "NCCL_UINT8", 2),
+    ],
+)
 def test_movement_types(gpu, runtime, dtype, nccl_type, scale):  # noqa: F811
     x = make((2 * gpu.size,), dtype, seed=gpu.rank)
     got = host(hpccoll.all_to_all(dev(x), gpu, recv_sizes=[2] * gpu.size))
-    want = np.concatenate([make((2 * gpu.size,), dtype, seed=r)[2 * gpu.rank : 2 * gpu.rank + 2]
-                           for r in range(gpu.size)])
+    want = np.concatenate(
+        [make((2 * gpu.size,), dtype, seed=r)[2 * gpu.rank : 2 * gpu.rank + 2] for r in range(gpu.size)]
+    )
     assert_same(got, want)
     t, s = getattr(standin, nccl_type), runtime.stream()
     others = [r for r in range(gpu.size) if r != gpu.rank]
@@ -92,8 +100,9 @@ def test_primitive_directly(gpu, pattern):  # noqa: F811
 def test_async_and_lists_over_nccl(gpu, async_op):  # noqa: F811
     x, sizes, recv, want = case(gpu, (0, 0), 1, 0, "empty-last", np.float32, seed=6)
     y, ysizes, _, ywant = case(gpu, (0, 3), 0, 0, "uneven", np.int8, seed=7)
-    single = hpccoll.all_to_all(dev(x), gpu, split_axis=1, concat_axis=0, sizes=sizes, recv_sizes=recv,
-                                async_op=async_op)
+    single = hpccoll.all_to_all(
+        dev(x), gpu, split_axis=1, concat_axis=0, sizes=sizes, recv_sizes=recv, async_op=async_op
+    )
     listed = hpccoll.all_to_all(dev([x, x]), gpu, split_axis=1, concat_axis=0, sizes=sizes, async_op=async_op)
     other = hpccoll.all_to_all(dev(y), gpu, sizes=ysizes, async_op=async_op)
     if async_op:
@@ -122,8 +131,11 @@ def test_staged(fresh, runtime, axes):  # noqa: F811
     c = fresh(transport="staged")
     x, sizes, recv, want = case(c, (0, 0), *axes, "uneven", np.complex128, seed=9)
     got = host(hpccoll.all_to_all(dev(x), c, split_axis=axes[0], concat_axis=axes[1], sizes=sizes))
-    again = host(hpccoll.all_to_all(dev(x), c, split_axis=axes[0], concat_axis=axes[1], sizes=sizes,
-                                    recv_sizes=recv, async_op=True).wait())
+    again = host(
+        hpccoll.all_to_all(
+            dev(x), c, split_axis=axes[0], concat_axis=axes[1], sizes=sizes, recv_sizes=recv, async_op=True
+        ).wait()
+    )
     assert_same(got, want)
     assert_same(again, want)
     if c.size > 1:  # staged through two pinned buffers, reused by the second call

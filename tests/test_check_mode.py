@@ -44,7 +44,9 @@ def test_sizes_that_lie(checked):
     # Every rank passes the same sizes, but rank 1's shard is longer than it says.
     sizes = [2] * checked.size
     x = np.ones(3 if checked.rank == 1 else 2)
-    raises_everywhere(checked, ArgumentError, r"sizes\[1\].*raised on rank 1", lambda: hpccoll.all_gather(x, checked, sizes=sizes))
+    raises_everywhere(
+        checked, ArgumentError, r"sizes\[1\].*raised on rank 1", lambda: hpccoll.all_gather(x, checked, sizes=sizes)
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -52,28 +54,40 @@ def test_sizes_differ_between_ranks(checked):
     sizes = [2] * checked.size
     sizes[0] += checked.rank  # each rank is locally consistent only on rank 0
     x = np.ones(sizes[checked.rank])
-    raises_everywhere(checked, (ArgumentError, MismatchError), "sizes", lambda: hpccoll.all_gather(x, checked, sizes=sizes))
+    raises_everywhere(
+        checked, (ArgumentError, MismatchError), "sizes", lambda: hpccoll.all_gather(x, checked, sizes=sizes)
+    )
 
 
 @pytest.mark.mpi(min_size=2)
 def test_different_collectives(checked):
     x = np.ones(2 * checked.size)
-    call = (lambda: hpccoll.all_gather(x, checked)) if checked.rank == 0 else (lambda: hpccoll.reduce_scatter(x, checked))
+    call = (
+        (lambda: hpccoll.all_gather(x, checked)) if checked.rank == 0 else (lambda: hpccoll.reduce_scatter(x, checked))
+    )
     raises_everywhere(checked, MismatchError, "collective", call)
 
 
 @pytest.mark.mpi(min_size=2)
 def test_local_error_on_one_rank_reaches_all(checked):
     out = np.empty(5 if checked.rank == 1 else 4)
-    raises_everywhere(checked, ArgumentError, "out: expected shape.*raised on rank 1",
-                      lambda: hpccoll.all_reduce(np.ones(4), checked, out=out))
+    raises_everywhere(
+        checked,
+        ArgumentError,
+        "out: expected shape.*raised on rank 1",
+        lambda: hpccoll.all_reduce(np.ones(4), checked, out=out),
+    )
 
 
 @pytest.mark.mpi(min_size=2)
 def test_replicated_cotangent_that_varies(checked):
     y = np.full(3, float(checked.rank))
-    raises_everywhere(checked, MismatchError, "replicated cotangent",
-                      lambda: hpccoll.all_reduce_adjoint(y, checked, cotangent="replicated"))
+    raises_everywhere(
+        checked,
+        MismatchError,
+        "replicated cotangent",
+        lambda: hpccoll.all_reduce_adjoint(y, checked, cotangent="replicated"),
+    )
 
 
 @pytest.mark.mpi
@@ -85,7 +99,9 @@ def test_agreeing_calls_pass(checked):
     agree(checked, (y == 1).all(), lambda: f"got {y}")
     # after a detected mismatch the communicator stays usable
     if checked.size > 1:  # the same branch on every rank
-        raises_everywhere(checked, MismatchError, None, lambda: hpccoll.all_reduce(np.ones(1 + (checked.rank == 0)), checked))
+        raises_everywhere(
+            checked, MismatchError, None, lambda: hpccoll.all_reduce(np.ones(1 + (checked.rank == 0)), checked)
+        )
     total = hpccoll.all_reduce(np.ones(2), checked)
     agree(checked, total[0] == checked.size, lambda: f"got {total}")
 

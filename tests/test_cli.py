@@ -18,8 +18,16 @@ def rows_of(text):
     return [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-@pytest.mark.parametrize("extra", [[], ["--uneven", "--axis", "1"], ["-d", "float16", "-o", "avg"],
-                                   ["-d", "bool", "-o", "max"], ["-d", "int64", "-o", "prod", "--baseline"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--uneven", "--axis", "1"],
+        ["-d", "float16", "-o", "avg"],
+        ["-d", "bool", "-o", "max"],
+        ["-d", "int64", "-o", "prod", "--baseline"],
+    ],
+)
 def test_bench_table(capsys, extra):
     status = main(["bench", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-r", "1", *extra])
     out = capsys.readouterr().out
@@ -41,8 +49,9 @@ def test_bench_table(capsys, extra):
 def test_bench_json_and_bus_bandwidth(tmp_path, capsys):
     path = tmp_path / "bench.json"
     path = MPI.COMM_WORLD.bcast(str(path))
-    assert main(["bench", "-c", "allreduce", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-r", "1",
-                 "--json", path]) == 0
+    assert (
+        main(["bench", "-c", "allreduce", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-r", "1", "--json", path]) == 0
+    )
     capsys.readouterr()
     MPI.COMM_WORLD.Barrier()
     data = json.loads(pathlib.Path(path).read_text())
@@ -83,6 +92,9 @@ def test_usage_and_bad_arguments(capsys):
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
 def test_module_under_mpiexec():
-    proc = run_mpiexec(2, [sys.executable, "-m", "mpi4py", "-m", "hpccoll", "bench", "-c", "allgather", "-e", "64",
-                           "-n", "2"], timeout=120)
+    proc = run_mpiexec(
+        2,
+        [sys.executable, "-m", "mpi4py", "-m", "hpccoll", "bench", "-c", "allgather", "-e", "64", "-n", "2"],
+        timeout=120,
+    )
     assert "# Out of bounds values : 0 OK" in proc.stdout

@@ -104,16 +104,26 @@ def test_all_reduce_list(comm, op, bucket, monkeypatch):
     got = hpccoll.all_reduce(xs, comm, op=op)
     fresh = isinstance(got, list) and not any(np.shares_memory(g, x) for g, x in zip(got, xs))
     untouched = all(np.array_equal(x, b) and x.dtype == b.dtype for x, b in zip(xs, before))
-    compare(comm, hpccoll.all_reduce, got, expected_list(hpccoll.all_reduce, {"op": op}, inputs, comm.rank),
-            also=fresh and untouched)
+    compare(
+        comm,
+        hpccoll.all_reduce,
+        got,
+        expected_list(hpccoll.all_reduce, {"op": op}, inputs, comm.rank),
+        also=fresh and untouched,
+    )
 
 
 def test_all_reduce_list_avg_and_out(comm):
     inputs = every_rank(comm, lambda r: [make((4, 3), "float64", 7 + r), make((6,), "float32", 9 + r)])
     outs = [np.empty((4, 3)), np.empty(6, np.float32)]
     got = hpccoll.all_reduce(inputs[comm.rank], comm, op="avg", out=outs)
-    compare(comm, hpccoll.all_reduce, got, expected_list(hpccoll.all_reduce, {"op": "avg"}, inputs, comm.rank),
-            also=got[0] is outs[0] and got[1] is outs[1])
+    compare(
+        comm,
+        hpccoll.all_reduce,
+        got,
+        expected_list(hpccoll.all_reduce, {"op": "avg"}, inputs, comm.rank),
+        also=got[0] is outs[0] and got[1] is outs[1],
+    )
     assert hpccoll.all_reduce([], comm) == []
 
 
@@ -125,9 +135,11 @@ def test_all_gather_list(comm, pattern, axis, monkeypatch):
 
     def build(r):
         n = sizes[r]
-        return [make((n, 3) if axis == 0 else (3, n), "float32", 3 + r),
-                make((n,), "bool", 5 + r),
-                make((n, 2, 2) if axis == 0 else (2, 2, n), "complex128", 6 + r)]
+        return [
+            make((n, 3) if axis == 0 else (3, n), "float32", 3 + r),
+            make((n,), "bool", 5 + r),
+            make((n, 2, 2) if axis == 0 else (2, 2, n), "complex128", 6 + r),
+        ]
 
     inputs = every_rank(comm, build)
     xs = inputs[comm.rank]
@@ -140,24 +152,43 @@ def test_all_gather_list(comm, pattern, axis, monkeypatch):
 @pytest.mark.parametrize("axis", [0, 1])
 def test_reduce_scatter_list(comm, op, axis, monkeypatch):
     monkeypatch.setattr(comm, "bucket_bytes", 100)
-    inputs = every_rank(comm, lambda r: [make((2 * comm.size + 1, 3), "float64", 11 + r),
-                                         make((comm.size + 2, comm.size + 1), "float16", 12 + r)])
+    inputs = every_rank(
+        comm,
+        lambda r: [
+            make((2 * comm.size + 1, 3), "float64", 11 + r),
+            make((comm.size + 2, comm.size + 1), "float16", 12 + r),
+        ],
+    )
     got = hpccoll.reduce_scatter(inputs[comm.rank], comm, op=op, axis=axis)
-    compare(comm, hpccoll.reduce_scatter, got, expected_list(hpccoll.reduce_scatter, {"op": op, "axis": axis}, inputs, comm.rank))
+    compare(
+        comm,
+        hpccoll.reduce_scatter,
+        got,
+        expected_list(hpccoll.reduce_scatter, {"op": op, "axis": axis}, inputs, comm.rank),
+    )
 
 
 def test_list_adjoints_match(comm):
-    inputs = every_rank(comm, lambda r: [make((2 * comm.size, 2), "float64", 13 + r), make((comm.size,), "float64", 14 + r)])
+    inputs = every_rank(
+        comm, lambda r: [make((2 * comm.size, 2), "float64", 13 + r), make((comm.size,), "float64", 14 + r)]
+    )
     same = every_rank(comm, lambda r: inputs[0])  # a replicated cotangent: rank 0's, on every rank
-    for fn, kw, data in ((hpccoll.all_gather_adjoint, {}, inputs), (hpccoll.all_reduce_adjoint, {}, inputs),
-                         (hpccoll.all_reduce_adjoint, {"cotangent": "replicated"}, same),
-                         (hpccoll.all_to_all_adjoint, {}, inputs)):
+    for fn, kw, data in (
+        (hpccoll.all_gather_adjoint, {}, inputs),
+        (hpccoll.all_reduce_adjoint, {}, inputs),
+        (hpccoll.all_reduce_adjoint, {"cotangent": "replicated"}, same),
+        (hpccoll.all_to_all_adjoint, {}, inputs),
+    ):
         got = fn(data[comm.rank], comm, **kw)
         compare(comm, fn, got, expected_list(fn, kw, data, comm.rank))
     shards = every_rank(comm, lambda r: [make((r + 1, 2), "float64", 15 + r)])
     got = hpccoll.reduce_scatter_adjoint(shards[comm.rank], comm, op="avg")
-    compare(comm, hpccoll.reduce_scatter_adjoint, got,
-            expected_list(hpccoll.reduce_scatter_adjoint, {"op": "avg"}, shards, comm.rank))
+    compare(
+        comm,
+        hpccoll.reduce_scatter_adjoint,
+        got,
+        expected_list(hpccoll.reduce_scatter_adjoint, {"op": "avg"}, shards, comm.rank),
+    )
 
 
 def test_list_errors_name_the_element(comm):
@@ -167,19 +198,22 @@ def test_list_errors_name_the_element(comm):
         hpccoll.all_reduce([np.ones(2), np.ones(3)], comm, out=[np.empty(2)])
 
 
-@pytest.mark.parametrize("fn,kw,shape", [
-    (hpccoll.all_gather, {"axis": 1}, (2, 3)),
-    (hpccoll.all_gather, {}, (3,)),
-    (hpccoll.reduce_scatter, {"op": "avg", "axis": 1}, (2, 5)),
-    (hpccoll.all_reduce, {"op": "max"}, (4, 2)),
-    (hpccoll.all_reduce, {"op": "sum"}, ()),
-    (hpccoll.all_gather_adjoint, {}, (6,)),
-    (hpccoll.reduce_scatter_adjoint, {"op": "avg"}, (2,)),
-    (hpccoll.all_reduce_adjoint, {"cotangent": "replicated", "op": "avg"}, (3,)),
-    (hpccoll.all_to_all, {}, (5, 2)),
-    (hpccoll.all_to_all, {"split_axis": 1, "concat_axis": 0}, (2, 7)),
-    (hpccoll.all_to_all_adjoint, {"split_axis": 1, "concat_axis": 0}, (7, 2)),
-])
+@pytest.mark.parametrize(
+    "fn,kw,shape",
+    [
+        (hpccoll.all_gather, {"axis": 1}, (2, 3)),
+        (hpccoll.all_gather, {}, (3,)),
+        (hpccoll.reduce_scatter, {"op": "avg", "axis": 1}, (2, 5)),
+        (hpccoll.all_reduce, {"op": "max"}, (4, 2)),
+        (hpccoll.all_reduce, {"op": "sum"}, ()),
+        (hpccoll.all_gather_adjoint, {}, (6,)),
+        (hpccoll.reduce_scatter_adjoint, {"op": "avg"}, (2,)),
+        (hpccoll.all_reduce_adjoint, {"cotangent": "replicated", "op": "avg"}, (3,)),
+        (hpccoll.all_to_all, {}, (5, 2)),
+        (hpccoll.all_to_all, {"split_axis": 1, "concat_axis": 0}, (2, 7)),
+        (hpccoll.all_to_all_adjoint, {"split_axis": 1, "concat_axis": 0}, (7, 2)),
+    ],
+)
 def test_async_matches_numpy(comm, fn, kw, shape):
     replicated = kw.get("cotangent") == "replicated"  # the same cotangent on every rank
     inputs = every_rank(comm, lambda r: make(shape, "float64", 17 + (0 if replicated else r)))
@@ -233,8 +267,14 @@ def test_all_to_all_list(comm, bucket, async_op, monkeypatch):
     """Lists of all-to-alls, one dtype per array, into new arrays and into ``out``."""
     monkeypatch.setattr(comm, "bucket_bytes", bucket)
     P = comm.size
-    inputs = every_rank(comm, lambda r: [make((2 * P + 1, 3), "float16", 40 + r), make((P + r,), "bool", 41 + r),
-                                         make((P, 2, 2), "complex64", 42 + r)])
+    inputs = every_rank(
+        comm,
+        lambda r: [
+            make((2 * P + 1, 3), "float16", 40 + r),
+            make((P + r,), "bool", 41 + r),
+            make((P, 2, 2), "complex64", 42 + r),
+        ],
+    )
     splits = [[hpccoll.split_sizes(x.shape[0], P) for x in lst] for lst in inputs]
     want = [alltoall_reference([lst[i] for lst in inputs], 0, 0, [s[i] for s in splits], comm.rank) for i in range(3)]
     got = hpccoll.all_to_all(inputs[comm.rank], comm, async_op=async_op)

@@ -65,8 +65,15 @@ pytestmark = pytest.mark.mpi
 OPS = ["sum", "prod", "max", "min", "avg"]
 #: module -> (its short name, its entry point's name)
 MODULES = {gather: ("gather", "all_gather"), scatter: ("scatter", "reduce_scatter"), reduce: ("reduce", "all_reduce")}
-PRIMITIVES = ("allgatherv", "iallgatherv", "reduce_scatter", "ireduce_scatter", "allreduce", "iallreduce",
-              "allgather_into")
+PRIMITIVES = (
+    "allgatherv",
+    "iallgatherv",
+    "reduce_scatter",
+    "ireduce_scatter",
+    "allreduce",
+    "iallreduce",
+    "allgather_into",
+)
 
 
 @pytest.fixture(scope="module")
@@ -303,10 +310,12 @@ def test_all_reduce_common_equals_general(c, dtype, op):
         result = request.wait()
     agree(c, t.general == common.general and [k[0] for k in t.calls] == ["iallreduce"])
     blocking = lambda a: reduce.all_reduce(a, c, op, None, "all_reduce", False)  # noqa: E731
-    async_agrees(c, blocking, lambda a: reduce.all_reduce(a, c, op, None, "all_reduce", True).wait(), dtype,
-                 (3, 4), op, stack)
-    async_agrees(c, blocking, lambda a: reduce._one(a, c, op, None, "all_reduce", True).wait(), dtype, (3, 4),
-                 op, stack)
+    async_agrees(
+        c, blocking, lambda a: reduce.all_reduce(a, c, op, None, "all_reduce", True).wait(), dtype, (3, 4), op, stack
+    )
+    async_agrees(
+        c, blocking, lambda a: reduce._one(a, c, op, None, "all_reduce", True).wait(), dtype, (3, 4), op, stack
+    )
     close(c, result, stack, op)
     same_bits(c, hpccoll.all_reduce(x, c, op=op), got)
 
@@ -371,9 +380,16 @@ def test_reduce_scatter_common_equals_general(c, dtype, op, pattern):
     with traced(c) as t:
         result = scatter.reduce_scatter(x, c, op, 0, sizes, None, "reduce_scatter", True).wait()
     agree(c, t.general == common.general and [k[0] for k in t.calls] == ["ireduce_scatter"])
-    async_agrees(c, lambda a: scatter.reduce_scatter(a, c, op, 0, sizes, None, "reduce_scatter", False),
-                 lambda a: scatter.reduce_scatter(a, c, op, 0, sizes, None, "reduce_scatter", True).wait(),
-                 dtype, (n, 3), op, stack, slice(lo, hi))
+    async_agrees(
+        c,
+        lambda a: scatter.reduce_scatter(a, c, op, 0, sizes, None, "reduce_scatter", False),
+        lambda a: scatter.reduce_scatter(a, c, op, 0, sizes, None, "reduce_scatter", True).wait(),
+        dtype,
+        (n, 3),
+        op,
+        stack,
+        slice(lo, hi),
+    )
     close(c, result, stack, op, slice(lo, hi))
 
 
@@ -519,19 +535,32 @@ def test_all_reduce_declines(c):
     A = hpccoll.ArgumentError
     declines(c, reduce, lambda: (x[:, ::2], c, "sum", None, "all_reduce", False), want=total[:, ::2])
     declines(c, reduce, lambda: (x, c, "sum", x[::-1], "all_reduce", False), raises=(A, "overlaps"))
-    declines(c, reduce, lambda: (x, c, "sum", np.empty((2 * P, 3), np.float32), "all_reduce", False),
-             raises=(A, "out: expected dtype float64"))
-    declines(c, reduce, lambda: (x, c, "sum", np.empty((3, 2 * P)), "all_reduce", False),
-             raises=(A, r"out: expected shape \(%d, 3\)" % (2 * P)))
+    declines(
+        c,
+        reduce,
+        lambda: (x, c, "sum", np.empty((2 * P, 3), np.float32), "all_reduce", False),
+        raises=(A, "out: expected dtype float64"),
+    )
+    declines(
+        c,
+        reduce,
+        lambda: (x, c, "sum", np.empty((3, 2 * P)), "all_reduce", False),
+        raises=(A, r"out: expected shape \(%d, 3\)" % (2 * P)),
+    )
     declines(c, reduce, lambda: (x, c, "sum", ro(), "all_reduce", False), raises=(A, "out: expected a writeable"))
     declines(c, reduce, lambda: (x, c, MPI.SUM, None, "all_reduce", False), want=total)  # the general branch maps it
     declines(c, reduce, lambda: (x, c, "median", None, "all_reduce", False), raises=(A, "op: expected one of"))
     declines(c, reduce, lambda: (x, c, np.array("sum"), None, "all_reduce", False), raises=(A, "op: expected"))
-    declines(c, reduce, lambda: (x.astype(np.float16), c, "sum", None, "all_reduce", False),
-             want=total.astype(np.float16))  # widened to float32
+    declines(
+        c, reduce, lambda: (x.astype(np.float16), c, "sum", None, "all_reduce", False), want=total.astype(np.float16)
+    )  # widened to float32
     declines(c, reduce, lambda: (np.empty((0, 3)), c, "sum", None, "all_reduce", False), want=np.empty((0, 3)))
-    declines(c, reduce, lambda: (x.astype(">f8"), c, "sum", None, "all_reduce", False),
-             raises=(hpccoll.DTypeError, "native-byte-order"))
+    declines(
+        c,
+        reduce,
+        lambda: (x.astype(">f8"), c, "sum", None, "all_reduce", False),
+        raises=(hpccoll.DTypeError, "native-byte-order"),
+    )
     declines(c, reduce, lookalike, raises=(A, "overlaps"))
     declines(c, reduce, read_only_in_place, raises=(A, "writeable"))
     declines(c, reduce, same_view, want=total)
@@ -572,20 +601,41 @@ def test_all_gather_declines(c):
     declines(c, gather, lambda: (x[:, ::2], c, 0, sizes, None, "all_gather", False), want=rows[:, ::2])
     declines(c, gather, lambda: (x, c, 1, [3] * P, None, "all_gather", False), want=cols)  # inner axis
     declines(c, gather, lambda: (x, c, 1, None, None, "all_gather", False), want=cols)
-    declines(c, gather, lambda: (x, c, False, sizes, None, "all_gather", False),
-             raises=(A, "axis: expected an int; got bool"))  # bool is not an axis
+    declines(
+        c,
+        gather,
+        lambda: (x, c, False, sizes, None, "all_gather", False),
+        raises=(A, "axis: expected an int; got bool"),
+    )  # bool is not an axis
     declines(c, gather, lambda: (x, c, 0, [np.int64(2 * P)] * P, None, "all_gather", False), want=rows)
-    declines(c, gather, lambda: (x, c, 0, [2 * P] * (P + 1), None, "all_gather", False),
-             raises=(A, f"sizes: expected {P} non-negative ints"))
-    declines(c, gather, lambda: (x, c, 0, [2 * P + 1] * P, None, "all_gather", False),
-             raises=(A, rf"sizes: expected sizes\[{r}\] == x.shape\[0\]"))
-    declines(c, gather, lambda: (x, c, 0, [2 * P] * (P - 1) + [-1], None, "all_gather", False),
-             raises=(A, "sizes: expected"))
+    declines(
+        c,
+        gather,
+        lambda: (x, c, 0, [2 * P] * (P + 1), None, "all_gather", False),
+        raises=(A, f"sizes: expected {P} non-negative ints"),
+    )
+    declines(
+        c,
+        gather,
+        lambda: (x, c, 0, [2 * P + 1] * P, None, "all_gather", False),
+        raises=(A, rf"sizes: expected sizes\[{r}\] == x.shape\[0\]"),
+    )
+    declines(
+        c, gather, lambda: (x, c, 0, [2 * P] * (P - 1) + [-1], None, "all_gather", False), raises=(A, "sizes: expected")
+    )
     for given in (sizes, None):  # None: the common branch exchanges, then hands over
-        declines(c, gather, lambda: (x, c, 0, given, np.empty((2 * P * P, 3), np.float32), "all_gather", False),
-                 raises=(A, "out: expected dtype float64"))
-        declines(c, gather, lambda: (x, c, 0, given, np.empty((2 * P * P, 4)), "all_gather", False),
-                 raises=(A, "out: expected shape"))
+        declines(
+            c,
+            gather,
+            lambda: (x, c, 0, given, np.empty((2 * P * P, 3), np.float32), "all_gather", False),
+            raises=(A, "out: expected dtype float64"),
+        )
+        declines(
+            c,
+            gather,
+            lambda: (x, c, 0, given, np.empty((2 * P * P, 4)), "all_gather", False),
+            raises=(A, "out: expected shape"),
+        )
         declines(c, gather, lambda: (x, c, 0, given, ro(), "all_gather", False), raises=(A, "writeable"))
         declines(c, gather, lambda: strided(given), want=rows)
     with traced(c) as t:  # an out the common branch declines after the size exchange: exchanged once
@@ -593,14 +643,28 @@ def test_all_gather_declines(c):
     agree(c, t.general == ["gather._one"] and [k[0] for k in t.calls] == ["exchange", "allgatherv"], t.calls)
     declines(c, gather, shifted, raises=(A, "overlaps"))
     declines(c, gather, lookalike, raises=(A, "overlaps"))
-    declines(c, gather, lambda: (np.empty((0, 3)), c, 0, [0] * P, None, "all_gather", False),
-             want=np.empty((0, 3)))  # an empty result
-    declines(c, gather, lambda: (x.astype(">f8"), c, 0, sizes, None, "all_gather", False),
-             raises=(hpccoll.DTypeError, "native-byte-order"))
-    declines(c, gather, lambda: (np.zeros(x.shape, "M8[s]"), c, 0, sizes, None, "all_gather", False),
-             raises=(hpccoll.DTypeError, "expected a native-byte-order dtype"))
-    raises_everywhere(c, A, rf"sizes: expected sizes\[{r}\]",  # the message names the rank
-                      lambda: hpccoll.all_gather(x, c, sizes=[2 * P + 1] * P), same_message=False)
+    declines(
+        c, gather, lambda: (np.empty((0, 3)), c, 0, [0] * P, None, "all_gather", False), want=np.empty((0, 3))
+    )  # an empty result
+    declines(
+        c,
+        gather,
+        lambda: (x.astype(">f8"), c, 0, sizes, None, "all_gather", False),
+        raises=(hpccoll.DTypeError, "native-byte-order"),
+    )
+    declines(
+        c,
+        gather,
+        lambda: (np.zeros(x.shape, "M8[s]"), c, 0, sizes, None, "all_gather", False),
+        raises=(hpccoll.DTypeError, "expected a native-byte-order dtype"),
+    )
+    raises_everywhere(
+        c,
+        A,
+        rf"sizes: expected sizes\[{r}\]",  # the message names the rank
+        lambda: hpccoll.all_gather(x, c, sizes=[2 * P + 1] * P),
+        same_message=False,
+    )
     got = hpccoll.all_gather(x[:1], c, sizes=[np.int64(1)] * P)
     equal(c, got, rows[:: 2 * P])
 
@@ -659,10 +723,12 @@ def test_reduce_scatter_declines(c):
     for form, match in ((ro_block, "writeable"), (zero_stride, "overlaps")):  # the public function too
         raises_everywhere(c, A, match, lambda: (lambda a: hpccoll.reduce_scatter(a[0], c, out=a[5]))(form()))
     # Array "ops" are no op, in the adjoints too.
-    raises_everywhere(c, A, "op: expected",
-                      lambda: hpccoll.reduce_scatter_adjoint(np.ones(2), c, op=np.array("sum"), sizes=[2] * P))
-    raises_everywhere(c, A, "op: expected",
-                      lambda: hpccoll.all_reduce_adjoint(np.ones(2), c, op=np.array(["sum", "avg"])))
+    raises_everywhere(
+        c, A, "op: expected", lambda: hpccoll.reduce_scatter_adjoint(np.ones(2), c, op=np.array("sum"), sizes=[2] * P)
+    )
+    raises_everywhere(
+        c, A, "op: expected", lambda: hpccoll.all_reduce_adjoint(np.ones(2), c, op=np.array(["sum", "avg"]))
+    )
 
 
 def test_not_in_check_mode_or_size_one(c):
@@ -715,8 +781,9 @@ def test_common_branch_watched(c, monkeypatch):
     ran, watched, waited = [], [], []
     real_run, real_watched, real_wait = host_mpi.run, _control.watched, host_mpi.watched
     monkeypatch.setattr(host_mpi, "run", lambda comm, name, *a, **k: (ran.append(name), real_run(comm, name, *a, **k)))
-    monkeypatch.setattr(_control, "watched",
-                        lambda comm, what, *a: (watched.append(what), real_watched(comm, what, *a))[1])
+    monkeypatch.setattr(
+        _control, "watched", lambda comm, what, *a: (watched.append(what), real_watched(comm, what, *a))[1]
+    )
     monkeypatch.setattr(host_mpi, "watched", lambda comm, what, *a: (waited.append(what), real_wait(comm, what, *a))[1])
     try:
         agree(c, w.timeout == 60)
@@ -726,10 +793,8 @@ def test_common_branch_watched(c, monkeypatch):
             equal(c, hpccoll.all_reduce(np.ones(3), w), np.full(3, P))
             equal(c, hpccoll.all_gather(np.ones(2), w, sizes=[2] * P), np.ones(2 * P))
             equal(c, hpccoll.reduce_scatter(np.ones(2 * P), w), np.full(2, P))
-            equal(c, hpccoll.all_gather(np.ones(uneven[w.rank]), w, sizes=uneven),
-                                          np.ones(sum(uneven)))
-            equal(c, hpccoll.reduce_scatter(np.ones(sum(uneven)), w, sizes=uneven),
-                                          np.full(uneven[w.rank], P))
+            equal(c, hpccoll.all_gather(np.ones(uneven[w.rank]), w, sizes=uneven), np.ones(sum(uneven)))
+            equal(c, hpccoll.reduce_scatter(np.ones(sum(uneven)), w, sizes=uneven), np.full(uneven[w.rank], P))
         agree(c, t.general == [])
         names = ["Allreduce", "Allgather", "Reduce_scatter_block", "Allgatherv", "Reduce_scatter"]
         agree(c, waited == [f"MPI_{n}" for n in names])  # the transport's blocking calls, watched
@@ -771,8 +836,12 @@ def test_ranks_may_take_different_branches(c, pattern):
         record(t, f"all_gather sizes={given}", t.general == (["gather._one"] if odd else []), np.array_equal(got, full))
     with traced(c) as t:
         block = hpccoll.reduce_scatter(y, c, sizes=sizes)
-    record(t, "reduce_scatter", t.general == (["scatter._one"] if odd or lo == hi else []),
-          np.allclose(block, stack.sum(0)[lo:hi], rtol=1e-12))
+    record(
+        t,
+        "reduce_scatter",
+        t.general == (["scatter._one"] if odd or lo == hi else []),
+        np.allclose(block, stack.sum(0)[lo:hi], rtol=1e-12),
+    )
     with traced(c) as t:
         total = hpccoll.all_reduce(y, c)
     record(t, "all_reduce", t.general == (["reduce._one"] if odd else []), np.allclose(total, stack.sum(0), rtol=1e-12))
@@ -780,13 +849,21 @@ def test_ranks_may_take_different_branches(c, pattern):
     xs = [np.ascontiguousarray(full[lo:hi]), np.ascontiguousarray(full[lo:hi]) * 2]
     with traced(c) as t:
         got = hpccoll.all_gather(xs, c, sizes=sizes, out=[np.empty_like(full), np.empty_like(full)] if odd else None)
-    record(t, "list all_gather", t.scratch == ([] if odd else [True]),
-          np.array_equal(got[0], full) and np.array_equal(got[1], 2 * full))
+    record(
+        t,
+        "list all_gather",
+        t.scratch == ([] if odd else [True]),
+        np.array_equal(got[0], full) and np.array_equal(got[1], 2 * full),
+    )
     ys = [stack[r], 2 * stack[r]]
     with traced(c) as t:
         got = hpccoll.reduce_scatter(ys, c, sizes=sizes, out=[np.empty((hi - lo, 3)) for _ in ys] if odd else None)
-    record(t, "list reduce_scatter", t.scratch == ([] if odd or lo == hi else [True]),
-          np.allclose(got[1], 2 * stack.sum(0)[lo:hi], rtol=1e-12))
+    record(
+        t,
+        "list reduce_scatter",
+        t.scratch == ([] if odd or lo == hi else [True]),
+        np.allclose(got[1], 2 * stack.sum(0)[lo:hi], rtol=1e-12),
+    )
     with traced(c, no_scratch=odd) as t:
         got = hpccoll.all_reduce(ys, c)
     record(t, "list all_reduce", t.scratch == [not odd], np.allclose(got[1], 2 * stack.sum(0), rtol=1e-12))
@@ -841,8 +918,9 @@ def test_list_all_reduce_scratch_equals_general(c, dtype, op, shapes):
     everyone = [inputs(q) for q in range(c.size)]
     for i, g in enumerate(got):
         close(c, g, np.stack([e[i] for e in everyone]), op)
-    not_aliasing_scratch(c, got, lambda: reduce.all_reduce([np.zeros_like(x) for x in xs], c, op, None, "all_reduce",
-                                                        False))
+    not_aliasing_scratch(
+        c, got, lambda: reduce.all_reduce([np.zeros_like(x) for x in xs], c, op, None, "all_reduce", False)
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -854,8 +932,7 @@ def test_list_all_gather_scratch_equals_general(c, dtype, pattern, tail):
     xs = [np.asarray(make((sizes[c.rank],) + tail, dtype, seed=10 * c.rank + i)) for i in range(4)]
     if tail:
         xs[1] = np.asfortranarray(xs[1])  # packed by numpy.concatenate instead of bytes.join
-    full = [np.concatenate([make((sizes[q],) + tail, dtype, seed=10 * q + i) for q in range(c.size)])
-            for i in range(4)]
+    full = [np.concatenate([make((sizes[q],) + tail, dtype, seed=10 * q + i) for q in range(c.size)]) for i in range(4)]
     for given in (sizes, None):
         with traced(c) as common:
             got = gather.all_gather(xs, c, 0, given, None, "all_gather", False)
@@ -867,8 +944,9 @@ def test_list_all_gather_scratch_equals_general(c, dtype, pattern, tail):
         agree(c, [k[0] for k in common.calls] == ([] if given else ["exchange"]) + ["allgatherv"])
         same_lists(c, got, want)
         same_lists(c, got, full)
-    not_aliasing_scratch(c, got, lambda: gather.all_gather([np.zeros_like(x) for x in xs], c, 0, sizes, None,
-                                                        "all_gather", False))
+    not_aliasing_scratch(
+        c, got, lambda: gather.all_gather([np.zeros_like(x) for x in xs], c, 0, sizes, None, "all_gather", False)
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -894,8 +972,11 @@ def test_list_reduce_scatter_scratch_equals_general(c, dtype, op, pattern):
     for i, g in enumerate(got):
         stack = np.stack([make((n, 2), dtype, seed=10 * q + i) for q in range(c.size)])
         close(c, g, stack, op, slice(lo, hi))
-    not_aliasing_scratch(c, got, lambda: scatter.reduce_scatter([np.zeros_like(x) for x in xs], c, op, 0, sizes, None,
-                                                             "reduce_scatter", False))
+    not_aliasing_scratch(
+        c,
+        got,
+        lambda: scatter.reduce_scatter([np.zeros_like(x) for x in xs], c, op, 0, sizes, None, "reduce_scatter", False),
+    )
 
 
 def _list_declines(c, mod, make_args, raises=None, want=None, general=None):
@@ -931,18 +1012,24 @@ def test_list_all_reduce_declines(c, monkeypatch):
     def args(x, op="sum", out=None, async_op=False):
         return lambda: (x, c, op, out() if callable(out) else out, "all_reduce", async_op)
 
-    _list_declines(c, reduce, args([np.ones(3), np.ones(2, np.float32)]),
-                   want=[np.full(3, P, "f8"), np.full(2, P, "f4")])
-    _list_declines(c, reduce, args([np.ones(3), [1.0, 2.0]]), raises=(A, "x: expected an array"),
-                   general="reduce._one")  # not all arrays: a single (ragged) array-like
+    _list_declines(
+        c, reduce, args([np.ones(3), np.ones(2, np.float32)]), want=[np.full(3, P, "f8"), np.full(2, P, "f4")]
+    )
+    _list_declines(
+        c, reduce, args([np.ones(3), [1.0, 2.0]]), raises=(A, "x: expected an array"), general="reduce._one"
+    )  # not all arrays: a single (ragged) array-like
     _list_declines(c, reduce, args([]), want=[])
     _list_declines(c, reduce, args([np.empty(0)]), want=[np.empty(0)])
     _list_declines(c, reduce, args(xs, op="median"), raises=(A, "op: expected one of"))
     _list_declines(c, reduce, args([np.ones(2, np.float16)] * 2), want=[np.full(2, P, np.float16)] * 2)  # widened
     _list_declines(c, reduce, args([np.ones(2, ">f8")] * 2), raises=(hpccoll.DTypeError, "native-byte-order"))
     # out given (one dtype): the scratch route, then copied into out -- see test_bug_list_all_reduce_out.
-    _list_declines(c, reduce, args([np.ones(3), np.ones(2, "f4")], out=lambda: [np.empty(3), np.empty(2, "f4")]),
-                   want=[np.full(3, P, "f8"), np.full(2, P, "f4")])
+    _list_declines(
+        c,
+        reduce,
+        args([np.ones(3), np.ones(2, "f4")], out=lambda: [np.empty(3), np.empty(2, "f4")]),
+        want=[np.full(3, P, "f8"), np.full(2, P, "f4")],
+    )
     monkeypatch.setattr(c, "bucket_bytes", 32)  # 40 bytes: more than one bucket
     _list_declines(c, reduce, args(xs), want=[np.full(3, P, "f8"), np.full(2, P, "f8")])
     monkeypatch.undo()
@@ -968,22 +1055,31 @@ def test_list_gather_and_scatter_decline(c):
     def s(x, op="sum", axis=0, sizes=None, out=None):
         return lambda: (x, c, op, axis, sizes, out() if callable(out) else out, "reduce_scatter", False)
 
-    _list_declines(c, gather, g(xs, axis=1, sizes=[3] * P), want=[np.concatenate([np.ones((2, 3)) * q for q in
-                                                                                  range(P)], axis=1)] * 2)
+    _list_declines(
+        c,
+        gather,
+        g(xs, axis=1, sizes=[3] * P),
+        want=[np.concatenate([np.ones((2, 3)) * q for q in range(P)], axis=1)] * 2,
+    )
     _list_declines(c, gather, g([np.ones((2, 3)), np.ones((2, 4))]), want=[np.ones((2 * P, 3)), np.ones((2 * P, 4))])
     _list_declines(c, gather, g([np.ones(2), np.ones(2, np.float32)]), want=[np.ones(2 * P), np.ones(2 * P, "f4")])
     _list_declines(c, gather, g(xs, out=lambda: [np.empty((2 * P, 3)) for _ in range(2)]), want=[rows, rows])
     _list_declines(c, gather, g([]), want=[])
     _list_declines(c, gather, g([np.ones(2, ">f8")] * 2), raises=(hpccoll.DTypeError, "native-byte-order"))
     _list_declines(c, gather, g([np.ones(2, "M8[s]")] * 2), raises=(hpccoll.DTypeError, "native-byte-order"))
-    raises_everywhere(c, hpccoll.DTypeError, "native-byte-order",
-                      lambda: hpccoll.all_gather([np.ones(2, ">f8")] * 2, c, sizes=[2] * P))
+    raises_everywhere(
+        c,
+        hpccoll.DTypeError,
+        "native-byte-order",
+        lambda: hpccoll.all_gather([np.ones(2, ">f8")] * 2, c, sizes=[2] * P),
+    )
     zs = [np.ones((2 * P, 3)), np.ones((2 * P, 3))]
     _list_declines(c, scatter, s(zs, axis=1), want=[np.full((2 * P, hpccoll.split_sizes(3, P)[r]), P, "f8")] * 2)
     _list_declines(c, scatter, s([np.ones(2 * P, np.float16)] * 2), want=[np.full(2, P, np.float16)] * 2)  # widened
     _list_declines(c, scatter, s([]), want=[])
-    _list_declines(c, scatter, s([np.ones(2 * P), np.ones(2 * P, np.float32)]),
-                   want=[np.full(2, P * 1.0), np.full(2, P, "f4")])  # two dtypes
+    _list_declines(
+        c, scatter, s([np.ones(2 * P), np.ones(2 * P, np.float32)]), want=[np.full(2, P * 1.0), np.full(2, P, "f4")]
+    )  # two dtypes
     _list_declines(c, scatter, s(zs, out=lambda: [np.empty((2, 3)) for _ in zs]), want=[np.full((2, 3), P * 1.0)] * 2)
     _list_declines(c, scatter, s(zs, op="median"), raises=(A, "op: expected one of"))
     for mod, call, want in (  # non-blocking: no scratch, even while a blocking call uses it
@@ -1012,8 +1108,13 @@ def test_list_all_gather_discovers_sizes(c, pattern):
     agree(c, [k[0] for k in t.calls] == ["exchange", "allgatherv"] and t.scratch == [True])
     for i, g in enumerate(got):
         same_bits(c, g, gather._one(xs[i], c, 0, sizes, None, "all_gather", False))
-    raises_everywhere(c, hpccoll.MismatchError, "ranks 0 and 1 disagree",  # "this rank has ...": per rank
-                      lambda: hpccoll.all_gather(np.ones((1, 2 + (r == 1))), c), same_message=False)
+    raises_everywhere(
+        c,
+        hpccoll.MismatchError,
+        "ranks 0 and 1 disagree",  # "this rank has ...": per rank
+        lambda: hpccoll.all_gather(np.ones((1, 2 + (r == 1))), c),
+        same_message=False,
+    )
 
 
 # --------------------------------------------------------------------------- bugs found
@@ -1032,8 +1133,9 @@ def _each_array_alone(got_call, alone_call, n):
         for i, want in enumerate(wants):
             g = got[i]
             if g.dtype != want.dtype or g.shape != want.shape or g.tobytes() != np.ascontiguousarray(want).tobytes():
-                wrong.append(f"x[{i}]: got {g.dtype} {g.shape} {g.tolist()}, "
-                             f"want {want.dtype} {want.shape} {want.tolist()}")
+                wrong.append(
+                    f"x[{i}]: got {g.dtype} {g.shape} {g.tolist()}, want {want.dtype} {want.shape} {want.tolist()}"
+                )
         return "; ".join(wrong)
     except Exception as e:  # noqa: BLE001 - reported through the verdict, on every rank together
         return f"raised {type(e).__name__}: {e}"
@@ -1060,8 +1162,10 @@ def test_regression_list_all_gather_extents_differ_by_array(c, pattern, check):
     comm = hpccoll.Communicator(c.mpi, check=check)
     try:
         ys = [np.asarray(make((sizes[r] + (r == 1 and i == 1), 2), np.float32, seed=10 * r + i)) for i in range(3)]
-        full = [np.concatenate([make((sizes[q] + (q == 1 and i == 1), 2), np.float32, seed=10 * q + i)
-                                for q in range(P)]) for i in range(3)]
+        full = [
+            np.concatenate([make((sizes[q] + (q == 1 and i == 1), 2), np.float32, seed=10 * q + i) for q in range(P)])
+            for i in range(3)
+        ]
         verdict = _each_array_alone(lambda: hpccoll.all_gather(ys, comm), lambda i: full[i], 3)
         agree(c, not verdict, verdict)
     finally:
@@ -1077,8 +1181,9 @@ def _mixed_cases():
         ("reduce_scatter", "min", lambda r, P: [np.ones(2 * P, bool), np.full((2 * P, 2), 5 + r, np.uint8)]),
     ]
     if ml_dtypes is not None:
-        cases.append(("all_reduce", "sum", lambda r, P: [np.array([1.5, r], np.float16),
-                                                         np.array([2.5, r], ml_dtypes.bfloat16)]))
+        cases.append(
+            ("all_reduce", "sum", lambda r, P: [np.array([1.5, r], np.float16), np.array([2.5, r], ml_dtypes.bfloat16)])
+        )
     return cases
 
 

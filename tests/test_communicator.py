@@ -46,8 +46,17 @@ def test_split_undefined(comm):
     raises_everywhere(comm, hpccoll.ArgumentError, "color: expected an int", lambda: comm.split("red"))
 
 
-@pytest.mark.parametrize("fn", ["all_gather", "reduce_scatter", "all_reduce", "all_gather_adjoint",
-                                "reduce_scatter_adjoint", "all_reduce_adjoint"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        "all_gather",
+        "reduce_scatter",
+        "all_reduce",
+        "all_gather_adjoint",
+        "reduce_scatter_adjoint",
+        "all_reduce_adjoint",
+    ],
+)
 def test_size_one_is_a_copy(fn):
     """On one rank every collective is the identity, returns a new array and does not communicate."""
     with hpccoll.Communicator(MPI.COMM_SELF) as one:

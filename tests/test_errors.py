@@ -83,12 +83,18 @@ def test_env_values_are_validated(comm, monkeypatch):
 def test_zero_d_all_gather_says_what_a_gather_needs(comm, form):
     """A 0-D shard has no axis to join along: the message says concatenate (not split) and how to fix it."""
     x = np.float64(1.0).reshape(())
-    call = {"single": lambda: hpccoll.all_gather(x, comm),
-            "shared": lambda: hpccoll.all_gather(x, comm, out="shared")}[form]
+    call = {"single": lambda: hpccoll.all_gather(x, comm), "shared": lambda: hpccoll.all_gather(x, comm, out="shared")}[
+        form
+    ]
     if form == "shared" and comm.size > 1 and comm.transport_instance("shm").unavailable_reason(comm):
         pytest.skip("no node-shared memory here")
-    raises_everywhere(comm, ArgumentError, r"at least 1 dimension to concatenate along axis; got a 0-D array "
-                      r"\(all_gather joins the shards along an existing axis", call)
+    raises_everywhere(
+        comm,
+        ArgumentError,
+        r"at least 1 dimension to concatenate along axis; got a 0-D array "
+        r"\(all_gather joins the shards along an existing axis",
+        call,
+    )
 
 
 def test_16_bit_floats_move_as_uint16_where_mpi_has_no_float16(comm, monkeypatch):
@@ -114,5 +120,8 @@ def test_16_bit_floats_move_as_uint16_where_mpi_has_no_float16(comm, monkeypatch
     gathered = hpccoll.all_gather(xs[comm.rank], comm, sizes=[2 * p] * p)
     swapped = hpccoll.all_to_all(xs[comm.rank], comm, sizes=[2] * p, recv_sizes=[2] * p)
     agree(comm, gathered.tobytes() == np.concatenate(xs).tobytes(), "all_gather of float16")
-    agree(comm, swapped.tobytes() == np.concatenate([x[2 * comm.rank : 2 * comm.rank + 2] for x in xs]).tobytes(),
-          "all_to_all of float16")
+    agree(
+        comm,
+        swapped.tobytes() == np.concatenate([x[2 * comm.rank : 2 * comm.rank + 2] for x in xs]).tobytes(),
+        "all_to_all of float16",
+    )

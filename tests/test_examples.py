@@ -45,8 +45,11 @@ def test_launch_line_in_header(script):
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
-@pytest.mark.parametrize("script", [EXAMPLES / name for name in ("quickstart.py", "pencil_fft.py", "shared_field.py")],
-                         ids=["quickstart.py", "pencil_fft.py", "shared_field.py"])
+@pytest.mark.parametrize(
+    "script",
+    [EXAMPLES / name for name in ("quickstart.py", "pencil_fft.py", "shared_field.py")],
+    ids=["quickstart.py", "pencil_fft.py", "shared_field.py"],
+)
 def test_runs_under_mpiexec(script):
     """The core example under its documented launch line (the adapter examples: test_examples_adapters.py)."""
     proc = run_mpiexec(2, [sys.executable, "-m", "mpi4py", str(script)], timeout=180)

@@ -163,8 +163,16 @@ def test_watched_collectives_give_the_same_results(comm, watched, checked, monke
     total = np.sum(wides, axis=0)
     rows = hpccoll.split_sizes(wide.shape[0], comm.size)
     lo = sum(rows[: comm.rank])
-    want = [np.concatenate(xs, axis=1), np.concatenate([a.T for a in xs]), total[lo : lo + rows[comm.rank]],
-            total[:, : 2 if comm.rank == 0 else 0], np.maximum.reduce(wides), total, total, np.concatenate(xs, axis=1)]
+    want = [
+        np.concatenate(xs, axis=1),
+        np.concatenate([a.T for a in xs]),
+        total[lo : lo + rows[comm.rank]],
+        total[:, : 2 if comm.rank == 0 else 0],
+        np.maximum.reduce(wides),
+        total,
+        total,
+        np.concatenate(xs, axis=1),
+    ]
     same = [np.array_equal(a, b) for a, b in results]  # the watchdog changes nothing, bit for bit
     right = [a.shape == b.shape and np.allclose(a, b, rtol=1e-12, atol=1e-12) for (a, _), b in zip(results, want)]
     assert all_ranks(comm, all(same) and all(right)), (same, right)
@@ -175,5 +183,7 @@ def test_watched_check_mode_still_shares_errors(watched):
     """The check's pickled exchange, watched, still raises the same error on every rank."""
     w = watched[True]
     odd = w.rank == w.size - 1
-    raises_everywhere(w, hpccoll.MismatchError, "dtype", lambda: hpccoll.all_reduce(np.ones(2, "f4" if odd else "f8"), w))
+    raises_everywhere(
+        w, hpccoll.MismatchError, "dtype", lambda: hpccoll.all_reduce(np.ones(2, "f4" if odd else "f8"), w)
+    )
     raises_everywhere(w, ArgumentError, "raised on rank", lambda: hpccoll.all_gather(np.ones(2), w, axis=2 * odd))

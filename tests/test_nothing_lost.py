@@ -43,31 +43,94 @@ def _window(full_shape, index, axis=0):
 
 # (name, call(comm) -> the collective with an overlapping ``out`` on every rank)
 OVERLAPS = [
-    ("all_gather/x-inside-out", lambda c: (lambda x, out: hpccoll.all_gather(x, c, out=out))(*_window((3 * c.size, 2), slice(1, 4)))),
-    ("all_gather/x-strided-in-out", lambda c: (lambda x, out: hpccoll.all_gather(x, c, out=out))(*_window((3 * c.size, 2), slice(0, 5, 2)))),
-    ("all_gather/x-reversed-in-out", lambda c: (lambda out: hpccoll.all_gather(out[::-1][:3], c, out=out))(np.zeros((3 * c.size, 2)))),
-    ("all_gather/inner-axis-window", lambda c: (lambda x, out: hpccoll.all_gather(x, c, axis=1, out=out))(*_window((2, 3 * c.size), slice(1, 4), axis=1))),
-    ("all_gather/one-element-shared", lambda c: (lambda x, out: hpccoll.all_gather(x, c, out=out))(*_shifted((3, 2), (3 * c.size, 2), 5))),
-    ("reduce_scatter/out-inside-x", lambda c: (lambda out, x: hpccoll.reduce_scatter(x, c, out=out))(*_window((2 * c.size, 3), slice(1, 3)))),
-    ("reduce_scatter/out-reversed-tail", lambda c: (lambda x: hpccoll.reduce_scatter(x, c, out=x[-2:][::-1]))(np.ones((2 * c.size, 3)))),
-    ("reduce_scatter/out-strided", lambda c: (lambda out, x: hpccoll.reduce_scatter(x, c, out=out))(*_window((2 * c.size, 3), slice(1, 5, 2)))),
-    ("reduce_scatter/inner-axis", lambda c: (lambda out, x: hpccoll.reduce_scatter(x, c, axis=1, out=out))(*_window((3, 2 * c.size), slice(1, 5, 2), axis=1))),
+    (
+        "all_gather/x-inside-out",
+        lambda c: (lambda x, out: hpccoll.all_gather(x, c, out=out))(*_window((3 * c.size, 2), slice(1, 4))),
+    ),
+    (
+        "all_gather/x-strided-in-out",
+        lambda c: (lambda x, out: hpccoll.all_gather(x, c, out=out))(*_window((3 * c.size, 2), slice(0, 5, 2))),
+    ),
+    (
+        "all_gather/x-reversed-in-out",
+        lambda c: (lambda out: hpccoll.all_gather(out[::-1][:3], c, out=out))(np.zeros((3 * c.size, 2))),
+    ),
+    (
+        "all_gather/inner-axis-window",
+        lambda c: (lambda x, out: hpccoll.all_gather(x, c, axis=1, out=out))(
+            *_window((2, 3 * c.size), slice(1, 4), axis=1)
+        ),
+    ),
+    (
+        "all_gather/one-element-shared",
+        lambda c: (lambda x, out: hpccoll.all_gather(x, c, out=out))(*_shifted((3, 2), (3 * c.size, 2), 5)),
+    ),
+    (
+        "reduce_scatter/out-inside-x",
+        lambda c: (lambda out, x: hpccoll.reduce_scatter(x, c, out=out))(*_window((2 * c.size, 3), slice(1, 3))),
+    ),
+    (
+        "reduce_scatter/out-reversed-tail",
+        lambda c: (lambda x: hpccoll.reduce_scatter(x, c, out=x[-2:][::-1]))(np.ones((2 * c.size, 3))),
+    ),
+    (
+        "reduce_scatter/out-strided",
+        lambda c: (lambda out, x: hpccoll.reduce_scatter(x, c, out=out))(*_window((2 * c.size, 3), slice(1, 5, 2))),
+    ),
+    (
+        "reduce_scatter/inner-axis",
+        lambda c: (lambda out, x: hpccoll.reduce_scatter(x, c, axis=1, out=out))(
+            *_window((3, 2 * c.size), slice(1, 5, 2), axis=1)
+        ),
+    ),
     ("all_reduce/reversed", lambda c: (lambda x: hpccoll.all_reduce(x, c, out=x[::-1]))(np.ones((4, 3)))),
     ("all_reduce/transposed", lambda c: (lambda x: hpccoll.all_reduce(x, c, out=x.T))(np.ones((3, 3)))),
     ("all_reduce/shifted", lambda c: (lambda x, out: hpccoll.all_reduce(x, c, out=out))(*_shifted((4, 3), (4, 3), 1))),
-    ("all_gather_adjoint/out-inside-y", lambda c: (lambda out, y: hpccoll.all_gather_adjoint(y, c, out=out))(*_window((3 * c.size, 2), slice(1, 4)))),
-    ("reduce_scatter_adjoint/y-inside-out", lambda c: (lambda y, out: hpccoll.reduce_scatter_adjoint(y, c, out=out))(*_window((2 * c.size, 3), slice(1, 3)))),
-    ("all_reduce_adjoint/varying-reversed", lambda c: (lambda y: hpccoll.all_reduce_adjoint(y, c, out=y[::-1]))(np.ones(5))),
-    ("all_reduce_adjoint/replicated-reversed", lambda c: (lambda y: hpccoll.all_reduce_adjoint(y, c, cotangent="replicated", out=y[::-1]))(np.ones(5))),
+    (
+        "all_gather_adjoint/out-inside-y",
+        lambda c: (lambda out, y: hpccoll.all_gather_adjoint(y, c, out=out))(*_window((3 * c.size, 2), slice(1, 4))),
+    ),
+    (
+        "reduce_scatter_adjoint/y-inside-out",
+        lambda c: (lambda y, out: hpccoll.reduce_scatter_adjoint(y, c, out=out))(
+            *_window((2 * c.size, 3), slice(1, 3))
+        ),
+    ),
+    (
+        "all_reduce_adjoint/varying-reversed",
+        lambda c: (lambda y: hpccoll.all_reduce_adjoint(y, c, out=y[::-1]))(np.ones(5)),
+    ),
+    (
+        "all_reduce_adjoint/replicated-reversed",
+        lambda c: (lambda y: hpccoll.all_reduce_adjoint(y, c, cotangent="replicated", out=y[::-1]))(np.ones(5)),
+    ),
     # all_to_all has no in-place form: out may not touch x at all, out=x included (before MPI with recv_sizes given,
     # else right after the size exchange, on every rank alike)
     ("all_to_all/out-is-x", lambda c: (lambda x: hpccoll.all_to_all(x, c, out=x))(np.ones((2 * c.size, 3)))),
-    ("all_to_all/out-is-x-recv-sizes", lambda c: (lambda x: hpccoll.all_to_all(x, c, recv_sizes=[2] * c.size, out=x))(np.ones((2 * c.size, 3)))),
-    ("all_to_all/shifted", lambda c: (lambda x, out: hpccoll.all_to_all(x, c, out=out))(*_shifted((2 * c.size, 3), (2 * c.size, 3), 1))),
-    ("all_to_all/transpose-window", lambda c: (lambda x, out: hpccoll.all_to_all(x, c, split_axis=1, concat_axis=0, recv_sizes=[2] * c.size, out=out))(
-        *_shifted((2, 3 * c.size), (2 * c.size, 3), 3 * c.size))),
-    ("all_to_all_adjoint/out-reversed", lambda c: (lambda y: hpccoll.all_to_all_adjoint(y, c, out=y[::-1]))(np.ones(2 * c.size))),
-    ("all_to_all_adjoint/out-strided", lambda c: (lambda b: hpccoll.all_to_all_adjoint(b[: 2 * c.size], c, sizes=[2] * c.size, out=b[::2][: 2 * c.size]))(np.ones(4 * c.size))),
+    (
+        "all_to_all/out-is-x-recv-sizes",
+        lambda c: (lambda x: hpccoll.all_to_all(x, c, recv_sizes=[2] * c.size, out=x))(np.ones((2 * c.size, 3))),
+    ),
+    (
+        "all_to_all/shifted",
+        lambda c: (lambda x, out: hpccoll.all_to_all(x, c, out=out))(*_shifted((2 * c.size, 3), (2 * c.size, 3), 1)),
+    ),
+    (
+        "all_to_all/transpose-window",
+        lambda c: (
+            lambda x, out: hpccoll.all_to_all(x, c, split_axis=1, concat_axis=0, recv_sizes=[2] * c.size, out=out)
+        )(*_shifted((2, 3 * c.size), (2 * c.size, 3), 3 * c.size)),
+    ),
+    (
+        "all_to_all_adjoint/out-reversed",
+        lambda c: (lambda y: hpccoll.all_to_all_adjoint(y, c, out=y[::-1]))(np.ones(2 * c.size)),
+    ),
+    (
+        "all_to_all_adjoint/out-strided",
+        lambda c: (
+            lambda b: hpccoll.all_to_all_adjoint(b[: 2 * c.size], c, sizes=[2] * c.size, out=b[::2][: 2 * c.size])
+        )(np.ones(4 * c.size)),
+    ),
 ]
 
 
@@ -98,7 +161,9 @@ def test_out_is_x_is_the_in_place_form(checked, fn):
     assert hpccoll.all_gather(empty, checked, sizes=[0] * checked.size, out=empty) is empty
 
 
-@pytest.mark.parametrize("make_out", [lambda x: x, lambda x: x[...], lambda x: x.view()], ids=["x", "x[...]", "x.view()"])
+@pytest.mark.parametrize(
+    "make_out", [lambda x: x, lambda x: x[...], lambda x: x.view()], ids=["x", "x[...]", "x.view()"]
+)
 @pytest.mark.parametrize("cotangent", [None, "replicated"])
 def test_the_one_allowed_overlap_is_in_place(comm, make_out, cotangent):
     """``all_reduce(x, out=x)`` (or the same view under another name) reduces in place."""
@@ -153,15 +218,24 @@ ZERO_SIZE = {
     "all_gather_adjoint": lambda c, out: hpccoll.all_gather_adjoint(np.zeros((0, 3)), c, out=out),
     "reduce_scatter_adjoint": lambda c, out: hpccoll.reduce_scatter_adjoint(np.zeros((0, 3)), c, out=out),
     "all_reduce_adjoint": lambda c, out: hpccoll.all_reduce_adjoint(np.zeros(0), c, out=out),
-    "all_reduce_adjoint/replicated": lambda c, out: hpccoll.all_reduce_adjoint(np.zeros(0), c, cotangent="replicated", out=out),
+    "all_reduce_adjoint/replicated": lambda c, out: hpccoll.all_reduce_adjoint(
+        np.zeros(0), c, cotangent="replicated", out=out
+    ),
     "all_to_all": lambda c, out: hpccoll.all_to_all(np.zeros((0, 3)), c, out=out),
     "all_to_all/inner": lambda c, out: hpccoll.all_to_all(np.zeros((2, 0)), c, split_axis=1, concat_axis=1, out=out),
-    "all_to_all/transpose": lambda c, out: hpccoll.all_to_all(np.zeros((0, 0)), c, split_axis=1, concat_axis=0, out=out),
+    "all_to_all/transpose": lambda c, out: hpccoll.all_to_all(
+        np.zeros((0, 0)), c, split_axis=1, concat_axis=0, out=out
+    ),
     "all_to_all/recv_sizes": lambda c, out: hpccoll.all_to_all(np.zeros((0, 3)), c, recv_sizes=[0] * c.size, out=out),
     "all_to_all_adjoint": lambda c, out: hpccoll.all_to_all_adjoint(np.zeros((0, 3)), c, out=out),
 }
-ZERO_SHAPES = {"all_gather/inner": (2, 0), "reduce_scatter/empty-rows": (1, 0), "all_reduce": (2, 0),
-               "all_to_all/inner": (2, 0), "all_to_all/transpose": (0, 0)}
+ZERO_SHAPES = {
+    "all_gather/inner": (2, 0),
+    "reduce_scatter/empty-rows": (1, 0),
+    "all_reduce": (2, 0),
+    "all_to_all/inner": (2, 0),
+    "all_to_all/transpose": (0, 0),
+}
 
 
 @pytest.mark.parametrize("check", [False, True], ids=["plain", "check"])
@@ -215,7 +289,9 @@ def test_bool_sum_is_or_not_a_count(comm):
     assert_same(got, np.array([True, True]))
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # NumPy warns on the cast to inf, as its own sums do
+@pytest.mark.filterwarnings(
+    "ignore:overflow encountered:RuntimeWarning"
+)  # NumPy warns on the cast to inf, as its own sums do
 def test_float16_sums_do_not_overflow_midway(comm):
     """16-bit floats are summed in float32 and rounded once: only a final result beyond 65504 is inf."""
     x = np.array([40000.0 if comm.rank % 2 == 0 else -40000.0, 40000.0], dtype=np.float16)
@@ -314,7 +390,9 @@ def test_reduce_scatter_over_2_31_elements(comm):
     x = periodic(BIG, bases[comm.rank].astype(np.uint8))
     got = hpccoll.reduce_scatter(x, comm, sizes=[BIG] + [0] * (comm.size - 1))
     del x
-    want = (got.size == BIG and first_wrong(got, sum(bases).astype(np.uint8)) is None) if comm.rank == 0 else got.size == 0
+    want = (
+        (got.size == BIG and first_wrong(got, sum(bases).astype(np.uint8)) is None) if comm.rank == 0 else got.size == 0
+    )
     assert all_ranks(comm, want)
     report(comm, "reduce_scatter uint8", start)
 

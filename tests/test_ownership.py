@@ -63,16 +63,22 @@ def test_single_array_calls_keep_their_buffers(comm, watched):
     p = comm.size
     stack = _stack(comm, (2 * p, 3), "float64", 1)
     calls = {
-        "all_reduce": (lambda: hpccoll.all_reduce(stack[comm.rank].copy(), comm, async_op=True),
-                       lambda: reference(stack, "sum")),
-        "reduce_scatter": (lambda: hpccoll.reduce_scatter(stack[comm.rank].copy(), comm, async_op=True),
-                           lambda: reference(stack, "sum")[2 * comm.rank : 2 * comm.rank + 2]),
-        "all_gather": (lambda: hpccoll.all_gather(stack[comm.rank].copy(), comm, axis=1, sizes=[3] * p,
-                                                  async_op=True),
-                       lambda: np.concatenate(list(stack), axis=1)),
-        "all_to_all": (lambda: hpccoll.all_to_all(stack[comm.rank].copy(), comm, sizes=[2] * p,
-                                                  recv_sizes=[2] * p, async_op=True),
-                       lambda: np.concatenate([stack[r][2 * comm.rank : 2 * comm.rank + 2] for r in range(p)])),
+        "all_reduce": (
+            lambda: hpccoll.all_reduce(stack[comm.rank].copy(), comm, async_op=True),
+            lambda: reference(stack, "sum"),
+        ),
+        "reduce_scatter": (
+            lambda: hpccoll.reduce_scatter(stack[comm.rank].copy(), comm, async_op=True),
+            lambda: reference(stack, "sum")[2 * comm.rank : 2 * comm.rank + 2],
+        ),
+        "all_gather": (
+            lambda: hpccoll.all_gather(stack[comm.rank].copy(), comm, axis=1, sizes=[3] * p, async_op=True),
+            lambda: np.concatenate(list(stack), axis=1),
+        ),
+        "all_to_all": (
+            lambda: hpccoll.all_to_all(stack[comm.rank].copy(), comm, sizes=[2] * p, recv_sizes=[2] * p, async_op=True),
+            lambda: np.concatenate([stack[r][2 * comm.rank : 2 * comm.rank + 2] for r in range(p)]),
+        ),
     }
     for name, (call, want) in calls.items():
         watched.clear()

@@ -48,8 +48,17 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 import hpccoll
-from conftest import (DTYPE_IDS, DTYPES, agree, assert_close, assert_same, forced_datatypes, make, reference,
-                      widening_error)
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    agree,
+    assert_close,
+    assert_same,
+    forced_datatypes,
+    make,
+    reference,
+    widening_error,
+)
 from hpccoll.testing import dottest
 from hpccoll.transports.host_mpi import HostMPI
 
@@ -105,7 +114,9 @@ def _example_seed(request):
 #: the issue's setting (one rank only copies; 4 ranks oversubscribe CI's 2 cores, and there the soak,
 #: benchmarks/soak.py, mixes every collective). A size-dependent skip: the same on every rank, with no
 #: collective around it.
-reductions_fit = pytest.mark.skipif(P not in (2, 3) and PROFILE == "ci", reason="ci profile: reduction sweeps run at 2 and 3 ranks")
+reductions_fit = pytest.mark.skipif(
+    P not in (2, 3) and PROFILE == "ci", reason="ci profile: reduction sweeps run at 2 and 3 ranks"
+)
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +291,9 @@ def values(shape, dtype, data_seed, kind="any"):
         if dtype.kind in "iu":
             return rng.integers(0, 4, size=shape).astype(dtype)
         real = rng.uniform(0.5, 1.5, size=shape)  # rounded to 16-bit floats too
-        return (real + 1j * rng.uniform(0.5, 1.5, size=shape)).astype(dtype) if dtype.kind == "c" else real.astype(dtype)
+        return (
+            (real + 1j * rng.uniform(0.5, 1.5, size=shape)).astype(dtype) if dtype.kind == "c" else real.astype(dtype)
+        )
     return make(shape, dtype, data_seed)
 
 
@@ -357,8 +370,13 @@ class Verdict:
             self.failures.append(f"{what}: expected {exc.__name__}; raised {type(other).__name__}: {other}")
 
     def judge(self):
-        agree(self.comm, not self.failures,
-              lambda: f"{len(self.failures)} failed check(s) ({REPRODUCE}):\n" + "\n".join(f[:1500] for f in self.failures))
+        agree(
+            self.comm,
+            not self.failures,
+            lambda: (
+                f"{len(self.failures)} failed check(s) ({REPRODUCE}):\n" + "\n".join(f[:1500] for f in self.failures)
+            ),
+        )
 
 
 def begin(comm, checked, dtype, case):
@@ -429,15 +447,24 @@ def test_all_gather_sweep(comm, checked, dtype, case):
     g = arrange(ystack[rank], case["g_layout"])
     g_before = g.copy()
     with forced_datatypes(case["datatypes"]):
-        y = v.call("all_gather", lambda: hpccoll.all_gather(
-            x, c, axis=case["axis"], sizes=extents if case["pass_sizes"] else None, out=out))
+        y = v.call(
+            "all_gather",
+            lambda: hpccoll.all_gather(x, c, axis=case["axis"], sizes=extents if case["pass_sizes"] else None, out=out),
+        )
         v.result("all_gather", y, full, exact=True)
         if y is not None:
-            v.check("all_gather returns out, never x", lambda: _assert(
-                (out is None or y is out) and not np.shares_memory(y, x)))
+            v.check(
+                "all_gather returns out, never x",
+                lambda: _assert((out is None or y is out) and not np.shares_memory(y, x)),
+            )
         grad = v.call("all_gather_adjoint", lambda: hpccoll.all_gather_adjoint(g, c, axis=case["axis"], sizes=extents))
-        v.result("all_gather_adjoint", grad, take(reference(ystack, "sum"), ax, lo, hi), exact=False,
-                 slack=take(widening_error(ystack, "sum"), ax, lo, hi))
+        v.result(
+            "all_gather_adjoint",
+            grad,
+            take(reference(ystack, "sum"), ax, lo, hi),
+            exact=False,
+            slack=take(widening_error(ystack, "sum"), ax, lo, hi),
+        )
         if linear(dtype):
             dot(v, hpccoll.AllGather(c, axis=case["axis"], sizes=extents), case, x.shape, full_shape)
     v.unchanged("x", x, x_before)
@@ -456,9 +483,15 @@ def test_reduce_scatter_sweep(comm, checked, dtype, op, case):
     block_shape = with_extent(shape, ax, sizes[rank])
     out = None if case["out_layout"] is None else arrange(np.zeros(block_shape, dtype), case["out_layout"])
     with forced_datatypes(case["datatypes"]):
-        reduction(v, "reduce_scatter", lambda: hpccoll.reduce_scatter(
-            x, c, op=wire_op, axis=case["axis"], sizes=case["extents"], out=out),
-            take(reference(stack, op), ax, lo, hi), take(widening_error(stack, op), ax, lo, hi), out, op)
+        reduction(
+            v,
+            "reduce_scatter",
+            lambda: hpccoll.reduce_scatter(x, c, op=wire_op, axis=case["axis"], sizes=case["extents"], out=out),
+            take(reference(stack, op), ax, lo, hi),
+            take(widening_error(stack, op), ax, lo, hi),
+            out,
+            op,
+        )
         if op in ("sum", "avg"):
             gathered = values(shape, dtype, case["seed"] + 1)
             g = arrange(take(gathered, ax, lo, hi), case["g_layout"])
@@ -484,8 +517,15 @@ def test_all_reduce_sweep(comm, checked, dtype, op, case):
     in_place = case["out_layout"] == "in-place"
     out = x if in_place else None if case["out_layout"] is None else arrange(np.zeros(shape, dtype), case["out_layout"])
     with forced_datatypes(case["datatypes"]):
-        reduction(v, "all_reduce" + " in place" * in_place, lambda: hpccoll.all_reduce(x, c, op=wire_op, out=out),
-                  reference(stack, op), widening_error(stack, op), out, op)
+        reduction(
+            v,
+            "all_reduce" + " in place" * in_place,
+            lambda: hpccoll.all_reduce(x, c, op=wire_op, out=out),
+            reference(stack, op),
+            widening_error(stack, op),
+            out,
+            op,
+        )
         if not in_place:
             v.unchanged("x", x, x_before)
         if op in ("sum", "avg"):
@@ -499,8 +539,13 @@ def test_all_reduce_sweep(comm, checked, dtype, op, case):
                 v.raises(f"all_reduce_adjoint {op} on {dtype}", hpccoll.DTypeError, varying)
                 v.raises(f"all_reduce_adjoint replicated {op} on {dtype}", hpccoll.DTypeError, same)
             else:
-                v.result("all_reduce_adjoint", v.call("all_reduce_adjoint", varying), reference(ystack, op), exact=False,
-                         slack=widening_error(ystack, op))
+                v.result(
+                    "all_reduce_adjoint",
+                    v.call("all_reduce_adjoint", varying),
+                    reference(ystack, op),
+                    exact=False,
+                    slack=widening_error(ystack, op),
+                )
                 want = replicated / dtype.type(c.size) if op == "avg" and c.size > 1 else replicated
                 v.result("all_reduce_adjoint replicated", v.call("replicated", same), want, exact=op == "sum")
             v.unchanged("cotangent", g, before[0])
@@ -556,14 +601,29 @@ def test_all_to_all_sweep(comm, checked, dtype, case):
     with forced_datatypes(case["datatypes"]), pytest.MonkeyPatch.context() as m:
         if case["alltoallv"]:
             m.setattr(HostMPI, "pairwise_max_ranks", 0)
-        y = v.call("all_to_all", lambda: finish(hpccoll.all_to_all(
-            x, c, recv_sizes=recv[me] if case["given"] == "both" else None, out=out, async_op=case["async_op"], **kw)))
+        y = v.call(
+            "all_to_all",
+            lambda: finish(
+                hpccoll.all_to_all(
+                    x,
+                    c,
+                    recv_sizes=recv[me] if case["given"] == "both" else None,
+                    out=out,
+                    async_op=case["async_op"],
+                    **kw,
+                )
+            ),
+        )
         v.result("all_to_all", y, want, exact=True)
         if y is not None:
-            v.check("all_to_all returns out, never x", lambda: _assert(
-                (out is None or y is out) and not np.shares_memory(y, x)))
-        back = v.call("all_to_all_adjoint", lambda: finish(hpccoll.all_to_all_adjoint(
-            g, c, recv_sizes=recv[me], async_op=case["async_op"], **kw)))
+            v.check(
+                "all_to_all returns out, never x",
+                lambda: _assert((out is None or y is out) and not np.shares_memory(y, x)),
+            )
+        back = v.call(
+            "all_to_all_adjoint",
+            lambda: finish(hpccoll.all_to_all_adjoint(g, c, recv_sizes=recv[me], async_op=case["async_op"], **kw)),
+        )
         v.result("all_to_all_adjoint", back, want_back, exact=True)
         if linear(dtype):
             dot(v, hpccoll.AllToAll(c, recv_sizes=recv[me], **kw), case, x_shapes[me], y_shapes[me])
@@ -580,7 +640,9 @@ def test_a_failure_on_one_rank_fails_every_rank(comm):
     """The verdict is collective: a check failing on the last rank only raises on every rank."""
     v = Verdict(comm, {"probe": 1})
     v.check("only on the last rank", lambda: _assert(comm.rank != comm.size - 1))
-    with pytest.raises(AssertionError, match=rf"failed on 1 of {comm.size} ranks:\nrank {comm.size - 1}: 1 failed check"):
+    with pytest.raises(
+        AssertionError, match=rf"failed on 1 of {comm.size} ranks:\nrank {comm.size - 1}: 1 failed check"
+    ):
         v.judge()
     assert agree(comm, True)  # the communicator is still in step: nobody was left in a collective
 

@@ -60,8 +60,9 @@ def test_reduce_scatter_every_dtype_and_op(comm, dtype, op):
 
 
 @pytest.mark.parametrize("pattern", sorted(SIZE_PATTERNS))
-@pytest.mark.parametrize("shape,axis", [((0,), 0), ((4, 0), 1), ((0, 3), -2), ((2, 0, 3), 1), ((2, 3, 0), -1),
-                                        ((2, 2, 0, 3), 2)])
+@pytest.mark.parametrize(
+    "shape,axis", [((0,), 0), ((4, 0), 1), ((0, 3), -2), ((2, 0, 3), 1), ((2, 3, 0), -1), ((2, 2, 0, 3), 2)]
+)
 @pytest.mark.parametrize("how", LAYOUTS)
 def test_reduce_scatter_axes_layouts_sizes(comm, shape, axis, pattern, how):
     sizes = SIZE_PATTERNS[pattern](comm.size)
@@ -104,7 +105,7 @@ def test_zero_dim_and_mpi_ops(comm):
     stack, x = stack_for(comm, (), np.float64, seed=1)
     got = hpccoll.all_reduce(x, comm, op=MPI.MAX)
     assert got.shape == () and got == stack.max()
-    assert hpccoll.all_reduce(2, comm, op="prod") == 2 ** comm.size
+    assert hpccoll.all_reduce(2, comm, op="prod") == 2**comm.size
 
 
 @pytest.mark.parametrize("op", ["sum", "avg"])
@@ -168,11 +169,15 @@ def test_small_integer_sums_wrap_in_every_form(comm, dtype, monkeypatch):
         "reduce_scatter": (hpccoll.reduce_scatter(x, comm), want[96 * comm.rank : 96 * (comm.rank + 1)]),
         "reduce_scatter uneven": (hpccoll.reduce_scatter(x, comm, sizes=sizes), mine),
         "all_reduce async": (hpccoll.all_reduce(x, comm, async_op=True).wait(), want),
-        "reduce_scatter async": (hpccoll.reduce_scatter(x, comm, async_op=True).wait(),
-                                 want[96 * comm.rank : 96 * (comm.rank + 1)]),
+        "reduce_scatter async": (
+            hpccoll.reduce_scatter(x, comm, async_op=True).wait(),
+            want[96 * comm.rank : 96 * (comm.rank + 1)],
+        ),
         "all_reduce list": (hpccoll.all_reduce([x, x[:64]], comm)[1], want[:64]),
-        "reduce_scatter list": (hpccoll.reduce_scatter([x, x[: 64 * p]], comm)[1],
-                                want[: 64 * p][64 * comm.rank : 64 * (comm.rank + 1)]),
+        "reduce_scatter list": (
+            hpccoll.reduce_scatter([x, x[: 64 * p]], comm)[1],
+            want[: 64 * p][64 * comm.rank : 64 * (comm.rank + 1)],
+        ),
         "all_gather adjoint": (hpccoll.all_gather_adjoint(x, comm), want[96 * comm.rank : 96 * (comm.rank + 1)]),
     }
     inplace = x.copy()
@@ -196,8 +201,9 @@ def test_saturating_sums_are_widened_to_32_bits(comm, monkeypatch):
     for op, wire in (("sum", np.int32), ("max", np.int16), ("prod", np.int16)):
         seen.clear()
         got = hpccoll.all_reduce(stack[comm.rank], comm, op=op)
-        want = (np.add if op == "sum" else np.maximum if op == "max" else np.multiply).reduce(stack, axis=0,
-                                                                                              dtype=np.int16)
+        want = (np.add if op == "sum" else np.maximum if op == "max" else np.multiply).reduce(
+            stack, axis=0, dtype=np.int16
+        )
         assert got.dtype == np.int16 and np.array_equal(got, want), op
         assert comm.size == 1 or seen == [(np.dtype(wire), op)], (op, seen)
 
@@ -226,8 +232,10 @@ def test_uint64_extrema_beyond_2_63(comm, op):
         "async": (hpccoll.all_reduce(x, comm, op=op, async_op=True).wait(), want),
         "in place": (hpccoll.all_reduce(inplace, comm, op=op, out=inplace), want),
         "reduce_scatter": (hpccoll.reduce_scatter(x, comm, op=op), want[3 * comm.rank : 3 * comm.rank + 3]),
-        "reduce_scatter async": (hpccoll.reduce_scatter(x, comm, op=op, async_op=True).wait(),
-                                 want[3 * comm.rank : 3 * comm.rank + 3]),
+        "reduce_scatter async": (
+            hpccoll.reduce_scatter(x, comm, op=op, async_op=True).wait(),
+            want[3 * comm.rank : 3 * comm.rank + 3],
+        ),
     }
     bad = sorted(k for k, (g, w) in got.items() if not np.array_equal(g, w))
     assert MPI.COMM_WORLD.allreduce(bad, op=MPI.SUM) == bad * p, f"uint64 {op} wrong: {bad}"

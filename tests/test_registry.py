@@ -58,9 +58,14 @@ def test_register_after_import_and_auto_by_size(recording):
     chain = transports.transport_chain(c, "numpy")  # shm may sit between them (ranks sharing one node)
     assert chain[0] == (1024, "recording") and chain[-1] == (0, "mpi") and len(chain) <= 3
     small, large = np.ones(4), np.ones(256)  # 32 B and 2 KiB: below and above the threshold
-    got = [hpccoll.all_reduce(small, c), hpccoll.all_reduce(large, c),
-           hpccoll.reduce_scatter(np.ones(128 * c.size), c), hpccoll.all_gather(np.ones(128), c),
-           hpccoll.all_reduce([large, large], c), hpccoll.all_reduce(large, c, async_op=True).wait()]
+    got = [
+        hpccoll.all_reduce(small, c),
+        hpccoll.all_reduce(large, c),
+        hpccoll.reduce_scatter(np.ones(128 * c.size), c),
+        hpccoll.all_gather(np.ones(128), c),
+        hpccoll.all_reduce([large, large], c),
+        hpccoll.all_reduce(large, c, async_op=True).wait(),
+    ]
     # every path, the common branch, the general one, lists and async, reached the chosen transport
     expected = [] if c.size == 1 else ["allreduce", "reduce_scatter", "allgatherv", "allreduce"]
     assert Recording.calls == expected
@@ -83,4 +88,6 @@ def test_named_transport_and_unregister(recording, comm):
 def test_auto_order_is_priority_then_registration():
     order = [cls.name for cls in transports.transport_classes()]
     assert order.index("nccl") < order.index("cuda_mpi") < order.index("staged")
-    assert all(a.priority <= b.priority for a, b in zip(transports.transport_classes(), transports.transport_classes()[1:]))
+    assert all(
+        a.priority <= b.priority for a, b in zip(transports.transport_classes(), transports.transport_classes()[1:])
+    )

@@ -248,12 +248,19 @@ class HarnessKernel:
         if not lib.exists():
             src = build_dir / f"relayout_{digest}.cpp"
             src.write_text(source)
-            subprocess.run(["c++", "-std=c++14", "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(lib),
-                            str(src)], check=True, capture_output=True)
+            subprocess.run(
+                ["c++", "-std=c++14", "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(lib), str(src)],
+                check=True,
+                capture_output=True,
+            )
         self.fn = ctypes.CDLL(str(lib)).hpccoll_launch
         self.fn.restype = None
-        self.fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] + [ctypes.c_longlong] * 4 + [
-            ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
+        self.fn.argtypes = (
+            [ctypes.c_void_p] * 3
+            + [ctypes.c_int]
+            + [ctypes.c_longlong] * 4
+            + [ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
+        )
 
     def __call__(self, grid, block, args):
         flat, arr, table, parts, even, lead, row, total, to_flat = args
@@ -267,8 +274,19 @@ class HarnessKernel:
             assert isinstance(table, DeviceArray) and table.dtype == row.dtype
             address = table.ctypes.data
         HarnessKernel.launches.append((self.code, int(grid[0]), row.dtype, bool(even)))
-        self.fn(flat.ctypes.data, arr.ctypes.data, address, int(parts), int(even), int(lead), int(row), int(total),
-                int(to_flat), grid[0], block[0])
+        self.fn(
+            flat.ctypes.data,
+            arr.ctypes.data,
+            address,
+            int(parts),
+            int(even),
+            int(lead),
+            int(row),
+            int(total),
+            int(to_flat),
+            grid[0],
+            block[0],
+        )
 
 
 class Stream:
@@ -421,8 +439,11 @@ def test_kernel_during_stream_capture(host_cupy, refusal):
     device_roundtrip(host_cupy, arr, 1, (3, 3))
     device_roundtrip(host_cupy, arr, 1, (2, 1, 3))
     buf = np.empty(arr.size, arr.dtype).view(DeviceArray)
-    with pytest.raises(hpccoll.TransportUnavailable, match=r"relayout of uneven blocks .* during CUDA stream capture "
-                       r"\(expected the same call, sizes=\[1, 2, 3\], made once before capturing"):
+    with pytest.raises(
+        hpccoll.TransportUnavailable,
+        match=r"relayout of uneven blocks .* during CUDA stream capture "
+        r"\(expected the same call, sizes=\[1, 2, 3\], made once before capturing",
+    ):
         copy_blocks(buf, arr.view(DeviceArray), host_cupy, 1, (1, 2, 3), True)
     assert len(relayout._TABLES) == 1
 

@@ -18,7 +18,17 @@ import pytest
 from mpi4py import MPI
 
 import hpccoll
-from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, all_ranks, assert_close, assert_same, make, raises_everywhere, reference
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    SIZE_PATTERNS,
+    all_ranks,
+    assert_close,
+    assert_same,
+    make,
+    raises_everywhere,
+    reference,
+)
 from hpccoll.transports.shm import SharedMemory
 from launch import run_mpiexec
 
@@ -121,8 +131,8 @@ def test_auto_large_messages_go_through_shm(dtype, monkeypatch):
         x, full = pieces[r], stack[r]
         gathered = hpccoll.all_gather(x, c)
         own = np.empty(n * P, dtype)
-        own[r * n:(r + 1) * n] = x
-        hpccoll.all_gather(own[r * n:(r + 1) * n], c, out=own)  # in place
+        own[r * n : (r + 1) * n] = x
+        hpccoll.all_gather(own[r * n : (r + 1) * n], c, out=own)  # in place
         rs = hpccoll.reduce_scatter(full, c)
         ar = hpccoll.all_reduce(full, c)
         y = full.copy()
@@ -131,7 +141,7 @@ def test_auto_large_messages_go_through_shm(dtype, monkeypatch):
     want_ar = reference(stack, "sum")
     assert_same(gathered, pieces.reshape(-1))
     assert_same(own, pieces.reshape(-1))
-    assert_close(rs, want_ar[r * n:(r + 1) * n])
+    assert_close(rs, want_ar[r * n : (r + 1) * n])
     assert_close(ar, want_ar)
     assert_close(y, want_ar)
     assert same
@@ -149,8 +159,9 @@ def test_usable_and_wins_declared(shm):
 def test_bad_node_size_is_refused_everywhere(monkeypatch):
     monkeypatch.setenv("HPCCOLL_NODE_SIZE", "two")
     with hpccoll.Communicator(transport="shm") as c:
-        raises_everywhere(c, hpccoll.ArgumentError, "HPCCOLL_NODE_SIZE: expected a positive int",
-                          lambda: c.shared_empty(2))  # read where shm first runs (a collective skips it at 1 rank)
+        raises_everywhere(
+            c, hpccoll.ArgumentError, "HPCCOLL_NODE_SIZE: expected a positive int", lambda: c.shared_empty(2)
+        )  # read where shm first runs (a collective skips it at 1 rank)
 
 
 # --------------------------------------------------------------------------- private inputs and outputs
@@ -384,7 +395,9 @@ def shm_copy(c, a):
 def test_shared_all_reduce(shm, dtype, op):
     stack = make((shm.size, 5, 2), dtype, seed=6)
     if unsupported(dtype, op):
-        raises_everywhere(shm, hpccoll.DTypeError, "op=", lambda: hpccoll.all_reduce(stack[shm.rank], shm, op=op, out="shared"))
+        raises_everywhere(
+            shm, hpccoll.DTypeError, "op=", lambda: hpccoll.all_reduce(stack[shm.rank], shm, op=op, out="shared")
+        )
         return
     for x in (stack[shm.rank], shm_copy(shm, stack[shm.rank])):
         got = hpccoll.all_reduce(x, shm, op=op, out="shared")
@@ -428,14 +441,36 @@ def test_a_view_keeps_the_result_alive(shm):
 
 
 def test_bad_out_strings_and_cupy_free_errors(shm):
-    raises_everywhere(shm, hpccoll.ArgumentError, "out: expected an array, None or 'shared'; got 'share'",
-                      lambda: hpccoll.all_gather(np.ones(2), shm, out="share"))
-    raises_everywhere(shm, hpccoll.ArgumentError, "out: expected an array, None or 'shared'",
-                      lambda: hpccoll.all_reduce(np.ones(2), shm, out="SHARED"))
-    raises_everywhere(shm, hpccoll.ArgumentError, "axis: expected an int in", lambda: hpccoll.all_gather(np.ones(2), shm, axis=3, out="shared"))
-    raises_everywhere(shm, hpccoll.ArgumentError, "sizes: expected", lambda: hpccoll.all_gather(np.ones(2), shm, sizes=[1], out="shared"))
-    raises_everywhere(shm, hpccoll.ArgumentError, "out: expected",  # a read-only shared result is no out=
-                      lambda: hpccoll.all_reduce(np.ones(2), shm, out=hpccoll.all_reduce(np.ones(2), shm, out="shared")))
+    raises_everywhere(
+        shm,
+        hpccoll.ArgumentError,
+        "out: expected an array, None or 'shared'; got 'share'",
+        lambda: hpccoll.all_gather(np.ones(2), shm, out="share"),
+    )
+    raises_everywhere(
+        shm,
+        hpccoll.ArgumentError,
+        "out: expected an array, None or 'shared'",
+        lambda: hpccoll.all_reduce(np.ones(2), shm, out="SHARED"),
+    )
+    raises_everywhere(
+        shm,
+        hpccoll.ArgumentError,
+        "axis: expected an int in",
+        lambda: hpccoll.all_gather(np.ones(2), shm, axis=3, out="shared"),
+    )
+    raises_everywhere(
+        shm,
+        hpccoll.ArgumentError,
+        "sizes: expected",
+        lambda: hpccoll.all_gather(np.ones(2), shm, sizes=[1], out="shared"),
+    )
+    raises_everywhere(
+        shm,
+        hpccoll.ArgumentError,
+        "out: expected",  # a read-only shared result is no out=
+        lambda: hpccoll.all_reduce(np.ones(2), shm, out=hpccoll.all_reduce(np.ones(2), shm, out="shared")),
+    )
 
 
 def test_shared_results_with_async_and_check_mode(shm):
@@ -444,8 +479,9 @@ def test_shared_results_with_async_and_check_mode(shm):
         np.testing.assert_array_equal(req.wait(), np.repeat(np.arange(c.size), 2))
         if c.size > 1:
             shape = (3,) if c.rank == 0 else (4,)
-            raises_everywhere(c, hpccoll.MismatchError, "disagree",
-                              lambda: hpccoll.all_reduce(np.ones(shape), c, out="shared"))
+            raises_everywhere(
+                c, hpccoll.MismatchError, "disagree", lambda: hpccoll.all_reduce(np.ones(shape), c, out="shared")
+            )
 
 
 def test_results_outlive_the_communicator():
@@ -516,8 +552,9 @@ def test_adjoints_and_operators_accept_shared_arrays(shm):
 
 def launch(args, env, timeout=600, n=4):
     """``python -m mpi4py args`` under ``mpiexec -n n`` in tests/, none of the suite's HPCCOLL_ settings inherited."""
-    proc = run_mpiexec(n, [sys.executable, "-m", "mpi4py", *args], env=env, drop=("HPCCOLL_",), timeout=timeout,
-                       cwd=TESTS, check=False)
+    proc = run_mpiexec(
+        n, [sys.executable, "-m", "mpi4py", *args], env=env, drop=("HPCCOLL_",), timeout=timeout, cwd=TESTS, check=False
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -540,8 +577,11 @@ SIMULATED_NODES = {
 def test_hierarchical_simulated_nodes(case):
     """Simulated nodes: this file and the mpi transport's collective tests, all through shm."""
     n, layout, files = SIMULATED_NODES[case]
-    status, output = launch(["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", *files],
-                            {"HPCCOLL_NODE_SIZE": layout, "HPCCOLL_TRANSPORT": "shm"}, n=n)
+    status, output = launch(
+        ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", *files],
+        {"HPCCOLL_NODE_SIZE": layout, "HPCCOLL_TRANSPORT": "shm"},
+        n=n,
+    )
     assert status == 0, output[-4000:]
     assert " passed" in output and " failed" not in output, output[-2000:]
 
@@ -588,16 +628,21 @@ STUCK = """
 
 
 @serial_only
-@pytest.mark.parametrize("call,where", [
-    ("all_gather(np.ones(2), comm, sizes=[2, 2])", "hpccoll shm: all_gather (waiting for the other ranks"),
-    ("all_reduce(np.ones(100000), comm, out='shared')", "hpccoll shm: "),  # first waits to grow the scratch
-    ("all_gather(comm.shared_empty(3), comm, out='shared')", "hpccoll shm: shared_empty (waiting"),
-])
+@pytest.mark.parametrize(
+    "call,where",
+    [
+        ("all_gather(np.ones(2), comm, sizes=[2, 2])", "hpccoll shm: all_gather (waiting for the other ranks"),
+        ("all_reduce(np.ones(100000), comm, out='shared')", "hpccoll shm: "),  # first waits to grow the scratch
+        ("all_gather(comm.shared_empty(3), comm, out='shared')", "hpccoll shm: shared_empty (waiting"),
+    ],
+)
 def test_watchdog_covers_the_shm_waits(call, where):
     import time
 
     start = time.monotonic()
-    status, output = launch(["-c", textwrap.dedent(STUCK.format(call=call))], {"HPCCOLL_TIMEOUT": "0.5"}, timeout=90, n=2)
+    status, output = launch(
+        ["-c", textwrap.dedent(STUCK.format(call=call))], {"HPCCOLL_TIMEOUT": "0.5"}, timeout=90, n=2
+    )
     assert status == 124 and time.monotonic() - start < 60, (status, output)
     assert "did not complete within HPCCOLL_TIMEOUT=0.5 s" in output and where in output, output
 

@@ -160,7 +160,11 @@ def own_block(ax: int, sizes: Sequence[int], rank: int) -> tuple:
 
 
 def check_out(
-    out: Any, shape: Tuple[int, ...], dtype: np.dtype, x: Any, xp: Any,
+    out: Any,
+    shape: Tuple[int, ...],
+    dtype: np.dtype,
+    x: Any,
+    xp: Any,
     in_place: Optional[Callable[[Any], bool]] = None,
 ) -> Any:
     """Validate a user's ``out``; ``None`` allocates a fresh array.
@@ -213,8 +217,9 @@ def outs_of(out: Any, n: int) -> list:
     return list(out)
 
 
-def settle(c: Any, what: str, desc: Any, local: Any, err: Optional[HpccollError],
-           async_op: bool = False) -> Optional[list]:
+def settle(
+    c: Any, what: str, desc: Any, local: Any, err: Optional[HpccollError], async_op: bool = False
+) -> Optional[list]:
     """Raise a local error, or (check mode) agree with the other ranks first; every rank's ``local``.
 
     Check mode compares ``async_op`` with the descriptor: MPI never matches a

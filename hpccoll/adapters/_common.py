@@ -47,7 +47,9 @@ def gather_sizes(x: Any, comm: Communicator, axis: int, sizes: Optional[Sequence
     return exchange_extents(comm, (x,), (ax,), "all_gather")[0]
 
 
-def scatter_sizes(shape: Tuple[int, ...], comm: Communicator, axis: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
+def scatter_sizes(
+    shape: Tuple[int, ...], comm: Communicator, axis: int, sizes: Optional[Sequence[int]]
+) -> Tuple[int, ...]:
     """The block extents of a reduce-scatter of an array of ``shape`` (local, no communication)."""
     if sizes is not None:
         return sizes_of(sizes, comm.size)
@@ -77,8 +79,14 @@ def all_reduce_maps(comm: Communicator, op: Any, cotangent: str) -> Maps:
     return PAIR["all_reduce"].bind(comm=comm, op=op, cotangent=cotangent)
 
 
-def all_to_all_sizes(x: Any, comm: Communicator, split_axis: int, concat_axis: int, sizes: Optional[Sequence[int]],
-                     recv_sizes: Optional[Sequence[int]]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+def all_to_all_sizes(
+    x: Any,
+    comm: Communicator,
+    split_axis: int,
+    concat_axis: int,
+    sizes: Optional[Sequence[int]],
+    recv_sizes: Optional[Sequence[int]],
+) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     """An all-to-all's split and received extents, resolved (collective when ``recv_sizes`` is None).
 
     The backward pass splits the cotangent by the forward's received
@@ -95,11 +103,13 @@ def all_to_all_sizes(x: Any, comm: Communicator, split_axis: int, concat_axis: i
     return sizes, recv_extents(comm, x, sa, ca, sizes, "all_to_all")
 
 
-def all_to_all_maps(comm: Communicator, split_axis: int, concat_axis: int, sizes: Tuple[int, ...],
-                    recv_sizes: Tuple[int, ...]) -> Maps:
+def all_to_all_maps(
+    comm: Communicator, split_axis: int, concat_axis: int, sizes: Tuple[int, ...], recv_sizes: Tuple[int, ...]
+) -> Maps:
     """All-to-all and its adjoint (the all-to-all back) with the same (resolved) extents."""
-    return PAIR["all_to_all"].bind(comm=comm, split_axis=split_axis, concat_axis=concat_axis, sizes=sizes,
-                                   recv_sizes=recv_sizes)
+    return PAIR["all_to_all"].bind(
+        comm=comm, split_axis=split_axis, concat_axis=concat_axis, sizes=sizes, recv_sizes=recv_sizes
+    )
 
 
 def replicate_maps(comm: Communicator) -> Maps:

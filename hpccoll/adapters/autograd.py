@@ -141,8 +141,15 @@ def all_reduce(x: Array, comm: Any = None, *, op: Any = "sum", cotangent: str = 
     return _linear(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
 
 
-def all_to_all(x: Array, comm: Any = None, *, split_axis: int = 0, concat_axis: int = 0,
-               sizes: Optional[Sequence[int]] = None, recv_sizes: Optional[Sequence[int]] = None) -> Array:
+def all_to_all(
+    x: Array,
+    comm: Any = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Optional[Sequence[int]] = None,
+    recv_sizes: Optional[Sequence[int]] = None,
+) -> Array:
     """Differentiable :func:`hpccoll.all_to_all`; its VJP is the all-to-all back (axes swapped).
 
     Parameters

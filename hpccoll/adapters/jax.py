@@ -135,8 +135,15 @@ class _Map:
 
     __slots__ = ("name", "fn", "op", "adjoint", "verify", "refusal", "call")
 
-    def __init__(self, name: str, fn: Optional[Fn], op: Any = None, adjoint: bool = False,
-                 verify: Optional[Callable[[], None]] = None, refusal: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        fn: Optional[Fn],
+        op: Any = None,
+        adjoint: bool = False,
+        verify: Optional[Callable[[], None]] = None,
+        refusal: Optional[str] = None,
+    ) -> None:
         self.name = name
         self.fn = fn
         self.op = op
@@ -176,6 +183,7 @@ class _Map:
 def _guarded(fn: Optional[Fn], verify: Optional[Callable[[], None]], refusal: Optional[str]) -> Optional[Fn]:
     """``fn`` after ``verify`` (a collective check), or a function raising ``UnsupportedOpError(refusal)``."""
     if refusal is not None:
+
         def refused(a: Any, **kw: Any) -> Any:
             raise UnsupportedOpError(refusal)
 
@@ -288,7 +296,9 @@ def _one_device(ctx: Any) -> bool:
 def _direct_lowering(ctx: Any, x: Any, call: Fn) -> Any:
     """The ordered callback as io_callback lowers it, on XLA's NumPy views of the buffers (no extra copy)."""
     token = ctx.tokens_in.get(_ORDERED)
-    results, token, _ = _emit_python_callback(ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, **_EMIT_KW)
+    results, token, _ = _emit_python_callback(
+        ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, **_EMIT_KW
+    )
     ctx.set_tokens_out(mlir.TokenSet({_ORDERED: token}))
     return results
 
@@ -339,9 +349,11 @@ def _jvp(primals: Any, tangents: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> 
 def _nonlinear_jvp(fwd: _Map) -> str:
     op = normalize_op(fwd.op)
     how = "on the other ranks' factors" if op == "prod" else "on which rank holds the extreme"
-    return (f"{fwd.name}: expected op 'sum' or 'avg' (the linear reductions) to differentiate in forward mode "
-            f"(jax.jvp, jax.jacfwd, jax.linearize); got {op!r}, whose JVP is not the {op} of the tangents: it "
-            f"depends {how}. Differentiate it yourself")
+    return (
+        f"{fwd.name}: expected op 'sum' or 'avg' (the linear reductions) to differentiate in forward mode "
+        f"(jax.jvp, jax.jacfwd, jax.linearize); got {op!r}, whose JVP is not the {op} of the tangents: it "
+        f"depends {how}. Differentiate it yourself"
+    )
 
 
 _linear_p.def_impl(_impl)
@@ -440,8 +452,10 @@ def _staged(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is None
 
 
-_TRACING = ("while JAX traces without values (jax.jit, jax.vmap, lax control flow), where the result's shape is "
-            "taken from this rank's")
+_TRACING = (
+    "while JAX traces without values (jax.jit, jax.vmap, lax control flow), where the result's shape is "
+    "taken from this rank's"
+)
 
 
 def _every_rank(c: Communicator, row: Sequence[int]) -> np.ndarray:
@@ -490,8 +504,16 @@ def _assumed_recv_sizes(x: Any, c: Communicator, sa: int, ca: int, sizes: Option
     return (sent[c.rank],) * c.size, verify if c.size > 1 else None
 
 
-def _linear(x: Any, c: Communicator, maps: Tuple[Fn, Fn], shape: Shape, name: str, op: Any, adjoint_op: Any,
-            verify: Optional[Callable[[], None]] = None) -> Any:
+def _linear(
+    x: Any,
+    c: Communicator,
+    maps: Tuple[Fn, Fn],
+    shape: Shape,
+    name: str,
+    op: Any,
+    adjoint_op: Any,
+    verify: Optional[Callable[[], None]] = None,
+) -> Any:
     """Bind the primitive for a pair of maps from ``_common`` (the identity needs no callback)."""
     identity = replicate_maps(c)[0]
     forward, adjoint = (None if f is identity else f for f in maps)
@@ -621,8 +643,15 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "v
     return _linear(x, c, all_reduce_maps(c, op, cotangent), x.shape, "all_reduce", op, op)
 
 
-def all_to_all(x: Any, comm: Any = None, *, split_axis: int = 0, concat_axis: int = 0,
-               sizes: Optional[Sequence[int]] = None, recv_sizes: Optional[Sequence[int]] = None) -> Any:
+def all_to_all(
+    x: Any,
+    comm: Any = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Optional[Sequence[int]] = None,
+    recv_sizes: Optional[Sequence[int]] = None,
+) -> Any:
     """Differentiable :func:`hpccoll.all_to_all` of a JAX array; its transpose is the all-to-all back (axes swapped).
 
     Parameters

@@ -166,7 +166,9 @@ def _shape_of(x: torch.Tensor) -> Tuple[int, ...]:
 # --------------------------------------------------------------------------- public functions
 
 
-def all_gather(x: torch.Tensor, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
+def all_gather(
+    x: torch.Tensor, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> torch.Tensor:
     """Differentiable :func:`hpccoll.all_gather` of a tensor; backward: reduce-scatter (sum).
 
     Parameters
@@ -246,8 +248,15 @@ def all_reduce(x: torch.Tensor, comm: Any = None, *, op: Any = "sum", cotangent:
     return _Linear.apply(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
 
 
-def all_to_all(x: torch.Tensor, comm: Any = None, *, split_axis: int = 0, concat_axis: int = 0,
-               sizes: Optional[Sequence[int]] = None, recv_sizes: Optional[Sequence[int]] = None) -> torch.Tensor:
+def all_to_all(
+    x: torch.Tensor,
+    comm: Any = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Optional[Sequence[int]] = None,
+    recv_sizes: Optional[Sequence[int]] = None,
+) -> torch.Tensor:
     """Differentiable :func:`hpccoll.all_to_all` of a tensor; backward: the all-to-all back (axes swapped).
 
     Parameters
@@ -299,4 +308,3 @@ def replicate(x: torch.Tensor, comm: Any = None) -> torch.Tensor:
     """
     _shape_of(x)
     return _Linear.apply(x, *replicate_maps(as_communicator(comm)))
-

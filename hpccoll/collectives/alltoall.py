@@ -57,13 +57,21 @@ _BYTES = np.dtype(np.uint8)
 Sizes = Tuple[int, ...]
 
 
-def all_to_all(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
-               async_op: bool) -> Any:
+def all_to_all(
+    x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str, async_op: bool
+) -> Any:
     """``hpccoll.all_to_all`` (also a list of arrays); ``what`` names the public call in errors."""
     if type(x) is _ndarray:
-        if not c.check and c.size > 1 and type(split_axis) is int and type(concat_axis) is int and x.ndim \
-                and (split_axis == 0 or split_axis == -x.ndim) and (concat_axis == 0 or concat_axis == -x.ndim) \
-                and x.flags.c_contiguous:
+        if (
+            not c.check
+            and c.size > 1
+            and type(split_axis) is int
+            and type(concat_axis) is int
+            and x.ndim
+            and (split_axis == 0 or split_axis == -x.ndim)
+            and (concat_axis == 0 or concat_axis == -x.ndim)
+            and x.flags.c_contiguous
+        ):
             return _common(x, c, sizes, recv_sizes, out, what, async_op)
     elif (types := list_types(x)) is not None:
         return _many(x, types, c, split_axis, concat_axis, sizes, recv_sizes, out, what, async_op)
@@ -103,8 +111,18 @@ def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: 
     return out
 
 
-def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, what: str,
-         async_op: bool, even: Optional[bool] = None) -> Any:
+def _one(
+    x: Any,
+    c: Any,
+    split_axis: Any,
+    concat_axis: Any,
+    sizes: Any,
+    recv_sizes: Any,
+    out: Any,
+    what: str,
+    async_op: bool,
+    even: Optional[bool] = None,
+) -> Any:
     """The general branch; ``even`` is the verdict of a size exchange already made (with ``recv_sizes``)."""
     err, desc, xp, sa, ca, key = None, None, np, 0, 0, -1
     try:
@@ -127,8 +145,9 @@ def _one(x: Any, c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_siz
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op, kind)
-    transport = c.transport_of(kind, _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize,
-                                            even))  # collective on first GPU use: after the ranks agree
+    transport = c.transport_of(
+        kind, _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize, even)
+    )  # collective on first GPU use: after the ranks agree
     return _move(x, transport, xp, sa, ca, sizes, recv_sizes, out, even, async_op)
 
 
@@ -188,8 +207,18 @@ def _late(c: Any, what: str, check: Callable[[], Any]) -> Any:
     return result
 
 
-def _move(x: Any, transport: Any, xp: Any, sa: int, ca: int, sizes: Sizes, recv_sizes: Sizes, out: Any,
-          even: bool, async_op: bool) -> Any:
+def _move(
+    x: Any,
+    transport: Any,
+    xp: Any,
+    sa: int,
+    ca: int,
+    sizes: Sizes,
+    recv_sizes: Sizes,
+    out: Any,
+    even: bool,
+    async_op: bool,
+) -> Any:
     """Send ``x``'s blocks along ``sa`` and receive into ``out`` along ``ca``: straight, or through flat buffers."""
     wire = movement_dtype(x.dtype)
     unit_send, unit_recv = prod(shape_without(x.shape, sa)), prod(shape_without(out.shape, ca))
@@ -214,8 +243,11 @@ def _move(x: Any, transport: Any, xp: Any, sa: int, ca: int, sizes: Sizes, recv_
 def _signature(a: Any, sa: int, ca: int, sizes: Sizes) -> tuple:
     """What must match across ranks: dtype, ndim, axes, the extents other than along ``concat_axis``, and
     (axes differing) the split, which is then one decomposition shared by every rank."""
-    return (ord(a.dtype.char), a.dtype.itemsize, len(a.shape), sa, ca) + shape_without(tuple(a.shape), ca) \
+    return (
+        (ord(a.dtype.char), a.dtype.itemsize, len(a.shape), sa, ca)
+        + shape_without(tuple(a.shape), ca)
         + (tuple(sizes) if sa != ca else ())
+    )
 
 
 def recv_extents(c: Any, x: Any, sa: int, ca: int, sizes: Sizes, what: str) -> Sizes:
@@ -227,8 +259,9 @@ def recv_extents(c: Any, x: Any, sa: int, ca: int, sizes: Sizes, what: str) -> S
     return _exchange(c, [x], [sa], [ca], [sizes], -1, what)[0][0]
 
 
-def _exchange(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes],
-              key: int, what: str) -> Tuple[List[Sizes], bool]:
+def _exchange(
+    c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes], key: int, what: str
+) -> Tuple[List[Sizes], bool]:
     """``result[i][r]``: the extent along array i's ``concat_axis`` of what rank r sends this rank; and
     whether every pair of ranks moves the same count (every rank's ``key`` the same, not -1)."""
     parts = c.size
@@ -247,15 +280,35 @@ def _same_key(keys: Sequence[int]) -> bool:
 
 def _descriptor(arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes]) -> dict:
     """Check mode's descriptor: what must match across ranks, in words."""
-    return {"collective": "all_to_all", "arrays": [
-        {"dtype": a.dtype.name, "ndim": a.ndim, "split_axis": sa, "concat_axis": ca,
-         "shape except concat_axis": shape_without(a.shape, ca), "sizes": tuple(t) if sa != ca else "per rank"}
-        for a, sa, ca, t in zip(arrays, sas, cas, table)]}
+    return {
+        "collective": "all_to_all",
+        "arrays": [
+            {
+                "dtype": a.dtype.name,
+                "ndim": a.ndim,
+                "split_axis": sa,
+                "concat_axis": ca,
+                "shape except concat_axis": shape_without(a.shape, ca),
+                "sizes": tuple(t) if sa != ca else "per rank",
+            }
+            for a, sa, ca, t in zip(arrays, sas, cas, table)
+        ],
+    }
 
 
-def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes],
-            recv_sizes: Optional[Sizes], key: int, desc: Any, err: Optional[HpccollError],
-            what: str, async_op: bool) -> Tuple[List[Sizes], bool]:
+def _settle(
+    c: Any,
+    arrays: Sequence[Any],
+    sas: Sequence[int],
+    cas: Sequence[int],
+    table: Sequence[Sizes],
+    recv_sizes: Optional[Sizes],
+    key: int,
+    desc: Any,
+    err: Optional[HpccollError],
+    what: str,
+    async_op: bool,
+) -> Tuple[List[Sizes], bool]:
     """Raise a local error (check mode: on every rank); then every array's receive extents, one per rank,
     and whether every pair of ranks moves the same count (the same verdict on every rank).
 
@@ -265,27 +318,43 @@ def _settle(c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int
     trusted, or (``None``) learned with one small exchange.
     """
     k = len(arrays)
-    local = None if err else ([list(_sent(a, sa, ca, t, c.size)) for a, sa, ca, t in zip(arrays, sas, cas, table)],
-                              recv_sizes, key)
+    local = (
+        None
+        if err
+        else ([list(_sent(a, sa, ca, t, c.size)) for a, sa, ca, t in zip(arrays, sas, cas, table)], recv_sizes, key)
+    )
     everyone = settle(c, what, desc, local, err, async_op)
     if everyone is None and recv_sizes is None:
         return _exchange(c, arrays, sas, cas, table, key, what)
     if everyone is None:  # even only where global facts say so: axes differ, one split, one extent per rank
-        return [recv_sizes] * k, all(sa != ca and len(set(t)) == 1 for sa, ca, t in zip(sas, cas, table)) \
-            and len(set(recv_sizes)) == 1
+        return [recv_sizes] * k, all(sa != ca and len(set(t)) == 1 for sa, ca, t in zip(sas, cas, table)) and len(
+            set(recv_sizes)
+        ) == 1
     for j, (_, given, _) in enumerate(everyone):
         sent = [tuple(rows[i][j] for rows, _, _ in everyone) for i in range(k)]
         if given is not None and any(list(s) != list(given) for s in sent):
-            raise MismatchError(f"{what}: rank {j} has recv_sizes={list(given)} but the ranks send it blocks of "
-                                f"extents {[list(s) for s in sent] if k > 1 else list(sent[0])} along concat_axis")
+            raise MismatchError(
+                f"{what}: rank {j} has recv_sizes={list(given)} but the ranks send it blocks of "
+                f"extents {[list(s) for s in sent] if k > 1 else list(sent[0])} along concat_axis"
+            )
     return [tuple(rows[i][c.rank] for rows, _, _ in everyone) for i in range(k)], _same_key([e[2] for e in everyone])
 
 
 # --------------------------------------------------------------------------- lists
 
 
-def _many(xs: Any, types: Set[type], c: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any,
-          what: str, async_op: bool) -> Any:
+def _many(
+    xs: Any,
+    types: Set[type],
+    c: Any,
+    split_axis: Any,
+    concat_axis: Any,
+    sizes: Any,
+    recv_sizes: Any,
+    out: Any,
+    what: str,
+    async_op: bool,
+) -> Any:
     err = desc = None
     send_counts = [-1]
     arrays: List[Any] = []
@@ -300,8 +369,9 @@ def _many(xs: Any, types: Set[type], c: Any, split_axis: Any, concat_axis: Any, 
         cas = [axis_of(concat_axis, a.ndim, "concat_axis") for a in arrays]
         if sizes is not None:
             sizes = sizes_of(sizes, c.size)
-        table = [block_sizes(sizes, a.shape[sa], c.size, f"x[{i}].shape[{sa}]")
-                 for i, (a, sa) in enumerate(zip(arrays, sas))]
+        table = [
+            block_sizes(sizes, a.shape[sa], c.size, f"x[{i}].shape[{sa}]") for i, (a, sa) in enumerate(zip(arrays, sas))
+        ]
         unit = [prod(shape_without(a.shape, sa)) * a.dtype.itemsize for a, sa in zip(arrays, sas)]  # bytes/index
         send_counts = [sum(u * t[j] for u, t in zip(unit, table)) for j in range(c.size)]
         if recv_sizes is not None:
@@ -314,8 +384,7 @@ def _many(xs: Any, types: Set[type], c: Any, split_axis: Any, concat_axis: Any, 
             desc = _descriptor(arrays, sas, cas, table)
     except HpccollError as e:
         err = e
-    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what,
-                              async_op)
+    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what, async_op)
     if recv_sizes is None:
         outs = _late(c, what, lambda: _outs(outs, arrays, sas, cas, table, recv_table, c.rank, xp))
     if c.size == 1:
@@ -331,9 +400,19 @@ def _many(xs: Any, types: Set[type], c: Any, split_axis: Any, concat_axis: Any, 
     return launch(c.transport_of(kind, _alike(c.size, send_counts, 1, even)), "alltoallv", args, finish, async_op)
 
 
-def _outs(outs: List[Any], arrays: List[Any], sas: List[int], cas: List[int], table: List[Sizes],
-          recv_table: List[Sizes], rank: int, xp: Any) -> List[Any]:
-    return [_out(o, a, xp, sa, ca, t[rank], rt) for o, a, sa, ca, t, rt in zip(outs, arrays, sas, cas, table, recv_table)]
+def _outs(
+    outs: List[Any],
+    arrays: List[Any],
+    sas: List[int],
+    cas: List[int],
+    table: List[Sizes],
+    recv_table: List[Sizes],
+    rank: int,
+    xp: Any,
+) -> List[Any]:
+    return [
+        _out(o, a, xp, sa, ca, t[rank], rt) for o, a, sa, ca, t, rt in zip(outs, arrays, sas, cas, table, recv_table)
+    ]
 
 
 def _pack_list(arrays: List[Any], sas: List[int], table: List[Sizes], xp: Any, parts: int) -> Any:

@@ -51,8 +51,14 @@ _BYTES = np.dtype(np.uint8)
 def all_gather(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     """``hpccoll.all_gather`` (also a list of arrays); ``what`` names the public call in errors."""
     if type(x) is _ndarray:
-        if not c.check and c.size > 1 and type(axis) is int and x.ndim and (axis == 0 or axis == -x.ndim) \
-                and x.flags.c_contiguous:
+        if (
+            not c.check
+            and c.size > 1
+            and type(axis) is int
+            and x.ndim
+            and (axis == 0 or axis == -x.ndim)
+            and x.flags.c_contiguous
+        ):
             return _common(x, c, axis, sizes, out, what, async_op)
     elif (types := list_types(x)) is not None:
         return _many(x, types, c, axis, sizes, out, what, async_op)
@@ -135,17 +141,32 @@ def own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
 
 def _out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) -> Any:
     """Validate (or allocate) ``out`` once ``sizes`` are known; ``x`` may be exactly its own block of it."""
-    return check_out(out, with_extent(x.shape, ax, sum(sizes)), x.dtype, x, xp,
-                     lambda o: same_block(x, o, own_block(ax, sizes, rank)))
+    return check_out(
+        out,
+        with_extent(x.shape, ax, sum(sizes)),
+        x.dtype,
+        x,
+        xp,
+        lambda o: same_block(x, o, own_block(ax, sizes, rank)),
+    )
 
 
-def _agree(x: Any, c: Any, xp: Any, ax: int, sizes: Any, out: Any, what: str,
-           err: Optional[HpccollError], async_op: bool) -> Tuple[Any, Any]:
+def _agree(
+    x: Any, c: Any, xp: Any, ax: int, sizes: Any, out: Any, what: str, err: Optional[HpccollError], async_op: bool
+) -> Tuple[Any, Any]:
     """Check mode: compare the call across ranks (and learn the extents); the sizes and out to use."""
-    desc = None if err else {
-        "collective": "all_gather", "dtype": x.dtype.name, "ndim": x.ndim, "axis": ax,
-        "shape except axis": shape_without(x.shape, ax), "sizes": sizes,
-    }
+    desc = (
+        None
+        if err
+        else {
+            "collective": "all_gather",
+            "dtype": x.dtype.name,
+            "ndim": x.ndim,
+            "axis": ax,
+            "shape except axis": shape_without(x.shape, ax),
+            "sizes": sizes,
+        }
+    )
     extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
     if sizes is None:
         sizes = tuple(extents)
@@ -197,8 +218,11 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
             sizes = sizes_of(sizes, c.size)
             _check_extents(lst, axes, sizes, c)
         if c.check:
-            desc = {"collective": "all_gather", "sizes": sizes,
-                    "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(lst.arrays, axes)]}
+            desc = {
+                "collective": "all_gather",
+                "sizes": sizes,
+                "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(lst.arrays, axes)],
+            }
     except HpccollError as e:
         err = e
     table = _table(lst, axes, sizes, c, desc, what, err, async_op)
@@ -218,11 +242,14 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
         total = sum(each)
     groups = buckets(each, c.bucket_bytes, total)
     # One bucket of same-shape arrays along axis 0: the results are the rows of one new array.
-    uniform = c.size > 1 and len(groups) == 1 and each[0] > 0 and out is None and lst.alike and axes[0] == 0 \
-        and one_table
+    uniform = (
+        c.size > 1 and len(groups) == 1 and each[0] > 0 and out is None and lst.alike and axes[0] == 0 and one_table
+    )
     if not uniform:
-        outs = [check_out(o, with_extent(a.shape, ax, sum(t)), a.dtype, a, xp)
-                for a, ax, t, o in zip(arrays, axes, table, outs)]
+        outs = [
+            check_out(o, with_extent(a.shape, ax, sum(t)), a.dtype, a, xp)
+            for a, ax, t, o in zip(arrays, axes, table, outs)
+        ]
     if c.size == 1:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
@@ -238,8 +265,9 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
         group = arrays if len(idx) == len(arrays) else [arrays[i] for i in idx]
         send = _send_bytes(group, xp, pair[0][: counts[c.rank]] if pair else None)
         recv = pair[1][: sum(counts)] if pair else xp.empty(sum(counts), _BYTES)
-        batch.start("allgatherv", (send, recv, counts),
-                    _unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform))
+        batch.start(
+            "allgatherv", (send, recv, counts), _unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform)
+        )
     return batch.finish(outs)
 
 
@@ -253,8 +281,16 @@ def _check_extents(lst: ListOf, axes: List[int], sizes: Tuple[int, ...], c: Any)
         own_sizes(sizes, c, extents[i], f"x[{i}].shape[{axes[i]}]")
 
 
-def _table(lst: Optional[ListOf], axes: List[int], sizes: Any, c: Any, desc: Any, what: str,
-           err: Optional[HpccollError], async_op: bool) -> List[Tuple[int, ...]]:
+def _table(
+    lst: Optional[ListOf],
+    axes: List[int],
+    sizes: Any,
+    c: Any,
+    desc: Any,
+    what: str,
+    err: Optional[HpccollError],
+    async_op: bool,
+) -> List[Tuple[int, ...]]:
     """Every rank's extent of each array (``table[i][rank]``): agreed in check mode, exchanged, or ``sizes``."""
     local = None if err or not c.check else [s[ax] for s, ax in zip(lst.shapes, axes)]
     extents = settle(c, what, desc, local, err, async_op)
@@ -262,7 +298,9 @@ def _table(lst: Optional[ListOf], axes: List[int], sizes: Any, c: Any, desc: Any
     if extents is not None:  # check mode: every rank's extents, array by array
         table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
     elif sizes is None:
-        return exchange_extents(c, arrays, axes, what) if c.size > 1 else [(a.shape[ax],) for a, ax in zip(arrays, axes)]
+        return (
+            exchange_extents(c, arrays, axes, what) if c.size > 1 else [(a.shape[ax],) for a, ax in zip(arrays, axes)]
+        )
     else:
         return [sizes] * len(arrays)  # each array checked against this rank's entry; the ranks' own MPI call agrees
     if sizes is not None and any(list(t) != list(sizes) for t in table):
@@ -279,8 +317,17 @@ def _send_bytes(arrays: List[Any], xp: Any, into: Any) -> Any:
     return xp.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-def _unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[int], table: List[Any], unit: List[int],
-              outs: List[Any], xp: Any, uniform: bool) -> Callable[[], None]:
+def _unpacker(
+    recv: Any,
+    idx: List[int],
+    arrays: List[Any],
+    axes: List[int],
+    table: List[Any],
+    unit: List[int],
+    outs: List[Any],
+    xp: Any,
+    uniform: bool,
+) -> Callable[[], None]:
     def finish() -> None:
         if uniform:  # rank-major rows of k arrays -> one (k, total, ...) array, in one relayout
             k, first = len(arrays), arrays[0]

@@ -114,8 +114,9 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     return into(transport, plan, send, out, xp, None, c.size, async_op)
 
 
-def into(transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts: Any, parts: int,
-         async_op: bool) -> Any:
+def into(
+    transport: Any, plan: ReducePlan, send: Any, out: Any, xp: Any, counts: Any, parts: int, async_op: bool
+) -> Any:
     """Reduce-scatter (``counts``) or all-reduce (``None``) from ``send`` into ``out``; return ``out``."""
     # An empty out may point into the input (an empty block of x): MPI would see aliased buffers.
     direct = not plan.widen and out.flags.c_contiguous and out.size > 0
@@ -179,16 +180,27 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         if not rows and not results:
             results.extend([None] * n)
         # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
-        pair = scratch(c, wire_total) if len(groups) == len(groups_of) == 1 and kind == "numpy" and not async_op \
-            and not plan.widen and wire_total else None
+        pair = (
+            scratch(c, wire_total)
+            if len(groups) == len(groups_of) == 1 and kind == "numpy" and not async_op and not plan.widen and wire_total
+            else None
+        )
         for bucket in groups_of:
             idx = members if len(bucket) == len(members) else [members[j] for j in bucket]
             size = wire_total if len(groups_of) == 1 else sum(wire_bytes[j] for j in bucket)
-            send = concat(arrays if len(idx) == n else [arrays[i] for i in idx], plan.wire, plan.widen, xp,
-                          pair[0][:size] if pair else None)
+            send = concat(
+                arrays if len(idx) == n else [arrays[i] for i in idx],
+                plan.wire,
+                plan.widen,
+                xp,
+                pair[0][:size] if pair else None,
+            )
             recv = pair[1][:size].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
-            batch.start("allreduce", (send, recv, plan.op),
-                        _unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows))
+            batch.start(
+                "allreduce",
+                (send, recv, plan.op),
+                _unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows),
+            )
     return batch.finish(results)
 
 
@@ -200,8 +212,18 @@ def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
     ]
 
 
-def _unpacker(recv: Any, idx: Sequence[int], arrays: List[Any], outs: Optional[List[Any]], results: List[Any],
-              plan: ReducePlan, parts: int, xp: Any, scratched: bool, rows: bool) -> Callable[[], None]:
+def _unpacker(
+    recv: Any,
+    idx: Sequence[int],
+    arrays: List[Any],
+    outs: Optional[List[Any]],
+    results: List[Any],
+    plan: ReducePlan,
+    parts: int,
+    xp: Any,
+    scratched: bool,
+    rows: bool,
+) -> Callable[[], None]:
     def finish() -> None:
         buf = recv
         if plan.divide:

@@ -53,8 +53,15 @@ _nbytes_of = attrgetter("nbytes")
 def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     """``hpccoll.reduce_scatter`` (also a list of arrays); ``what`` names the public call in errors."""
     if type(x) is _ndarray:
-        if not c.check and c.size > 1 and type(axis) is int and type(op) is str and x.ndim \
-                and (axis == 0 or axis == -x.ndim) and x.flags.c_contiguous:
+        if (
+            not c.check
+            and c.size > 1
+            and type(axis) is int
+            and type(op) is str
+            and x.ndim
+            and (axis == 0 or axis == -x.ndim)
+            and x.flags.c_contiguous
+        ):
             result = _common(x, c, op, sizes, out, async_op)
             if result is not None:
                 return result
@@ -86,8 +93,11 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     elif plain_out(out, oshape, dtype):
         if not may_share(out, x):
             send = x if as_is else wire_flat(x, wire)
-        elif t.in_place and x.flags.writeable and same_block(out, x, block(0, start := sum(sizes[: c.rank]),
-                                                                          start + mine)):
+        elif (
+            t.in_place
+            and x.flags.writeable
+            and same_block(out, x, block(0, start := sum(sizes[: c.rank]), start + mine))
+        ):
             send = None  # out is this rank's block of x: in place
         else:
             return None
@@ -97,12 +107,12 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     if send is None:
         recv = wire_flat(x, wire)
         mine_flat = recv[start * inner : (start + mine) * inner]
-        return launch(t, "reduce_scatter", (None, recv, counts, plan.op), finisher(mine_flat, out, plan, c.size),
-                      async_op)
+        return launch(
+            t, "reduce_scatter", (None, recv, counts, plan.op), finisher(mine_flat, out, plan, c.size), async_op
+        )
     recv = out if as_is else wire_flat(out, wire)
     if async_op or plan.divide:
-        return launch(t, "reduce_scatter", (send, recv, counts, plan.op), finisher(recv, out, plan, c.size),
-                      async_op)
+        return launch(t, "reduce_scatter", (send, recv, counts, plan.op), finisher(recv, out, plan, c.size), async_op)
     t.reduce_scatter(send, recv, counts, plan.op)
     return out
 
@@ -115,11 +125,23 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
         ax = axis_of(axis, x.ndim)
         sizes = block_sizes(sizes, x.shape[ax], c.size, f"x.shape[{ax}]")
         reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
-        out = check_out(out, with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp,
-                        lambda o: same_block(o, x, own_block(ax, sizes, c.rank)))
+        out = check_out(
+            out,
+            with_extent(x.shape, ax, sizes[c.rank]),
+            x.dtype,
+            x,
+            xp,
+            lambda o: same_block(o, x, own_block(ax, sizes, c.rank)),
+        )
         if c.check:
-            desc = {"collective": "reduce_scatter", "dtype": x.dtype.name, "shape": x.shape, "axis": ax,
-                    "op": op, "sizes": sizes}
+            desc = {
+                "collective": "reduce_scatter",
+                "dtype": x.dtype.name,
+                "shape": x.shape,
+                "axis": ax,
+                "op": op,
+                "sizes": sizes,
+            }
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
@@ -135,8 +157,9 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
             full = as_wire(x.reshape(-1), plan.wire)
             start = sum(counts[: c.rank])
             mine = full[start : start + counts[c.rank]]
-            return launch(transport, "reduce_scatter", (None, full, counts, plan.op),
-                          finisher(mine, out, plan, c.size), async_op)
+            return launch(
+                transport, "reduce_scatter", (None, full, counts, plan.op), finisher(mine, out, plan, c.size), async_op
+            )
         x = x.copy()
     send = pack(x, xp, ax, sizes, plan.wire, plan.widen)
     return into(transport, plan, send, out, xp, counts, c.size, async_op)
@@ -145,8 +168,9 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
 # --------------------------------------------------------------------------- lists
 
 
-def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str,
-          async_op: bool) -> Any:
+def _many(
+    xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool
+) -> Any:
     err = desc = None
     try:
         lst = survey_list(xs, types, async_op)
@@ -159,11 +183,17 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
         outs = outs_of(out, len(arrays))
         if out is not None:
-            outs = [check_out(o, with_extent(a.shape, ax, t[c.rank]), a.dtype, a, xp)
-                    for a, ax, t, o in zip(arrays, axes, table, outs)]
+            outs = [
+                check_out(o, with_extent(a.shape, ax, t[c.rank]), a.dtype, a, xp)
+                for a, ax, t, o in zip(arrays, axes, table, outs)
+            ]
         if c.check:
-            desc = {"collective": "reduce_scatter", "op": op, "sizes": sizes,
-                    "arrays": [(a.dtype.name, a.shape, ax) for a, ax in zip(arrays, axes)]}
+            desc = {
+                "collective": "reduce_scatter",
+                "op": op,
+                "sizes": sizes,
+                "arrays": [(a.dtype.name, a.shape, ax) for a, ax in zip(arrays, axes)],
+            }
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
@@ -172,8 +202,17 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out
     return _buckets(c, lst, axes, table, outs, op, out is None, xp, async_op)
 
 
-def _buckets(c: Any, lst: ListOf, axes: List[int], table: List[Tuple[int, ...]], outs: List[Any], op: str,
-             fresh: bool, xp: Any, async_op: bool) -> Any:
+def _buckets(
+    c: Any,
+    lst: ListOf,
+    axes: List[int],
+    table: List[Tuple[int, ...]],
+    outs: List[Any],
+    op: str,
+    fresh: bool,
+    xp: Any,
+    async_op: bool,
+) -> Any:
     """Reduce-scatter a checked list: one group per dtype, each in buckets of at most ``c.bucket_bytes``.
 
     ``fresh``: no ``out`` was given (a uniform list may come back as the rows of one new array).
@@ -202,8 +241,9 @@ def _buckets(c: Any, lst: ListOf, axes: List[int], table: List[Tuple[int, ...]],
         else:
             groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
         # One bucket of all arrays, one shape, split along axis 0, no out, no widening: one relayout each way.
-        uniform = len(groups) == 1 and len(groups_of) == 1 and fresh and not plan.widen \
-            and shape is not None and axes[0] == 0
+        uniform = (
+            len(groups) == 1 and len(groups_of) == 1 and fresh and not plan.widen and shape is not None and axes[0] == 0
+        )
         if not uniform and not results:
             results.extend([None] * len(arrays))
         for bucket in groups_of:
@@ -212,14 +252,22 @@ def _buckets(c: Any, lst: ListOf, axes: List[int], table: List[Tuple[int, ...]],
                 counts = [len(idx) * inner[0] * n for n in table[0]]
             else:
                 counts = [sum(inner[i] * table[i][r] for i in idx) for r in range(c.size)]
-            pair = scratch(c, sum(counts) * plan.wire.itemsize) if uniform and kind == "numpy" and not async_op \
-                and counts[c.rank] else None
+            pair = (
+                scratch(c, sum(counts) * plan.wire.itemsize)
+                if uniform and kind == "numpy" and not async_op and counts[c.rank]
+                else None
+            )
             send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
-            recv = pair[0][: counts[c.rank] * plan.wire.itemsize].view(plan.wire) if pair else \
-                xp.empty(counts[c.rank], plan.wire)
-            batch.start("reduce_scatter", (send, recv, counts, plan.op),
-                        _unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp, uniform,
-                                  pair is not None))
+            recv = (
+                pair[0][: counts[c.rank] * plan.wire.itemsize].view(plan.wire)
+                if pair
+                else xp.empty(counts[c.rank], plan.wire)
+            )
+            batch.start(
+                "reduce_scatter",
+                (send, recv, counts, plan.op),
+                _unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp, uniform, pair is not None),
+            )
     return batch.finish(results)
 
 
@@ -231,8 +279,9 @@ def _tables(lst: ListOf, axes: List[int], sizes: Any, parts: int) -> List[Tuple[
     else:
         extents = [s[ax] for s, ax in zip(lst.shapes, axes)]
     if sizes is None:
-        return [split_sizes(extents[0], parts)] * n if lst.shape is not None else \
-            [split_sizes(e, parts) for e in extents]
+        return (
+            [split_sizes(extents[0], parts)] * n if lst.shape is not None else [split_sizes(e, parts) for e in extents]
+        )
     sizes = sizes_of(sizes, parts)
     total = sum(sizes)
     if extents.count(total) != len(extents):
@@ -246,8 +295,17 @@ def _copied(out: Any, a: Any, xp: Any) -> Any:
     return out
 
 
-def _rank_major(arrays: List[Any], idx: List[int], axes: List[int], table: List[Any], counts: List[int],
-                plan: ReducePlan, xp: Any, pair: Any, parts: int) -> Any:
+def _rank_major(
+    arrays: List[Any],
+    idx: List[int],
+    axes: List[int],
+    table: List[Any],
+    counts: List[int],
+    plan: ReducePlan,
+    xp: Any,
+    pair: Any,
+    parts: int,
+) -> Any:
     """Rank r's block of every array of ``idx``, one after another, for r = 0, 1, ... as one wire buffer."""
     if pair is not None:  # uniform NumPy arrays: pack into scratch, then one relayout
         k, first = len(idx), arrays[idx[0]]
@@ -262,15 +320,30 @@ def _rank_major(arrays: List[Any], idx: List[int], axes: List[int], table: List[
             a, ax, n = arrays[i], axes[i], table[i][r]
             lo = sum(table[i][:r])
             count = n * (a.size // a.shape[ax] if a.shape[ax] else 0)
-            xp.copyto(send[offset : offset + count].reshape(with_extent(a.shape, ax, n)), a[block(ax, lo, lo + n)],
-                      casting="unsafe")
+            xp.copyto(
+                send[offset : offset + count].reshape(with_extent(a.shape, ax, n)),
+                a[block(ax, lo, lo + n)],
+                casting="unsafe",
+            )
             offset += count
     return as_wire(send, plan.wire)
 
 
-def _unpacker(recv: Any, idx: List[int], arrays: List[Any], axes: List[int], outs: List[Any], results: List[Any],
-              inner: List[int], table: List[Any], c: Any, plan: ReducePlan, xp: Any, uniform: bool,
-              scratched: bool) -> Callable[[], None]:
+def _unpacker(
+    recv: Any,
+    idx: List[int],
+    arrays: List[Any],
+    axes: List[int],
+    outs: List[Any],
+    results: List[Any],
+    inner: List[int],
+    table: List[Any],
+    c: Any,
+    plan: ReducePlan,
+    xp: Any,
+    uniform: bool,
+    scratched: bool,
+) -> Callable[[], None]:
     def finish() -> None:
         buf = recv
         if plan.divide:

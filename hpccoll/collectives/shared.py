@@ -52,8 +52,9 @@ def _shared_input(x: Any, out: Any) -> np.ndarray:
     return x
 
 
-def shared_all_gather(x: Any, c: Any, axis: Any, sizes: Optional[Sequence[int]], out: Any, what: str,
-                      async_op: bool) -> Any:
+def shared_all_gather(
+    x: Any, c: Any, axis: Any, sizes: Optional[Sequence[int]], out: Any, what: str, async_op: bool
+) -> Any:
     """``all_gather(x, c, axis=axis, sizes=sizes, out="shared")``: one read-only node-shared result.
 
     Zero copy when ``x`` is this rank's array from ``shared_empty`` (every rank
@@ -71,8 +72,15 @@ def shared_all_gather(x: Any, c: Any, axis: Any, sizes: Optional[Sequence[int]],
         if sizes is not None:
             sizes = gather.own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
         if c.check:
-            desc = {"collective": "all_gather", "out": SHARED, "dtype": x.dtype.name, "ndim": x.ndim, "axis": ax,
-                    "shape except axis": shape_without(x.shape, ax), "sizes": sizes}
+            desc = {
+                "collective": "all_gather",
+                "out": SHARED,
+                "dtype": x.dtype.name,
+                "ndim": x.ndim,
+                "axis": ax,
+                "shape except axis": shape_without(x.shape, ax),
+                "sizes": sizes,
+            }
     except HpccollError as exc:
         err = exc
     settle(c, what, desc, None, err)

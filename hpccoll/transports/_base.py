@@ -98,8 +98,9 @@ class Transport(abc.ABC):
         """Reduce ``send`` over ranks into ``recv``; ``send=None`` reduces ``recv`` in place."""
 
     @abc.abstractmethod
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                  even: bool = False) -> None:
+    def alltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> None:
         """Send block j of ``send`` to rank j; receive rank r's block for this rank at block r of ``recv``.
 
         ``send`` holds ``send_counts[j]`` elements for rank j, and ``recv``
@@ -132,8 +133,9 @@ class Transport(abc.ABC):
         self.allreduce(send, recv, op)
         return DONE
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                   even: bool = False) -> Pending:
+    def ialltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> Pending:
         """Non-blocking :meth:`alltoallv`."""
         self.alltoallv(send, recv, send_counts, recv_counts, even)
         return DONE

@@ -49,10 +49,14 @@ def exchange_extents(c: Any, arrays: Sequence[Any], axes: Sequence[int], what: s
     in detail instead.
     """
     k = len(arrays)
-    signature = hash(tuple([
-        (ord(a.dtype.char), a.dtype.itemsize, a.ndim, ax) + a.shape[:ax] + a.shape[ax + 1 :]
-        for a, ax in zip(arrays, axes)
-    ]))
+    signature = hash(
+        tuple(
+            [
+                (ord(a.dtype.char), a.dtype.itemsize, a.ndim, ax) + a.shape[:ax] + a.shape[ax + 1 :]
+                for a, ax in zip(arrays, axes)
+            ]
+        )
+    )
     rows, odd = _signed_rows(c, "Allgather", [*(a.shape[ax] for a, ax in zip(arrays, axes)), signature], k, what)
     if odd:
         a = arrays[0]

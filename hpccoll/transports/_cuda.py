@@ -19,8 +19,15 @@ from typing import Any, Callable, Iterator, Optional
 
 from .._errors import TransportUnavailable
 
-__all__ = ["CupyRuntime", "get_runtime", "use_runtime", "capture_query", "event_recorder", "refuse_capture",
-           "raise_if_capturing"]
+__all__ = [
+    "CupyRuntime",
+    "get_runtime",
+    "use_runtime",
+    "capture_query",
+    "event_recorder",
+    "refuse_capture",
+    "raise_if_capturing",
+]
 
 
 class CupyRuntime:
@@ -42,7 +49,7 @@ class CupyRuntime:
             import cupy
         except Exception as exc:  # ImportError, or a broken CUDA install
             raise TransportUnavailable(
-                f'CuPy is not installed or does not import ({type(exc).__name__}: {exc}); '
+                f"CuPy is not installed or does not import ({type(exc).__name__}: {exc}); "
                 'install it with pip install "hpccoll[cuda12]" (or cuda13)'
             ) from None
         self._bind(cupy)

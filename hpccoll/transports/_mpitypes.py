@@ -13,8 +13,18 @@ from typing import Any, Dict, FrozenSet, List, Sequence
 
 import numpy as np
 
-__all__ = ["mpi_datatype", "mpi_op", "displacements", "committed", "buffer_address", "saturating_sums", "library",
-           "unowned_nonblocking", "quirks", "signed_unsigned_extrema"]
+__all__ = [
+    "mpi_datatype",
+    "mpi_op",
+    "displacements",
+    "committed",
+    "buffer_address",
+    "saturating_sums",
+    "library",
+    "unowned_nonblocking",
+    "quirks",
+    "signed_unsigned_extrema",
+]
 
 _DATATYPES: Dict[np.dtype, Any] = {}
 _OPS: Dict[str, Any] = {}
@@ -157,25 +167,35 @@ def quirks() -> List[str]:
     out = []
     sat = sorted(d.name for d in saturating_sums())
     if sat:
-        out.append(f"MPI_SUM saturates {', '.join(sat)} (Open MPI's vector kernels, open-mpi/ompi#8045): "
-                   "hpccoll sums them as 32-bit integers and wraps the result back, like NumPy")
+        out.append(
+            f"MPI_SUM saturates {', '.join(sat)} (Open MPI's vector kernels, open-mpi/ompi#8045): "
+            "hpccoll sums them as 32-bit integers and wraps the result back, like NumPy"
+        )
     if signed_unsigned_extrema():
-        out.append("MPI_MAX and MPI_MIN compare uint64 as signed: hpccoll reduces uint64 extrema with the top "
-                   "bit flipped, as int64, and flips it back")
+        out.append(
+            "MPI_MAX and MPI_MIN compare uint64 as signed: hpccoll reduces uint64 extrema with the top "
+            "bit flipped, as int64, and flips it back"
+        )
     unowned = unowned_nonblocking()
     if unowned:
         import mpi4py
 
-        out.append(f"mpi4py {mpi4py.__version__} keeps no reference to the buffers of {', '.join(unowned)}: "
-                   "hpccoll's requests hold every buffer (and packed copy) until they complete")
+        out.append(
+            f"mpi4py {mpi4py.__version__} keeps no reference to the buffers of {', '.join(unowned)}: "
+            "hpccoll's requests hold every buffer (and packed copy) until they complete"
+        )
     if library().startswith("Open MPI"):
-        out.append("MPI_Reduce_scatter and MPI_Ireduce_scatter (uneven blocks) reduce in different orders "
-                   "(coll/tuned against libnbc): float and complex results of the blocking and non-blocking "
-                   "reduce_scatter may differ in the last bits (docs/mpi.md, reduction order)")
-        out.append("mpiexec refuses root and more ranks than cores unless told: OMPI_ALLOW_RUN_AS_ROOT=1 "
-                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, and PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe "
-                   "(Open MPI 5) or OMPI_MCA_rmaps_base_oversubscribe=1 (4.x); the Makefile and the tests' "
-                   "launcher set them")
+        out.append(
+            "MPI_Reduce_scatter and MPI_Ireduce_scatter (uneven blocks) reduce in different orders "
+            "(coll/tuned against libnbc): float and complex results of the blocking and non-blocking "
+            "reduce_scatter may differ in the last bits (docs/mpi.md, reduction order)"
+        )
+        out.append(
+            "mpiexec refuses root and more ranks than cores unless told: OMPI_ALLOW_RUN_AS_ROOT=1 "
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, and PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe "
+            "(Open MPI 5) or OMPI_MCA_rmaps_base_oversubscribe=1 (4.x); the Makefile and the tests' "
+            "launcher set them"
+        )
     return out
 
 

@@ -303,7 +303,10 @@ class Segment:
         nbytes = prod(shape) * dtype.itemsize
         h = _Holder()
         h.__array_interface__ = {
-            "shape": (nbytes,), "typestr": "|u1", "data": (self.address + offset, not writeable), "version": 3,
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (self.address + offset, not writeable),
+            "version": 3,
         }
         h.segment, h.gen, h.offset, h.nbytes = self, self.gen, offset, nbytes
         anchor = np.asarray(h)

@@ -145,12 +145,14 @@ class CudaMPI(HostMPI):
         # MPIs: gather flat and let the GPU relayout.
         return False
 
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                  even: bool = False) -> None:
+    def alltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> None:
         self._sync()
         super().alltoallv(send, recv, send_counts, recv_counts, even)
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                   even: bool = False) -> Pending:
+    def ialltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> Pending:
         self._sync()
         return super().ialltoallv(send, recv, send_counts, recv_counts, even)

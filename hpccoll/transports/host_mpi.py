@@ -10,8 +10,16 @@ from .._faults import watched
 from .._request import Pending
 from ._base import Transport
 from ._control import run
-from ._mpitypes import (_DATATYPES, _OPS, committed, displacements, mpi_datatype, mpi_op, saturating_sums,
-                        signed_unsigned_extrema)
+from ._mpitypes import (
+    _DATATYPES,
+    _OPS,
+    committed,
+    displacements,
+    mpi_datatype,
+    mpi_op,
+    saturating_sums,
+    signed_unsigned_extrema,
+)
 
 __all__ = ["HostMPI", "MPIPending"]
 
@@ -101,8 +109,9 @@ class HostMPI(Transport):
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
         return self._started(*self._allreduce(send, recv, op))
 
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                  even: bool = False) -> None:
+    def alltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> None:
         if even or self.comm.size > self.pairwise_max_ranks:
             self._blocking(*self._alltoallv(send, recv, send_counts, recv_counts, even))
         elif self.comm.size == 2:
@@ -110,8 +119,9 @@ class HostMPI(Transport):
         else:
             self._pairwise(send, recv, send_counts, recv_counts).wait()
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                   even: bool = False) -> Pending:
+    def ialltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> Pending:
         if even or self.comm.size > self.pairwise_max_ranks:
             return self._started(*self._alltoallv(send, recv, send_counts, recv_counts, even))
         return self._pairwise(send, recv, send_counts, recv_counts)
@@ -132,10 +142,12 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = displacements(send_counts), displacements(recv_counts)
         irecv, isend = mpi.Irecv, mpi.Isend
-        requests = [irecv([recv, (recv_counts[r], got[r]), t], r, _PAIRWISE_TAG)
-                    for r in self._sources if recv_counts[r]]
-        requests += [isend([send, (send_counts[j], sent[j]), t], j, _PAIRWISE_TAG)
-                     for j in self._targets if send_counts[j]]
+        requests = [
+            irecv([recv, (recv_counts[r], got[r]), t], r, _PAIRWISE_TAG) for r in self._sources if recv_counts[r]
+        ]
+        requests += [
+            isend([send, (send_counts[j], sent[j]), t], j, _PAIRWISE_TAG) for j in self._targets if send_counts[j]
+        ]
         n = send_counts[rank]
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
@@ -219,8 +231,9 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
-    def _alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                   even: bool) -> tuple:
+    def _alltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool
+    ) -> tuple:
         t = mpi_datatype(recv.dtype)
         if even:
             return "Alltoall", ([send, send_counts[0], t], [recv, send_counts[0], t]), None

@@ -218,7 +218,9 @@ def _bootstrap(comm: Any, rt: Any) -> Any:
             err = f"{type(exc).__name__}: {exc}"
     uid, err = comm.mpi.bcast((uid, err), root=0)
     if err is not None:
-        raise TransportUnavailable(f"transport 'nccl' cannot run here: rank 0 could not make the NCCL unique id ({err})")
+        raise TransportUnavailable(
+            f"transport 'nccl' cannot run here: rank 0 could not make the NCCL unique id ({err})"
+        )
     nc = err = None
     try:
         nc = _init_rank(rt.nccl, comm.size, uid, comm.rank)
@@ -336,9 +338,7 @@ class NcclTransport(Transport):
         self._nccl = rt.nccl
         self._xp = rt.xp
         self._capturing = capture_query(rt)
-        self._types = {
-            name: getattr(rt.nccl, const) for name, const in _NCCL_TYPES.items() if hasattr(rt.nccl, const)
-        }
+        self._types = {name: getattr(rt.nccl, const) for name, const in _NCCL_TYPES.items() if hasattr(rt.nccl, const)}
         if _version(rt.nccl) < BF16_VERSION:
             self._types.pop("bfloat16", None)
         self._ops = {op: getattr(rt.nccl, const) for op, const in _NCCL_OPS.items()}
@@ -711,14 +711,16 @@ class NcclTransport(Transport):
 
     # ------------------------------------------------------------------ all-to-all
     # ``even`` changes nothing here: grouped send/recv is NCCL's only all-to-all.
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                  even: bool = False) -> None:
+    def alltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> None:
         self._enqueue_alltoallv(send, recv, send_counts, recv_counts)
         if self.comm.timeout is not None:
             self._pending().wait()
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                   even: bool = False) -> Pending:
+    def ialltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> Pending:
         self._enqueue_alltoallv(send, recv, send_counts, recv_counts)
         return self._pending()
 

@@ -70,8 +70,10 @@ class SharedMemory(Transport):
     name = "shm"
     array_kind = "numpy"
     priority = 40  # before ``mpi``, for the messages it wins (``min_bytes`` and :attr:`wins`)
-    chosen_because = ("node-shared memory where it measured faster (every rank on one node; all-reduce from "
-                      "256 KiB, reduce-scatter from 1 MiB, all-gather 1-4 MiB; host MPI for the rest)")
+    chosen_because = (
+        "node-shared memory where it measured faster (every rank on one node; all-reduce from "
+        "256 KiB, reduce-scatter from 1 MiB, all-gather 1-4 MiB; host MPI for the rest)"
+    )
     in_place = True
     #: Per primitive, the ``[low, high)`` message sizes where shm measured faster (docs/bench/shm.md);
     #: when ``auto`` chose shm, messages outside them, all-to-alls and the non-blocking forms go to
@@ -119,8 +121,10 @@ class SharedMemory(Transport):
         """``auto`` takes shm only where every rank shares one node (hierarchical shm must be named)."""
         reason, nodes = _probed(comm)
         if reason is None and nodes > 1:
-            return (f"the communicator spans {nodes} nodes (MPI's own collectives serve them; "
-                    "HPCCOLL_TRANSPORT=shm runs shm within nodes and MPI between them)")
+            return (
+                f"the communicator spans {nodes} nodes (MPI's own collectives serve them; "
+                "HPCCOLL_TRANSPORT=shm runs shm within nodes and MPI between them)"
+            )
         return reason
 
     def _mine(self, primitive: str, nbytes: int) -> bool:
@@ -142,12 +146,14 @@ class SharedMemory(Transport):
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
         return self.host.iallreduce(send, recv, op)
 
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                  even: bool = False) -> None:
+    def alltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> None:
         self.host.alltoallv(send, recv, send_counts, recv_counts, even)
 
-    def ialltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                   even: bool = False) -> Pending:
+    def ialltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> Pending:
         return self.host.ialltoallv(send, recv, send_counts, recv_counts, even)
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
@@ -298,8 +304,9 @@ class SharedMemory(Transport):
         node = self.node
         node.sync("all_gather (node blocks staged)")
         if node.leaders is not None:
-            self._leaders("Allgatherv", mpi_op("in_place"),
-                          [stage, (node_counts, node_displs), mpi_datatype(stage.dtype)])
+            self._leaders(
+                "Allgatherv", mpi_op("in_place"), [stage, (node_counts, node_displs), mpi_datatype(stage.dtype)]
+            )
         node.sync("all_gather (waiting for the node leader)")
 
     # ------------------------------------------------------------------ reductions
@@ -394,8 +401,9 @@ class SharedMemory(Transport):
         start = sum(counts[:me])
         out = recv[start : start + counts[me]] if send is None else recv
         src = recv if send is None else send
-        if self._reduce_node(src, self._locate(send), counts, op, lambda lo, hi, h, s: out[lo:hi], "reduce_scatter",
-                             aliased=send is None):
+        if self._reduce_node(
+            src, self._locate(send), counts, op, lambda lo, hi, h, s: out[lo:hi], "reduce_scatter", aliased=send is None
+        ):
             self.node.sync("reduce_scatter (releasing shared inputs)")
 
     def _reduce_scatter_nodes(self, send: Optional[Any], recv: Any, counts: List[int], op: str) -> None:
@@ -426,8 +434,15 @@ class SharedMemory(Transport):
         out[...] = result[at : at + counts[g]]
         node.sync("reduce_scatter (staging free again)")
 
-    def _reduce_to(self, src: np.ndarray, found: Optional[Tuple[Segment, int]], op: str, what: str,
-                   dest: Optional[np.ndarray] = None, obtain: Optional[Callable[[], np.ndarray]] = None) -> np.ndarray:
+    def _reduce_to(
+        self,
+        src: np.ndarray,
+        found: Optional[Tuple[Segment, int]],
+        op: str,
+        what: str,
+        dest: Optional[np.ndarray] = None,
+        obtain: Optional[Callable[[], np.ndarray]] = None,
+    ) -> np.ndarray:
         """Reduce every node rank's ``src`` into node-shared ``dest`` (each rank its block), then sync.
 
         With ``obtain`` instead of ``dest``, the destination is ``obtain()``'s,
@@ -441,8 +456,15 @@ class SharedMemory(Transport):
         def ready() -> None:
             target[0] = obtain()
 
-        self._reduce_node(src, found, blocks, op, lambda lo, hi, h, s: target[0][start + lo : start + hi], what,
-                          ready=None if obtain is None else ready)
+        self._reduce_node(
+            src,
+            found,
+            blocks,
+            op,
+            lambda lo, hi, h, s: target[0][start + lo : start + hi],
+            what,
+            ready=None if obtain is None else ready,
+        )
         node.sync(what)
         return target[0]
 
@@ -478,8 +500,16 @@ class SharedMemory(Transport):
                 if hi > lo:
                     recv[displs[q] + lo : displs[q] + hi] = out_piece(q, lo, hi, half, step)
 
-        self._reduce_node(src, found, blocks, op, lambda lo, hi, half, step: out_piece(node.rank, lo, hi, half, step),
-                          "all_reduce", extra=1, after=gather)
+        self._reduce_node(
+            src,
+            found,
+            blocks,
+            op,
+            lambda lo, hi, half, step: out_piece(node.rank, lo, hi, half, step),
+            "all_reduce",
+            extra=1,
+            after=gather,
+        )
 
     def _allreduce_nodes(self, send: Optional[Any], recv: Any, op: str) -> None:
         if recv.size == 0:
@@ -489,9 +519,14 @@ class SharedMemory(Transport):
         recv[...] = stage
         self.node.sync("all_reduce (staging free again)")
 
-    def _allreduce_into(self, src: np.ndarray, found: Optional[Tuple[Segment, int]], op: str,
-                        dest: Optional[np.ndarray] = None, obtain: Optional[Callable[[], np.ndarray]] = None
-                        ) -> np.ndarray:
+    def _allreduce_into(
+        self,
+        src: np.ndarray,
+        found: Optional[Tuple[Segment, int]],
+        op: str,
+        dest: Optional[np.ndarray] = None,
+        obtain: Optional[Callable[[], np.ndarray]] = None,
+    ) -> np.ndarray:
         """All-reduce every rank's ``src`` into node-shared ``dest`` (or ``obtain()``'s, see :meth:`_reduce_to`), synced."""
         dest = self._reduce_to(src, found, op, "all_reduce (within the node)", dest, obtain)
         if self.node.multi:
@@ -502,8 +537,9 @@ class SharedMemory(Transport):
 
     # ------------------------------------------------------------------ shared arrays
 
-    def shared_empty(self, shape: Tuple[int, ...], dtype: np.dtype,
-                     layout: Optional[Sequence[Tuple[int, int]]] = None) -> Any:
+    def shared_empty(
+        self, shape: Tuple[int, ...], dtype: np.dtype, layout: Optional[Sequence[Tuple[int, int]]] = None
+    ) -> Any:
         """This rank's writeable array of ``shape`` in one new segment of the node (collective over the node).
 
         ``layout`` is every node rank's ``(nbytes, itemsize)``, in local rank
@@ -536,8 +572,9 @@ class SharedMemory(Transport):
         seg = self.pool.obtain(end, "shared_empty", synced)
         return seg.array(starts[node.rank], shape, dtype, writeable=True)
 
-    def gather_shared(self, x: np.ndarray, shape: Tuple[int, ...], ax: int, sizes: Sequence[int],
-                      exclusive: bool) -> np.ndarray:
+    def gather_shared(
+        self, x: np.ndarray, shape: Tuple[int, ...], ax: int, sizes: Sequence[int], exclusive: bool
+    ) -> np.ndarray:
         """All-gather ``x`` along ``ax`` into one read-only node-shared array of ``shape``.
 
         Zero copy when every rank passes exactly the array ``shared_empty``
@@ -552,8 +589,13 @@ class SharedMemory(Transport):
         h = holder_of(x)
         lead = prod(shape[:ax])
         candidate = (
-            not node.multi and lead == 1 and h is not None and self.pool.segments.get(h.segment.sid) is h.segment
-            and x.flags.c_contiguous and x.nbytes == h.nbytes and (exclusive or not x.flags.writeable)
+            not node.multi
+            and lead == 1
+            and h is not None
+            and self.pool.segments.get(h.segment.sid) is h.segment
+            and x.flags.c_contiguous
+            and x.nbytes == h.nbytes
+            and (exclusive or not x.flags.writeable)
         )
         line = node.mine()
         line[0] = _SEGMENT if candidate else 0
@@ -596,7 +638,9 @@ class SharedMemory(Transport):
         node.sync("shared result written")
         return seg.array(0, result.shape, result.dtype, writeable=False)
 
-    def reduce_shared(self, send: np.ndarray, op: str, divide: int, shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    def reduce_shared(
+        self, send: np.ndarray, op: str, divide: int, shape: Tuple[int, ...], dtype: np.dtype
+    ) -> np.ndarray:
         """All-reduce the flat ``send`` into one read-only node-shared array of ``shape`` and ``dtype``.
 
         ``send`` is in the wire dtype (``dtype``'s bytes); the result is divided by ``divide`` when it is > 1.

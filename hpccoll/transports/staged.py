@@ -148,8 +148,9 @@ class Staged(Transport):
         self._host.allreduce(hs, hr, op)
         self._up(hr, recv, stream)
 
-    def alltoallv(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                  even: bool = False) -> None:
+    def alltoallv(
+        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
+    ) -> None:
         stream, hs, hr = self._stage_in(send, recv)
         self._host.alltoallv(hs, hr, send_counts, recv_counts, even)
         self._up(hr, recv, stream)
