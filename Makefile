@@ -82,6 +82,37 @@ mpi-info: venv
 lint-imports: venv
 	$(VENV)/bin/lint-imports
 
+# ----------------------------------------------------------------------------
+# Maintainer checks (CI runs them): lint, the documentation, the distributions.
+DEV_EXTRAS ?= $(EXTRAS),lint,docs,dist
+LINT_PATHS := hpccoll tests benchmarks examples jobs docs/conf.py
+
+.PHONY: venv-dev lint docs dist
+
+venv-dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed-dev: $(VENV)/.installed setup.cfg pyproject.toml
+	$(PY) -m pip install -q -e ".[$(DEV_EXTRAS)]"
+	touch $@
+
+## lint: import contracts, ruff (lint and format, pyproject.toml) and mypy (pyproject.toml) over hpccoll/
+lint: venv-dev lint-imports
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy
+
+## docs: the Sphinx site (API reference and guides) with warnings as errors, and the docstring examples
+docs: venv-dev
+	rm -rf docs/_build
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	$(PY) -m sphinx -W --keep-going -b doctest docs docs/_build/doctest
+
+## dist: the sdist and wheel (python -m build), checked by twine and for what they must carry
+dist: venv-dev
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
 test-serial: venv
 	timeout $(TEST_TIMEOUT) $(PY) $(PYTEST) tests
 
@@ -98,7 +129,7 @@ bench-overhead: venv
 	timeout 300 $(PY) benchmarks/overhead.py
 
 clean:
-	rm -rf .venv .venv-openmpi .venv-system .pytest_cache .hypothesis *.egg-info
+	rm -rf .venv .venv-openmpi .venv-system .pytest_cache .hypothesis *.egg-info dist docs/_build
 
 # ----------------------------------------------------------------------------
 # Framework adapters (hpccoll.adapters): install autograd, scipy, torch and jax into the

@@ -53,11 +53,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
+from bench_quick import Timer, human, parse_bytes  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
 from hpccoll.collectives.alltoall import recv_extents  # noqa: E402
-from bench_quick import Timer, human, parse_bytes  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 D = MPI.DOUBLE

@@ -256,8 +256,9 @@ def bench_uneven(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
 
 
 def bench_relayout(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
-    from hpccoll._relayout import copy_blocks
     from relayout import replaced  # benchmarks/relayout.py: the relayout before issue 12, frozen
+
+    from hpccoll._relayout import copy_blocks
 
     cp = b.cp
     parts = 4

@@ -19,9 +19,9 @@ floor.
 from __future__ import annotations
 
 import argparse
-import statistics
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,10 +30,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
+from bench_quick import Timer, human  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
-from bench_quick import Timer, human  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

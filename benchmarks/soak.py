@@ -41,8 +41,9 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-import hpccoll  # noqa: E402
 from conftest import DTYPES, LAYOUTS, assert_close, assert_same, forced_datatypes, layout, make, reference  # noqa: E402
+
+import hpccoll  # noqa: E402
 
 KINDS = [
     "all_gather",

@@ -122,7 +122,11 @@ def main(argv=None) -> int:
 
     failed = False
     for mode, cotangent in (("all_reduce", "replicated"), ("reduce_scatter", "replicated"), ("all_reduce", "varying")):
-        step = jax.jit(jax.value_and_grad(lambda ps: parallel_loss(ps, t, comm, mode, cotangent, cols, rows)))
+        step = jax.jit(
+            jax.value_and_grad(
+                lambda ps, mode=mode, cotangent=cotangent: parallel_loss(ps, t, comm, mode, cotangent, cols, rows)
+            )
+        )
         mine = shards(full, cols, rows, rank)
         loss, grads = step(mine)
         if mode == "reduce_scatter":

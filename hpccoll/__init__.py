@@ -6,6 +6,8 @@ available), an optional communicator (``None`` is a private duplicate of
 summed over ranks.
 """
 
+from . import testing
+from ._adjoint import adjoint_of
 from ._api import (
     all_gather,
     all_gather_adjoint,
@@ -17,7 +19,6 @@ from ._api import (
     reduce_scatter_adjoint,
     split_sizes,
 )
-from ._adjoint import adjoint_of
 from ._comm import Communicator
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._errors import (
@@ -32,7 +33,6 @@ from ._errors import (
 from ._faults import abort_on_exception
 from ._operators import AllGather, AllReduce, AllToAll, Operator, ReduceScatter
 from ._request import Request
-from . import testing
 
 __version__ = "0.1.0"
 

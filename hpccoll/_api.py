@@ -13,7 +13,7 @@ from typing import Any, Callable, FrozenSet, NamedTuple, Optional, Sequence, Tup
 
 from ._arrays import split_sizes
 from ._comm import as_communicator
-from ._core.launch import done, then
+from ._core.launch import then
 from ._core.validate import COTANGENTS, is_array_list, linear_op, one_array, outs_of, refuse
 from ._dtypes import reduce_plan
 from ._errors import ArgumentError, HpccollError

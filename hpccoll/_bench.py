@@ -174,9 +174,8 @@ class Case:
 
 
 def _raw_allgather(mpi: Any, x: np.ndarray, out: np.ndarray, counts: List[int]) -> Optional[Callable[[], Any]]:
-    from .transports._mpitypes import displacements, mpi_datatype
-
     from ._dtypes import movement_dtype
+    from .transports._mpitypes import displacements, mpi_datatype
 
     wire = movement_dtype(x.dtype)
     t = mpi_datatype(wire)

@@ -54,6 +54,7 @@ def collect(comm: Any) -> Dict[str, Any]:
     from mpi4py import MPI
 
     import hpccoll
+
     from .transports import transport_classes
     from .transports._mpitypes import quirks
 

@@ -34,7 +34,6 @@ import numpy as np
 
 from ._errors import TransportUnavailable
 
-
 __all__ = ["copy_blocks", "element_width", "per_block"]
 
 #: Element widths tried, widest first, and the NumPy dtype that moves each (bit for bit).

@@ -68,9 +68,8 @@ import time
 from typing import Any, Callable, List, Optional
 
 import numpy as np
-from mpi4py import MPI
-
 import standin_cupy
+from mpi4py import MPI
 from standin_cupy import BLOCKED, GPU, StandInHang, _stream
 
 from hpccoll.transports._cuda import CupyRuntime

@@ -13,12 +13,12 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import make
+from launch import child_env
 from mpi4py import MPI
 
 import hpccoll
-from conftest import make
 from hpccoll.testing import dottest
-from launch import child_env
 
 pytestmark = pytest.mark.mpi
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from conftest import SIZE_PATTERNS, agree, assert_close, make, raises_everywhere, reference
 
 import hpccoll
-from conftest import SIZE_PATTERNS, agree, assert_close, make, raises_everywhere, reference
 from hpccoll.testing import dottest
 
 pytestmark = pytest.mark.mpi

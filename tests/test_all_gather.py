@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, agree, assert_same, layout, make, raises_everywhere
 
 import hpccoll
 from hpccoll.transports.host_mpi import HostMPI
-from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, agree, assert_same, layout, make, raises_everywhere
 
 pytestmark = pytest.mark.mpi
 

@@ -9,10 +9,10 @@ import functools
 
 import numpy as np
 import pytest
-
-import hpccoll
 from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, agree, assert_same, layout, make, raises_everywhere
 from test_check_mode import checked  # noqa: F401 - the check-mode communicator fixture
+
+import hpccoll
 from hpccoll import ArgumentError, DTypeError, MismatchError
 from hpccoll.testing import dottest
 from hpccoll.transports import _control
@@ -278,7 +278,6 @@ def test_lists(comm, axes, async_op):
             [((0, 2), "uneven", np.float32), ((0, 0), "even", np.int8), ((0, 0, 3), "empty-last", np.complex128)]
         )
     ]
-    P = comm.size
     if axes == (0, 0):  # equal axes: each array keeps its own split, so give none (array_split of each)
         cases = [
             case(comm, shape, 0, 0, "even", dtype, seed=i, default=True)

@@ -11,13 +11,13 @@ ran these paths.
 
 import numpy as np
 import pytest
-
-import hpccoll
 import standin_cupy as cp
 import standin_nccl as standin
 from conftest import DTYPE_IDS, DTYPES, SIZE_PATTERNS, assert_same, make
 from test_all_to_all import case
 from test_nccl_standin import calls, dev, fresh, gpu, host, nccl_of, runtime  # noqa: F401 - fixtures
+
+import hpccoll
 
 pytestmark = pytest.mark.mpi
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from conftest import agree, raises_everywhere
 
 import hpccoll
-from conftest import agree, raises_everywhere
 from hpccoll import ArgumentError, MismatchError
 
 

@@ -5,10 +5,10 @@ import pathlib
 import sys
 
 import pytest
+from launch import run_mpiexec
 from mpi4py import MPI
 
 from hpccoll.__main__ import main
-from launch import run_mpiexec
 
 pytestmark = pytest.mark.mpi
 

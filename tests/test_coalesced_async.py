@@ -9,9 +9,9 @@ reductions with the per-dtype tolerance.
 
 import numpy as np
 import pytest
+from conftest import SIZE_PATTERNS, all_ranks, assert_close, assert_same, make, reference
 
 import hpccoll
-from conftest import SIZE_PATTERNS, all_ranks, assert_close, assert_same, make, reference
 
 pytestmark = pytest.mark.mpi
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from conftest import agree, raises_everywhere
 from mpi4py import MPI
 
 import hpccoll
-from conftest import agree, raises_everywhere
 from hpccoll import ArgumentError, DTypeError, UnsupportedOpError
 
 pytestmark = pytest.mark.mpi

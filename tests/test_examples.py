@@ -5,9 +5,8 @@ import pathlib
 import sys
 
 import pytest
-from mpi4py import MPI
-
 from launch import run_mpiexec
+from mpi4py import MPI
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))

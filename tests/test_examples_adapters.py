@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi4py import MPI
-
 from launch import run_mpiexec
+from mpi4py import MPI
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 

@@ -12,13 +12,13 @@ import time
 
 import numpy as np
 import pytest
+from conftest import all_ranks, raises_everywhere
+from launch import run_mpiexec
 from mpi4py import MPI
 
 import hpccoll
-from conftest import all_ranks, raises_everywhere
 from hpccoll import ArgumentError
 from hpccoll._faults import TIMEOUT_EXIT_CODE, timeout_from_env
-from launch import run_mpiexec
 
 #: The issue's bound: the whole job exits non-zero within this many seconds instead of hanging.
 LIMIT = 30.0

@@ -13,11 +13,11 @@ import os
 
 import numpy as np
 import pytest
-
-import hpccoll
 from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_close, assert_same, layout, make, reference
 from test_all_gather import shards
 from test_reductions import OPS, block, stack_for, unsupported
+
+import hpccoll
 
 try:
     import cupy

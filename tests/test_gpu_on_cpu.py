@@ -16,13 +16,13 @@ import sys
 
 import numpy as np
 import pytest
-
-import hpccoll
 import standin_cupy as cp
-from hpccoll.transports import _cuda, cuda_mpi
-from hpccoll.transports import nccl as nccl_mod
 from standin_nccl import StandInRuntime
 from test_nccl_standin import dev, host
+
+import hpccoll
+from hpccoll.transports import _cuda, cuda_mpi
+from hpccoll.transports import nccl as nccl_mod
 
 pytestmark = pytest.mark.mpi
 

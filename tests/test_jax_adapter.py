@@ -18,8 +18,6 @@ jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)  # float64, int64, uint64 and complex128 as themselves
 
 import jax.numpy as jnp  # noqa: E402
-
-import hpccoll  # noqa: E402
 from conftest import (  # noqa: E402
     DTYPE_IDS,
     DTYPES,
@@ -31,6 +29,8 @@ from conftest import (  # noqa: E402
     raises_everywhere,
     reference,
 )
+
+import hpccoll  # noqa: E402
 from hpccoll.adapters import jax as hcj  # noqa: E402
 
 pytestmark = pytest.mark.mpi
@@ -976,7 +976,7 @@ def test_callback_errors_come_back_as_hpccolls_with_reraise(comm):
     assert isinstance(translated.value.__cause__, jax.errors.JaxRuntimeError)
     with pytest.raises(ZeroDivisionError):  # anything else passes through
         with hcj.reraise():
-            1 / 0
+            _ = 1 / 0
     assert all_ranks(comm, True)
 
 

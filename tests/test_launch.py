@@ -3,10 +3,9 @@
 import os
 import sys
 
+import launch
 import pytest
 from mpi4py import MPI
-
-import launch
 
 serial_only = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
 

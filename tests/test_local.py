@@ -1,8 +1,8 @@
 """The node-local rank (hpccoll._local), used to pick a GPU before NCCL starts."""
 
 import pytest
-
 from conftest import agree
+
 from hpccoll._local import LOCAL_RANK_VARIABLES, local_rank, local_rank_from_environment
 
 pytestmark = pytest.mark.mpi

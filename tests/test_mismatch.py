@@ -22,13 +22,12 @@ import time
 
 import numpy as np
 import pytest
-from mpi4py import MPI
-
-import hpccoll
 from conftest import raises_everywhere
-from hpccoll import ArgumentError, DTypeError, MismatchError, UnsupportedOpError
+from mpi4py import MPI
 from test_faults import LIMIT, launch, serial_only
 
+import hpccoll
+from hpccoll import ArgumentError, DTypeError, MismatchError, UnsupportedOpError
 
 #: Seconds within which a mismatch must be reported (the calls are tiny; a hang is minutes).
 PROMPT = 5.0

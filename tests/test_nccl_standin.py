@@ -18,8 +18,6 @@ import sys
 
 import numpy as np
 import pytest
-
-import hpccoll
 import standin_cupy as cp
 import standin_nccl as standin
 from conftest import (
@@ -34,12 +32,14 @@ from conftest import (
     reference,
     widening_error,
 )
-from hpccoll.transports import _cuda, choose_transport, cuda_mpi
-from hpccoll.transports import nccl as nccl_mod
 from standin_cupy import StandInHang, StandInRace
 from standin_nccl import MPIStandInNcclCommunicator, NcclError, StandInRuntime
 from test_all_gather import shards
 from test_reductions import OPS, block, stack_for, unsupported
+
+import hpccoll
+from hpccoll.transports import _cuda, choose_transport, cuda_mpi
+from hpccoll.transports import nccl as nccl_mod
 
 pytestmark = pytest.mark.mpi
 

@@ -6,9 +6,9 @@ with ``x`` is refused).
 
 import numpy as np
 import pytest
+from conftest import all_ranks, assert_same, make
 
 import hpccoll
-from conftest import all_ranks, assert_same, make
 from hpccoll import ArgumentError
 
 pytestmark = pytest.mark.mpi

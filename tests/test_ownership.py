@@ -16,10 +16,10 @@ import weakref
 
 import numpy as np
 import pytest
+from conftest import all_ranks, assert_close, assert_same, make, reference
 from mpi4py import MPI
 
 import hpccoll
-from conftest import all_ranks, assert_close, assert_same, make, reference
 
 pytestmark = pytest.mark.mpi
 

@@ -43,11 +43,6 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
-from mpi4py import MPI
-
-import hpccoll
 from conftest import (
     DTYPE_IDS,
     DTYPES,
@@ -59,6 +54,11 @@ from conftest import (
     reference,
     widening_error,
 )
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+import hpccoll
 from hpccoll.testing import dottest
 from hpccoll.transports.host_mpi import HostMPI
 

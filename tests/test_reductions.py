@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_close, layout, make, reference
 from mpi4py import MPI
 
 import hpccoll
-from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_close, layout, make, reference
 
 pytestmark = pytest.mark.mpi
 

@@ -21,13 +21,13 @@ import types
 
 import numpy as np
 import pytest
+from conftest import DTYPE_IDS, DTYPES, LAYOUTS, layout
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mpi4py import MPI
 
 import hpccoll
 import hpccoll._relayout as relayout
-from conftest import DTYPE_IDS, DTYPES, LAYOUTS, layout
 from hpccoll._relayout import copy_blocks, element_width
 
 pytestmark = pytest.mark.skipif(

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from conftest import all_ranks
 from mpi4py import MPI
 
 import hpccoll
-from conftest import all_ranks
 from hpccoll._comm import as_communicator
 
 pytestmark = pytest.mark.mpi

@@ -15,9 +15,6 @@ import textwrap
 
 import numpy as np
 import pytest
-from mpi4py import MPI
-
-import hpccoll
 from conftest import (
     DTYPE_IDS,
     DTYPES,
@@ -29,8 +26,11 @@ from conftest import (
     raises_everywhere,
     reference,
 )
-from hpccoll.transports.shm import SharedMemory
 from launch import run_mpiexec
+from mpi4py import MPI
+
+import hpccoll
+from hpccoll.transports.shm import SharedMemory
 
 pytestmark = pytest.mark.mpi
 

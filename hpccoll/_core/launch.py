@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .._request import DONE, Pending, Request
+from .._request import Pending, Request
 from ..transports._cuda import get_runtime
 
 __all__ = ["launch", "Batch", "done", "then", "scratch", "SCRATCH_BYTES"]

@@ -11,8 +11,8 @@ from .._api import PAIR, all_reduce
 from .._arrays import split_sizes
 from .._comm import Communicator
 from .._core.validate import COTANGENTS, axis_of, block_sizes, sizes_of
-from ..collectives.alltoall import own_recv_sizes, recv_extents
 from .._errors import ArgumentError
+from ..collectives.alltoall import own_recv_sizes, recv_extents
 from ..transports._control import exchange_extents
 
 __all__ = [

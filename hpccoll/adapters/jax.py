@@ -92,8 +92,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .._api import all_gather as _core_all_gather
-from .._core.validate import axis_of as _axis, block_sizes, linear_op as _linear_op
 from .._comm import Communicator, as_communicator
+from .._core.validate import axis_of as _axis
+from .._core.validate import block_sizes
+from .._core.validate import linear_op as _linear_op
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
 from ._common import (

@@ -18,18 +18,18 @@ import numpy as np
 from .._arrays import flat, module_of, prod
 from .._core.launch import Batch, done, launch, scratch
 from .._core.validate import (
+    ListOf,
     axes_of,
     axis_of,
     block,
     check_out,
     list_types,
+    may_share,
     one_array,
     outs_of,
-    may_share,
-    plain_out,
     own_block,
+    plain_out,
     plain_total,
-    ListOf,
     same_block,
     settle,
     shape_without,
@@ -39,7 +39,7 @@ from .._core.validate import (
 )
 from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
-from .._layout import as_wire, wire_flat, blocks, buckets, join
+from .._layout import as_wire, blocks, buckets, join, wire_flat
 from ..transports._control import exchange_extents
 
 __all__ = ["all_gather", "own_sizes"]

@@ -21,9 +21,9 @@ from .._core.launch import Batch, done, launch, scratch
 from .._core.validate import (
     check_out,
     list_types,
+    may_share,
     one_array,
     outs_of,
-    may_share,
     plain_out,
     same_block,
     settle,
@@ -31,7 +31,7 @@ from .._core.validate import (
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import HpccollError
-from .._layout import as_wire, wire_flat, buckets, concat, divide, store
+from .._layout import as_wire, buckets, concat, divide, store, wire_flat
 
 __all__ = ["all_reduce", "replicated_adjoint", "into", "finisher"]
 

@@ -19,19 +19,19 @@ import numpy as np
 from .._arrays import module_of, prod, split_sizes
 from .._core.launch import Batch, done, launch, scratch
 from .._core.validate import (
+    ListOf,
     axes_of,
     axis_of,
     block,
     block_sizes,
     check_out,
     list_types,
+    may_share,
     one_array,
     outs_of,
-    may_share,
-    plain_out,
     own_block,
+    plain_out,
     plain_total,
-    ListOf,
     same_block,
     settle,
     shape_without,
@@ -41,7 +41,7 @@ from .._core.validate import (
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import HpccollError
-from .._layout import as_wire, wire_flat, blocks, buckets, divide, joined, pack
+from .._layout import as_wire, blocks, buckets, divide, joined, pack, wire_flat
 from .reduce import finisher, into
 
 __all__ = ["reduce_scatter"]

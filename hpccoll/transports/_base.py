@@ -159,5 +159,5 @@ class Transport(abc.ABC):
         """
         return False
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a default that does nothing, not an abstract method)
         """Release resources (pinned buffers, NCCL communicators)."""

@@ -56,13 +56,13 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, N
 
 import numpy as np
 
+from .._arrays import split_sizes
 from .._errors import ArgumentError, CollectiveError, DTypeError, HpccollError, MismatchError, TransportUnavailable
 from .._request import Pending
 from ._base import Transport
 from ._cuda import capture_query, get_runtime
-from ._state import remembered
-from .._arrays import split_sizes
 from ._mpitypes import displacements
+from ._state import remembered
 
 __all__ = ["NcclTransport", "NcclProbe", "probe", "UNEVEN_DESIGNS", "INT_MAX"]
 

@@ -37,13 +37,14 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._request import Pending
-from ._base import Transport
-from ._control import guarded
 from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError
-from ._mpitypes import displacements as offsets, mpi_datatype, mpi_op
+from .._request import Pending
+from ._base import Transport
+from ._control import guarded
+from ._mpitypes import displacements as offsets
+from ._mpitypes import mpi_datatype, mpi_op
 from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, round_up, split_node
 from ._state import remembered
 
