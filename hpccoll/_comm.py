@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import operator
 import os
-from typing import Any, Dict, Optional
+from dataclasses import dataclass, field
+from logging import DEBUG
+from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
+from ._arrays import as_array, prod
+from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._env import env_flag
 from ._errors import ArgumentError, HpccollError, MismatchError
 from ._faults import timeout_from_env
+from ._layout import buckets
+from ._log import child, configure
 from .transports import choose_transport, make_transport, registered, resolve_transport_name, transport_chain
-from .transports._control import allgather_object
+from .transports._control import allgather_object, exchange_extents
 from .transports.shm import shared_empty
 
-__all__ = ["Communicator", "as_communicator", "DEFAULT_BUCKET_BYTES"]
+__all__ = ["Communicator", "Explanation", "Bucket", "as_communicator", "DEFAULT_BUCKET_BYTES", "EXPLAINED"]
 
 #: Largest message the list forms pack arrays into (``HPCCOLL_BUCKET_BYTES`` overrides).
 DEFAULT_BUCKET_BYTES = 64 << 20
+
+#: The collectives :meth:`Communicator.explain` explains, and the transport primitive each calls.
+EXPLAINED = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter", "all_gather": "allgatherv"}
+
+_log = child("transport")
 
 
 class Communicator:
@@ -39,10 +53,6 @@ class Communicator:
         rank on disagreement. Default: the ``HPCCOLL_CHECK`` environment
         variable, else off.
 
-    The ``HPCCOLL_TIMEOUT`` environment variable (seconds; unset or 0: off),
-    read here, turns on the watchdog: a collective still incomplete after that
-    long aborts the job (see :mod:`hpccoll._faults`).
-
     Attributes
     ----------
     mpi : mpi4py.MPI.Intracomm
@@ -61,6 +71,16 @@ class Communicator:
     state : dict
         What the transports remember per Communicator (probe results,
         choices, scratch buffers); cleared by :meth:`free`.
+
+    Notes
+    -----
+    The ``HPCCOLL_TIMEOUT`` environment variable (seconds; unset or 0: off),
+    read here, turns on the watchdog: a collective still incomplete after that
+    long dumps every thread's stack and aborts the job (see :mod:`hpccoll._faults`).
+    ``HPCCOLL_DEBUG=1``, read when the first Communicator is made, logs the
+    transport choices, size exchanges and bucket splits with the rank in each
+    record (:mod:`hpccoll._log`); :meth:`explain` returns the same facts for
+    one call (docs/diagnostics.md).
 
     Examples
     --------
@@ -85,6 +105,7 @@ class Communicator:
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
+        configure()  # HPCCOLL_DEBUG's handler, once per process (a bad value raises before the collective Dup)
         transport, check, timeout = _settings(transport, check)  # validated before the collective Dup
         self._setup(base.Dup(), transport, check, timeout)
 
@@ -143,7 +164,18 @@ class Communicator:
         return child
 
     def transport_instance(self, name: str) -> Any:
-        """The transport ``name`` bound to this communicator (made on first use)."""
+        """The transport ``name`` bound to this communicator (made on first use).
+
+        Parameters
+        ----------
+        name : str
+            A registered transport name (:data:`hpccoll.TRANSPORTS`, not ``"auto"``).
+
+        Returns
+        -------
+        Transport
+            The instance, the same one on every later call.
+        """
         inst = self._transports.get(name)
         if inst is None:
             inst = self._transports[name] = make_transport(name, self)
@@ -160,6 +192,18 @@ class Communicator:
         reaches a size-limited transport's ``min_bytes`` (its probe: every
         rank gets there at the same call, since they measure ``nbytes``
         alike); a dictionary lookup afterwards.
+
+        Parameters
+        ----------
+        kind : str
+            The array kind, ``"numpy"`` or ``"cupy"``.
+        nbytes : int, optional
+            The message size in bytes, alike on every rank (default 0).
+
+        Returns
+        -------
+        Transport
+            The transport instance that moves that message.
         """
         known = self._by_kind.get(kind)
         if known is None:
@@ -185,7 +229,19 @@ class Communicator:
 
     def _admit(self, kind: str, name: str, nbytes: int) -> Any:
         """Probe the size-limited transport ``name`` (collective), keep it in the chain or drop it; then choose."""
-        usable = registered(name).auto_reason(self) is None
+        reason = registered(name).auto_reason(self)
+        usable = reason is None
+        if _log.isEnabledFor(DEBUG):  # once per Communicator and size-limited transport
+            least = next(least for least, inst in self._by_kind[kind][1] if inst == name)
+            _log.debug(
+                "%s messages of >= %d bytes on a %d-rank communicator: %s",
+                {"numpy": "NumPy", "cupy": "CuPy"}.get(kind, kind),
+                least,
+                self.size,
+                f"{name} probed usable, it takes them"
+                if usable
+                else f"{name} unusable ({reason}): the next transport takes them",
+            )
         self._chain(
             kind,
             tuple(
@@ -222,6 +278,165 @@ class Communicator:
 
         return choose_transport(self, as_array(array)[1])
 
+    def explain(
+        self, x: Any, collective: str = "all_reduce", *, op: Any = "sum", axis: int = 0, sizes: Any = None
+    ) -> "Explanation":
+        """What ``collective`` would do with ``x`` here: the transport and why, the dtype plan, the buckets.
+
+        The same facts ``HPCCOLL_DEBUG=1`` logs, as data, for the blocking
+        form of the call ``hpccoll.<collective>(x, self, op=op, axis=axis,
+        sizes=sizes)``. Nothing is moved and nothing is validated beyond what
+        the answer needs (the collective itself raises the errors).
+
+        **Call it collectively** (on every rank, with the same arguments, as the
+        collective itself): it communicates exactly where the collective's
+        first call would -- the first choice of a transport for CuPy arrays
+        (the NCCL probe), the first message to reach a size-limited
+        transport's threshold (the ``shm`` probe and set-up), and, for
+        ``all_gather`` with ``sizes=None``, the size exchange every such call
+        makes. :attr:`Explanation.communicated` says whether this call did.
+        Everything it learns is cached as the collective would cache it, so
+        the collective then makes the same choice without probing again.
+
+        Parameters
+        ----------
+        x : array_like or list of array_like
+            A NumPy or CuPy array, or a list of them (the coalesced form).
+        collective : str
+            ``"all_reduce"`` (default), ``"reduce_scatter"`` or ``"all_gather"``.
+        op : str or mpi4py.MPI.Op
+            The reduction (``all_reduce``, ``reduce_scatter``); ignored by ``all_gather``.
+        axis : int
+            The gather axis (``all_gather``); a reduce-scatter's axis does not
+            change the transport, the plan or the buckets.
+        sizes : sequence of int, optional
+            ``all_gather``: every rank's extent along ``axis`` (``None``: exchanged,
+            as the collective does). Ignored otherwise.
+
+        Returns
+        -------
+        Explanation
+            A frozen dataclass (``dataclasses.asdict`` turns it into a dict).
+
+        Raises
+        ------
+        ArgumentError
+            An unknown ``collective`` or ``op``, or an ``axis`` out of range.
+        DTypeError
+            A dtype hpccoll does not move, or a (dtype, op) pair it does not reduce.
+        TransportUnavailable
+            The requested transport cannot run here.
+
+        Examples
+        --------
+        >>> e = comm.explain(np.ones(1 << 20, np.float16))  # doctest: +SKIP
+        >>> e.transport, e.moved_by, e.plans["float16"].wire  # doctest: +SKIP
+        ('shm', ('shm',), dtype('float32'))
+        """
+        if collective not in EXPLAINED:
+            raise ArgumentError(f"collective: expected one of {', '.join(map(repr, EXPLAINED))}; got {collective!r}")
+        many = type(x) in (list, tuple)
+        arrays = [as_array(a, f"x[{i}]" if many else "x") for i, a in enumerate(x if many else [x])]
+        kinds = {kind for _, kind in arrays}
+        if len(kinds) > 1:
+            raise ArgumentError("x: expected arrays of one kind (all NumPy or all CuPy); got both")
+        kind = kinds.pop() if kinds else "numpy"
+        xs = [a for a, _ in arrays]
+        for i, a in enumerate(xs):
+            check_dtype(a.dtype, f"x[{i}]" if many else "x")
+        reducing = collective != "all_gather"
+        if reducing:
+            op = normalize_op(op)
+            for a in xs:
+                reduce_plan(a.dtype, op)  # the collective's own refusal, before any communication
+        known = set(self.state)
+        exchanged = False
+        notes: List[str] = []
+        if reducing:
+            each = [a.nbytes for a in xs]
+        else:
+            axes = [_axis(axis, a.ndim, f"x[{i}]" if many else "x") for i, a in enumerate(xs)]
+            if sizes is not None:
+                table = [_sizes(sizes, self.size)] * len(xs)
+            elif self.size > 1:
+                table, exchanged = exchange_extents(self, xs, axes, f"explain({collective})"), True
+            else:
+                table = [(a.shape[ax],) for a, ax in zip(xs, axes)]
+            each = [
+                prod(a.shape[:ax] + a.shape[ax + 1 :]) * a.dtype.itemsize * sum(t) for a, ax, t in zip(xs, axes, table)
+            ]
+        nbytes = sum(each)
+        if self.check and self.size > 1:
+            notes.append("check mode: one pickled Allgather compares the call across ranks first")
+        if self.size == 1:
+            notes.append("one rank: the collective copies its input; no transport moves anything")
+            return Explanation(
+                collective,
+                kind,
+                None,
+                (),
+                "one rank: a local copy",
+                nbytes,
+                {},
+                {},
+                None,
+                exchanged,
+                exchanged,
+                self.check,
+                tuple(notes),
+            )
+        choice = self.transport_for(xs[0]) if xs else choose_transport(self, kind)
+        t = self.transport_of(kind, nbytes)
+        primitive = EXPLAINED[collective]
+        plans: Dict[str, ReducePlan] = {}
+        moves_as: Dict[str, str] = {}
+        if reducing:
+            for a in xs:
+                name = a.dtype.name
+                if name not in plans:
+                    plans[name] = plan = reduce_plan(a.dtype, op, t.native_reduce, t.saturates)
+                    notes.extend(_plan_notes(a.dtype, op, plan, t))
+            wire = [a.size * plans[a.dtype.name].wire.itemsize for a in xs]
+        else:
+            for a in xs:
+                moves_as[a.dtype.name] = "uint8" if many else movement_dtype(a.dtype).name
+            wire = each
+        split: Optional[List[Bucket]] = None
+        if many:
+            split = []
+            groups: Dict[Any, List[int]] = {}
+            for i, a in enumerate(xs):  # reductions: one group per dtype; all-gathers: raw bytes, one group
+                groups.setdefault(a.dtype if reducing else None, []).append(i)
+            for members in groups.values():
+                for bucket in buckets([wire[i] for i in members], self.bucket_bytes):
+                    idx = tuple(members[j] for j in bucket)
+                    size = sum(wire[i] for i in idx)
+                    split.append(Bucket(idx, size, _mover(t, primitive, size)))
+            movers = tuple(dict.fromkeys(b.moved_by for b in split))
+        else:
+            movers = (_mover(t, primitive, wire[0]),)
+        if t.name != choice.name or movers != (t.name,):
+            notes.append(
+                f"a message of {nbytes} bytes: the collective calls {t.name}"
+                + (f", which hands it to {', '.join(m for m in movers if m != t.name)}" if movers != (t.name,) else "")
+            )
+        communicated = exchanged or any(not k.startswith("choice:") for k in set(self.state) - known)
+        return Explanation(
+            collective,
+            kind,
+            t.name,
+            movers,
+            choice.reason,
+            nbytes,
+            plans,
+            moves_as,
+            split,
+            exchanged,
+            communicated,
+            self.check,
+            tuple(notes),
+        )
+
     def shared_empty(self, shape: Any, dtype: Any = float) -> Any:
         """A new writeable NumPy array for this rank in node-shared memory (collective).
 
@@ -230,6 +445,19 @@ class Communicator:
         it returns the shards' own memory (docs/shm.md). ``shape`` may differ
         from rank to rank; the memory is reused once no rank holds a view of
         it, and freed by :meth:`free`.
+
+        Parameters
+        ----------
+        shape : int or tuple of int
+            This rank's shape.
+        dtype : data-type, optional
+            The element type (default ``float``, i.e. float64).
+
+        Returns
+        -------
+        numpy.ndarray
+            A C-contiguous array of ``shape`` and ``dtype`` in node-shared memory,
+            uninitialised.
 
         Raises
         ------
@@ -245,7 +473,23 @@ class Communicator:
 
         Raises the lowest failing rank's error on every rank (same type, the
         message naming the rank), or :class:`MismatchError` on every rank when
-        the descriptors differ. Returns every rank's ``local`` value.
+        the descriptors differ.
+
+        Parameters
+        ----------
+        what : str
+            The name of the call, for the error message.
+        descriptor : object
+            What must be equal on every rank (picklable, comparable with ``==``).
+        local : object, optional
+            A rank-local value to share (picklable).
+        error : HpccollError, optional
+            This rank's own error, raised on every rank if any rank has one.
+
+        Returns
+        -------
+        list
+            Every rank's ``local`` value, in rank order.
         """
         gathered = allgather_object(self, (descriptor, local, _portable(error), what), f"{what}'s cross-rank check")
         for rank, (_, _, err, _) in enumerate(gathered):
@@ -280,6 +524,124 @@ class Communicator:
 
     def __repr__(self) -> str:
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport!r}, check={self.check})"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One message of a list form: which arrays travel in it, its bytes on the wire, what moves it.
+
+    Attributes
+    ----------
+    arrays : tuple of int
+        Indices into the list.
+    nbytes : int
+        The message's bytes as the transport sees them (widened where the plan widens; an all-gather's
+        gathered result).
+    moved_by : str
+        The transport that moves the bytes (``shm`` hands the sizes it does not win to ``mpi``).
+    """
+
+    arrays: Tuple[int, ...]
+    nbytes: int
+    moved_by: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What a collective would do with an array here (:meth:`Communicator.explain`).
+
+    Attributes
+    ----------
+    collective : str
+        ``"all_reduce"``, ``"reduce_scatter"`` or ``"all_gather"``.
+    kind : str
+        ``"numpy"`` or ``"cupy"``: the arrays' kind, which selects the transports.
+    transport : str or None
+        The transport the collective calls (``None`` on one rank: a local copy).
+    moved_by : tuple of str
+        The transports that move the bytes: ``(transport,)``, unless ``shm`` hands (some) messages to ``mpi``.
+    reason : str
+        Why that transport, as :meth:`Communicator.transport_for` says it.
+    nbytes : int
+        The message size the choice is made on (a reduction's whole input, an all-gather's gathered result;
+        a list's total).
+    plans : dict of str to ReducePlan
+        Reductions: per dtype name, the wire dtype, wire op, widening and ``avg``'s division.
+    moves_as : dict of str to str
+        All-gathers: per dtype name, the dtype its bytes move as (16-bit floats as ``uint16``, lists as
+        raw ``uint8``).
+    buckets : list of Bucket or None
+        Lists: the messages, in order (reductions: per dtype, then by ``comm.bucket_bytes``).
+    size_exchange : bool
+        Whether the sizes had to be exchanged (``all_gather`` with ``sizes=None``): the collective does it too.
+    communicated : bool
+        Whether this call communicated: the size exchange, or a transport's first probe or set-up.
+    check : bool
+        Whether check mode adds its cross-rank agreement.
+    notes : tuple of str
+        The plan and routing in words (what widens and why, what hands what to whom).
+    """
+
+    collective: str
+    kind: str
+    transport: Optional[str]
+    moved_by: Tuple[str, ...]
+    reason: str
+    nbytes: int
+    plans: Dict[str, ReducePlan] = field(default_factory=dict)
+    moves_as: Dict[str, str] = field(default_factory=dict)
+    buckets: Optional[List[Bucket]] = None
+    size_exchange: bool = False
+    communicated: bool = False
+    check: bool = False
+    notes: Tuple[str, ...] = ()
+
+
+def _axis(axis: Any, ndim: int, name: str) -> int:
+    """``axis`` in ``[0, ndim)`` for an array named ``name``; :class:`ArgumentError` otherwise."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ArgumentError(f"axis: expected an int in [{-ndim}, {ndim - 1}] for {name} ({ndim}-D); got {axis!r}")
+    return int(axis) % ndim
+
+
+def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
+    """``sizes`` as ``parts`` non-negative ints; :class:`ArgumentError` otherwise."""
+    try:
+        vals = tuple(operator.index(s) for s in sizes)
+    except TypeError:
+        vals = ()
+    if len(vals) != parts or any(v < 0 for v in vals):
+        raise ArgumentError(f"sizes: expected {parts} non-negative ints (one per rank); got {sizes!r}")
+    return vals
+
+
+def _mover(t: Any, primitive: str, nbytes: int) -> str:
+    """The transport that moves a blocking ``primitive`` of ``nbytes`` for ``t``: ``t`` or the one it hands to.
+
+    ``shm`` moves only the sizes it measured faster (its ``_mine``) and hands the rest to its ``host``.
+    """
+    mine = getattr(t, "_mine", None)
+    host = getattr(t, "host", None)
+    if mine is not None and host is not None and not mine(primitive, nbytes):
+        return str(host.name)
+    return str(t.name)
+
+
+def _plan_notes(dtype: np.dtype, op: str, plan: ReducePlan, t: Any) -> List[str]:
+    """Why ``plan`` reduces ``dtype`` as it does, in words (nothing when it reduces as it is)."""
+    said = []
+    if dtype.kind == "b":
+        said.append(f"bool {op}: 0/1 bytes reduced as uint8 with {plan.op} (NumPy's bool arithmetic)")
+    elif plan.widen and dtype.kind in "iu":
+        said.append(
+            f"{dtype.name} sum: widened to {plan.wire.name} and wrapped back ({t.name}'s MPI saturates "
+            f"{dtype.name} sums where NumPy wraps)"
+        )
+    elif plan.widen:
+        said.append(f"{dtype.name} {op}: widened to {plan.wire.name} ({t.name} does not reduce {dtype.name} natively)")
+    if plan.divide:
+        said.append(f"{dtype.name} avg: a sum, then divided by the number of ranks in {dtype.name}")
+    return said
 
 
 def _bucket_bytes() -> int:

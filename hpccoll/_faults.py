@@ -13,21 +13,28 @@ Two tools, both opt-in:
   calls themselves stay the blocking ones (mpi4py releases the GIL in them),
   so a mismatch behaves as without the watchdog (nonblocking collectives,
   polled, were tried: MPICH then completes many mismatched calls silently
-  with wrong data instead of failing or hanging).
+  with wrong data instead of failing or hanging). Before it aborts, the
+  watchdog writes every thread's Python stack to stderr, each line prefixed
+  with ``[rank R/N]`` (:func:`dump_stacks`): the rank whose watchdog fires
+  shows where it is stuck, and in a real hang every stuck rank's own
+  watchdog fires and dumps its own.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import os
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._errors import ArgumentError
+from ._log import world_tag
 
-__all__ = ["abort_on_exception", "timeout_from_env", "watched", "TIMEOUT_EXIT_CODE"]
+__all__ = ["abort_on_exception", "timeout_from_env", "watched", "dump_stacks", "stack_dump", "TIMEOUT_EXIT_CODE"]
 
 #: The status the watchdog ends the job with (that of ``timeout(1)`` for a command that timed out).
 TIMEOUT_EXIT_CODE = 124
@@ -116,6 +123,7 @@ def _start_patrol() -> None:
         # Only under MPI_THREAD_MULTIPLE may the patrol thread call MPI_Abort; otherwise it ends
         # its process, and the launcher (mpiexec, srun) ends the job on that abnormal exit.
         multiple = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        world_tag()  # the dump's rank tag, known before the patrol thread needs it (no MPI call there)
         thread = threading.Thread(target=_patrol, args=(multiple,), name="hpccoll-watchdog", daemon=True)
         thread.start()
         _PATROL.append(thread)
@@ -135,12 +143,69 @@ def _patrol(multiple: bool) -> None:
 def _abort(what: str, timeout: float, rank: int, size: int, multiple: bool) -> None:
     message = (
         f"hpccoll: {what} did not complete within HPCCOLL_TIMEOUT={timeout:g} s on rank {rank} of {size} "
-        f"(a rank never called it, or called another collective); aborting the job with status {TIMEOUT_EXIT_CODE}\n"
+        f"(a rank never called it, or called another collective); aborting the job with status {TIMEOUT_EXIT_CODE}"
     )
-    os.write(2, message.encode())  # not sys.stderr: no Python-level lock the main thread might hold
+    dump_stacks(message)  # os.write, not sys.stderr: no Python-level lock the main thread might hold
     time.sleep(0.5)  # let the launcher forward the message before the job is torn down
     if multiple:
         from mpi4py import MPI
 
         MPI.COMM_WORLD.Abort(TIMEOUT_EXIT_CODE)
     os._exit(TIMEOUT_EXIT_CODE)
+
+
+def stack_dump(header: str = "", tag: Optional[str] = None) -> bytes:
+    """Every thread's Python stack, as :func:`faulthandler.dump_traceback` writes it, each line rank-tagged.
+
+    faulthandler writes to a file descriptor: the dump goes to a temporary
+    file first, then every line gets the prefix ``[rank R/N] ``. A line
+    naming each thread (faulthandler shows only their ids) comes first.
+
+    Parameters
+    ----------
+    header : str
+        A first line (the prefix is added to it too); none when empty.
+    tag : str, optional
+        ``"R/N"``; default :func:`hpccoll._log.world_tag` (the rank in ``MPI.COMM_WORLD``).
+
+    Returns
+    -------
+    bytes
+        The tagged lines, each ending in a newline.
+    """
+    prefix = f"[rank {tag or world_tag()}] ".encode()
+    names = ", ".join(f"0x{t.ident:016x} {t.name}" for t in threading.enumerate() if t.ident is not None)
+    lines = ([header.encode()] if header else []) + [f"threads: {names}".encode()]
+    try:
+        with tempfile.TemporaryFile() as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+            f.seek(0)
+            lines += f.read().splitlines()
+    except OSError as exc:  # no temporary file: say so rather than lose the header
+        lines.append(f"(no stack dump: {type(exc).__name__}: {exc})".encode())
+    return b"".join(prefix + line + b"\n" for line in lines)
+
+
+def dump_stacks(header: str = "", tag: Optional[str] = None, fd: int = 2) -> None:
+    """Write :func:`stack_dump` to ``fd`` (stderr) with one ``os.write`` (more only if the pipe takes less).
+
+    The watchdog calls it before it aborts; another abort path (a transport's
+    own timeout) may call it before it raises, so that a stuck rank shows
+    every thread's stack.
+
+    Parameters
+    ----------
+    header : str
+        The first line: what timed out.
+    tag : str, optional
+        ``"R/N"``; default the rank in ``MPI.COMM_WORLD``.
+    fd : int
+        The file descriptor to write to.
+    """
+    data = stack_dump(header, tag)
+    while data:
+        try:
+            written = os.write(fd, data)
+        except OSError:
+            return  # stderr is gone: nothing left to tell
+        data = data[written:]

@@ -6,11 +6,13 @@ communication, no validation.
 
 from __future__ import annotations
 
+from logging import DEBUG
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
 from ._arrays import flat, prod
+from ._log import brief, child
 from ._relayout import copy_blocks as blocks
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "join",
     "joined",
 ]
+
+_log = child("buckets")
 
 
 def as_wire(buf: Any, dtype: np.dtype) -> Any:
@@ -88,6 +92,15 @@ def buckets(nbytes: Sequence[int], limit: int, total: Optional[int] = None) -> L
         total += n
     if nbytes:
         groups.append(range(first, len(nbytes)))
+    if len(groups) > 1 and _log.isEnabledFor(DEBUG):  # only past the one-bucket return: lists over the limit
+        _log.debug(
+            "%d arrays (%d bytes) split into %d buckets of at most %d bytes (bucket_bytes); [start, stop) of each: %s",
+            len(nbytes),
+            sum(nbytes),
+            len(groups),
+            limit,
+            brief([(g.start, g.stop) for g in groups]),
+        )
     return groups
 
 
@@ -104,19 +117,24 @@ def concat(arrays: List[Any], wire: np.dtype, widen: bool, xp: Any, into: Any = 
     return buf.astype(wire) if widen else as_wire(buf, wire)
 
 
-def join(arrays: Sequence[np.ndarray], into: np.ndarray) -> None:
-    """Every NumPy array's elements, C order, one after another, into the bytes ``into``."""
+def join(arrays: Sequence[Any], into: np.ndarray) -> None:
+    """Every NumPy array's elements, C order, one after another, into the bytes ``into``.
+
+    (``arrays`` is typed ``Sequence[Any]``: NumPy's stubs do not declare ``ndarray`` a buffer, which
+    ``bytes.join`` takes.)
+    """
     try:
         into[:] = np.frombuffer(b"".join(arrays), np.uint8)  # C-contiguous arrays: bytes.join packs fastest
     except (TypeError, ValueError, BufferError):  # not C-contiguous, or a dtype with no buffer format
         np.concatenate(arrays, axis=None, out=into.view(arrays[0].dtype))
 
 
-def joined(arrays: Sequence[np.ndarray]) -> np.ndarray:
+def joined(arrays: Sequence[Any]) -> np.ndarray:
     """Every NumPy array (one dtype) flattened in C order, one after another: a new flat array of that dtype.
 
     Read-only when the arrays are C-contiguous (a view of their bytes, joined
-    by ``bytes.join``, the fastest way); for a source that is read once.
+    by ``bytes.join``, the fastest way); for a source that is read once. (Typed
+    ``Sequence[Any]`` as :func:`join` is.)
     """
     try:
         return np.frombuffer(b"".join(arrays), arrays[0].dtype)

@@ -99,6 +99,50 @@ def test_watchdog_aborts_a_stuck_collective(check, cotangent, where):
     print(f"watchdog: exit status {status} after {seconds:.1f} s")
 
 
+NEVER_ARRIVES = """
+    import time
+    import numpy as np
+    import hpccoll
+
+    def waiting_for_the_others(comm):
+        return hpccoll.all_reduce(np.ones(3), comm)
+
+    comm = hpccoll.Communicator()
+    if comm.rank == 1:
+        time.sleep({sleep})  # never enters the collective (alive, not finished: the job must still end)
+    else:
+        waiting_for_the_others(comm)
+    print("rank", comm.rank, "past the collective", flush=True)
+"""
+
+
+@serial_only
+def test_watchdog_dumps_every_threads_stack_with_the_rank_before_it_aborts():
+    """HPCCOLL_TIMEOUT=2, rank 1 never arrives: rank 0 prints its tagged stacks, naming where it waits, and the job ends."""
+    status, seconds, output = launch(NEVER_ARRIVES.format(sleep=3 * LIMIT), env={"HPCCOLL_TIMEOUT": "2"})
+    assert status == TIMEOUT_EXIT_CODE and seconds < LIMIT, (status, seconds, output)
+    assert "past the collective" not in output, output
+    tagged = [line for line in output.splitlines() if line.startswith("[rank 0/2] ")]
+    assert any("did not complete within HPCCOLL_TIMEOUT=2 s" in line for line in tagged), output
+    stack = [line for line in tagged if line[len("[rank 0/2] ") :].strip().startswith("File ")]
+    # the main thread's stack, down to the script's function, and the watchdog thread's own
+    assert any(line.endswith(" in waiting_for_the_others") for line in stack), output
+    assert any("in all_reduce" in line for line in stack), output
+    assert any(line.endswith(" in _patrol") for line in stack), output
+    assert any("MainThread" in line and "hpccoll-watchdog" in line for line in tagged), output
+    assert not any(line.startswith("[rank 1/2] ") for line in output.splitlines()), output  # rank 1 was not stuck
+    print(f"watchdog dump: exit status {status} after {seconds:.1f} s, {len(tagged)} lines tagged [rank 0/2]")
+
+
+def test_stack_dump_tags_every_line():
+    """The dump in-process: one header, every line with the tag, this very function among the frames."""
+    from hpccoll._faults import stack_dump
+
+    lines = stack_dump("a header", tag="3/8").decode().splitlines()
+    assert lines[0] == "[rank 3/8] a header" and all(line.startswith("[rank 3/8] ") for line in lines), lines
+    assert any(line.endswith(" in test_stack_dump_tags_every_line") for line in lines), lines
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("raw,want", [("", None), ("0", None), ("2.5", 2.5), (" 30 ", 30.0)])
 def test_timeout_setting(monkeypatch, raw, want):

@@ -28,9 +28,11 @@ call, which works at any time (choices already cached on a Communicator stay).
 from __future__ import annotations
 
 import os
+from logging import DEBUG
 from typing import Any, List, NamedTuple, Optional, Tuple, Type
 
-from .._errors import ArgumentError, TransportUnavailable
+from .._errors import ArgumentError, HpccollError, TransportUnavailable
+from .._log import child
 from ._base import Transport
 from ._state import remembered
 from .cuda_mpi import CudaMPI
@@ -61,6 +63,8 @@ _LABEL = {"numpy": "NumPy", "cupy": "CuPy"}
 #: The transport CuPy arrays take when a host (NumPy) transport is named.
 _THROUGH_HOST = "staged"
 
+_log = child("transport")
+
 
 def register(cls: Type[Transport]) -> Type[Transport]:
     """Add a transport class (replacing one of the same name); usable as a class decorator.
@@ -68,6 +72,13 @@ def register(cls: Type[Transport]) -> Type[Transport]:
     Communicators made afterwards can select it (by name, or ``auto`` by its
     ``array_kind``, ``priority`` and probe); choices already cached on a
     Communicator stay.
+
+    The class's ``name`` is the name users select it by.
+
+    Returns
+    -------
+    type of Transport
+        ``cls`` itself, so that ``@register`` leaves the class in place.
     """
     _REGISTRY[:] = [c for c in _REGISTRY if c.name != cls.name]
     _REGISTRY.append(cls)
@@ -76,7 +87,13 @@ def register(cls: Type[Transport]) -> Type[Transport]:
 
 
 def unregister(name: str) -> None:
-    """Remove the transport registered as ``name`` (nothing if there is none)."""
+    """Remove the transport registered as ``name`` (nothing if there is none).
+
+    Parameters
+    ----------
+    name : str
+        The transport's name.
+    """
     _REGISTRY[:] = [c for c in _REGISTRY if c.name != name]
     _renamed()
 
@@ -154,7 +171,7 @@ def choose_transport(comm: Any, kind: str) -> TransportChoice:
     TransportUnavailable
         The requested transport cannot run (on every rank, same message).
     """
-    return remembered(comm, "choice:" + kind, lambda: _choose(comm, kind))[0]
+    return remembered(comm, "choice:" + kind, lambda: _logged(comm, kind))[0]
 
 
 def transport_chain(comm: Any, kind: str) -> Chain:
@@ -162,7 +179,29 @@ def transport_chain(comm: Any, kind: str) -> Chain:
 
     Collective and cached like :func:`choose_transport`.
     """
-    return remembered(comm, "choice:" + kind, lambda: _choose(comm, kind))[1]
+    return remembered(comm, "choice:" + kind, lambda: _logged(comm, kind))[1]
+
+
+def _logged(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
+    """:func:`_choose`, logged (``HPCCOLL_DEBUG``): once per Communicator and array kind, when it is made."""
+    if not _log.isEnabledFor(DEBUG):
+        return _choose(comm, kind)
+    label = _LABEL.get(kind, kind)
+    try:
+        choice, chain = _choose(comm, kind)
+    except HpccollError as exc:
+        _log.debug("%s arrays on a %d-rank communicator: no transport (%s)", label, comm.size, exc)
+        raise
+    by_size = ", else ".join(f"{name} for messages of >= {least} bytes" if least else name for least, name in chain)
+    _log.debug(
+        "%s arrays on a %d-rank communicator (transport=%r): %s; why: %s",
+        label,
+        comm.size,
+        comm.transport,
+        by_size,
+        choice.reason,
+    )
+    return choice, chain
 
 
 def _choose(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:

@@ -10,10 +10,14 @@ package, beside them.
 from __future__ import annotations
 
 from array import array
+from logging import DEBUG
 from typing import Any, Callable, List, Sequence, Tuple
 
 from .._errors import MismatchError
 from .._faults import watched
+from .._log import brief, child
+
+_log = child("exchange")
 
 __all__ = ["guarded", "run", "allgather_object", "exchange_extents", "exchange_rows"]
 
@@ -66,7 +70,19 @@ def exchange_extents(c: Any, arrays: Sequence[Any], axes: Sequence[int], what: s
             f"other than along the gather axis (this rank has {have}); set HPCCOLL_CHECK=1 for a detailed "
             "report"
         )
-    return list(zip(*rows))
+    table = list(zip(*rows))
+    if _log.isEnabledFor(DEBUG):  # one test per exchange, beside an MPI call
+        _log.debug(
+            "%s: exchanged the extents of %d array(s) along axes %s over %d ranks (one Allgather of %d int64 "
+            "per rank): %s",
+            what,
+            k,
+            brief(axes),
+            c.size,
+            k + 1,
+            brief(table),
+        )
+    return table
 
 
 def exchange_rows(c: Any, rows: Sequence[Sequence[int]], signature: int, what: str) -> List[List[int]]:
@@ -84,6 +100,16 @@ def exchange_rows(c: Any, rows: Sequence[Sequence[int]], signature: int, what: s
         raise MismatchError(
             f"{what}: ranks 0 and {odd} disagree on the dtype, the number of dimensions, the axes, the split "
             "sizes or the extents that must match; set HPCCOLL_CHECK=1 for a detailed report"
+        )
+    if _log.isEnabledFor(DEBUG):
+        _log.debug(
+            "%s: exchanged %d count(s) per pair of ranks over %d ranks (one Alltoall of %d int64 per pair); "
+            "received from each rank: %s",
+            what,
+            k,
+            c.size,
+            k + 1,
+            brief(received),
         )
     return received
 
