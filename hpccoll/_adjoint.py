@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable, Union, overload
 
 from ._api import PAIRS, pair_of
 from ._errors import ArgumentError
@@ -12,7 +12,11 @@ from ._operators import Operator
 __all__ = ["adjoint_of"]
 
 
-def adjoint_of(fn_or_operator: Any) -> Any:
+@overload
+def adjoint_of(fn_or_operator: Operator) -> Operator: ...
+@overload
+def adjoint_of(fn_or_operator: Callable[..., Any]) -> Callable[..., Any]: ...
+def adjoint_of(fn_or_operator: Union[Operator, Callable[..., Any]]) -> Union[Operator, Callable[..., Any]]:
     """The adjoint of a collective function or operator, under the inner product summed over ranks.
 
     A reverse pass written by hand (or a tape-based autodiff system) can record
@@ -81,7 +85,7 @@ def adjoint_of(fn_or_operator: Any) -> Any:
     )
 
 
-def _adjoint_partial(p: functools.partial) -> functools.partial:
+def _adjoint_partial(p: functools.partial[Any]) -> functools.partial[Any]:
     found = pair_of(p.func)
     if found is None:
         raise ArgumentError(

@@ -9,16 +9,32 @@ adapters' maps are derived from it.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, FrozenSet, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    FrozenSet,
+    Literal,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    overload,
+)
 
-from ._arrays import split_sizes
-from ._comm import as_communicator
+from ._arrays import ArrayT, split_sizes
+from ._comm import Communicator, as_communicator
 from ._core.launch import then
 from ._core.validate import COTANGENTS, is_array_list, linear_op, one_array, outs_of, refuse
 from ._dtypes import reduce_plan
 from ._errors import ArgumentError, HpccollError
 from ._layout import divided
+from ._request import Request
 from .collectives import alltoall, gather, reduce, scatter, shared
+
+if TYPE_CHECKING:
+    from .transports._mpitypes import MPIComm, MPIOp
 
 __all__ = [
     "all_gather",
@@ -30,18 +46,52 @@ __all__ = [
     "all_to_all",
     "all_to_all_adjoint",
     "split_sizes",
+    "CommLike",
+    "OpLike",
+    "Sizes",
     "Pair",
     "PAIRS",
     "PAIR",
     "pair_of",
 ]
 
+#: What ``comm`` accepts: a Communicator, an mpi4py intracommunicator, or ``None`` for the world.
+CommLike = Union[Communicator, "MPIComm", None]
+#: What ``op`` accepts: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"avg"`` or an ``mpi4py.MPI.Op``.
+OpLike = Union[str, "MPIOp"]
+#: Per-rank extents along an axis, or ``None`` to discover (or split evenly).
 Sizes = Optional[Sequence[int]]
 
 
+@overload
 def all_gather(
-    x: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None, async_op: bool = False
-) -> Any:
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Union[ArrayT, Literal["shared"], None] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def all_gather(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Union[ArrayT, Literal["shared"], None] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def all_gather(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Union[ArrayT, Literal["shared"], None] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
     """Concatenate every rank's ``x`` along ``axis``; every rank gets the result.
 
     Parameters
@@ -95,22 +145,52 @@ def all_gather(
     return gather.all_gather(x, c, axis, sizes, out, "all_gather", async_op)
 
 
+@overload
 def all_gather_adjoint(
-    y: Any, comm: Any = None, *, axis: int = 0, sizes: Sizes = None, out: Any = None, async_op: bool = False
-) -> Any:
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def all_gather_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def all_gather_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
     """Adjoint of :func:`all_gather`: reduce-scatter with sum over the same ``axis`` and ``sizes``.
 
     Parameters
     ----------
-    y : array_like
+    y : array_like (NumPy or CuPy)
         A cotangent of the gathered array (its full shape), different on
         every rank in general.
-    comm, axis, out
-        As for :func:`all_gather`.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    axis : int
+        The forward's concatenation axis.
     sizes : sequence of int, optional
         The forward's shard extents. ``None`` means ``numpy.array_split``'s
         split of ``y.shape[axis]``; pass the forward's sizes when the shards
         were split otherwise.
+    out : array, optional
+        Where to write this rank's block.
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
@@ -130,16 +210,38 @@ def all_gather_adjoint(
     return scatter.reduce_scatter(y, c, "sum", axis, sizes, out, "all_gather_adjoint", async_op)
 
 
+@overload
 def reduce_scatter(
-    x: Any,
-    comm: Any = None,
+    x: ArrayT,
+    comm: CommLike = None,
     *,
-    op: Any = "sum",
+    op: OpLike = "sum",
     axis: int = 0,
     sizes: Sizes = None,
-    out: Any = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def reduce_scatter(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def reduce_scatter(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
     async_op: bool = False,
-) -> Any:
+) -> Union[ArrayT, Request[ArrayT]]:
     """Reduce ``x`` elementwise over ranks; return this rank's block along ``axis``.
 
     Parameters
@@ -184,32 +286,64 @@ def reduce_scatter(
     return scatter.reduce_scatter(x, c, op, axis, sizes, out, "reduce_scatter", async_op)
 
 
+@overload
 def reduce_scatter_adjoint(
-    y: Any,
-    comm: Any = None,
+    y: ArrayT,
+    comm: CommLike = None,
     *,
-    op: Any = "sum",
+    op: OpLike = "sum",
     axis: int = 0,
     sizes: Sizes = None,
-    out: Any = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def reduce_scatter_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def reduce_scatter_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
     async_op: bool = False,
-) -> Any:
+) -> Union[ArrayT, Request[ArrayT]]:
     """Adjoint of :func:`reduce_scatter`: all-gather (``sum``), or all-gather / P (``avg``).
 
     Parameters
     ----------
-    y : array_like
+    y : array_like (NumPy or CuPy)
         A cotangent of this rank's block.
-    comm, axis, out
-        As for :func:`reduce_scatter`.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
     op : str or mpi4py.MPI.Op
         The forward's op; only ``"sum"`` and ``"avg"`` are linear.
+    axis : int
+        The forward's split axis.
     sizes : sequence of int, optional
         The forward's block extents; ``None`` discovers them from ``y``.
+    out : array, optional
+        Where to write the result (the forward's input shape).
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
         moves (``sizes=None`` discovery, check mode) still blocks.
+
+    Returns
+    -------
+    array
+        The concatenation of every rank's ``y`` along ``axis`` (divided by
+        the number of ranks for ``avg``), a new array (or ``out``).
 
     Raises
     ------
@@ -237,7 +371,32 @@ def reduce_scatter_adjoint(
     return result
 
 
-def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None, async_op: bool = False) -> Any:
+@overload
+def all_reduce(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    out: Union[ArrayT, Literal["shared"], None] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def all_reduce(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    out: Union[ArrayT, Literal["shared"], None] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def all_reduce(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    out: Union[ArrayT, Literal["shared"], None] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
     """Reduce ``x`` elementwise over ranks; every rank gets the full result.
 
     Parameters
@@ -274,23 +433,43 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", out: Any = None, as
     return reduce.all_reduce(x, c, op, out, "all_reduce", async_op)
 
 
+@overload
 def all_reduce_adjoint(
-    y: Any,
-    comm: Any = None,
+    y: ArrayT,
+    comm: CommLike = None,
     *,
-    op: Any = "sum",
+    op: OpLike = "sum",
     cotangent: str = "varying",
-    out: Any = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def all_reduce_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    cotangent: str = "varying",
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def all_reduce_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    cotangent: str = "varying",
+    out: Optional[ArrayT] = None,
     async_op: bool = False,
-) -> Any:
+) -> Union[ArrayT, Request[ArrayT]]:
     """Adjoint of :func:`all_reduce` under the inner product summed over ranks.
 
     Parameters
     ----------
-    y : array_like
+    y : array_like (NumPy or CuPy)
         The cotangent of the all-reduced result.
-    comm, out
-        As for :func:`all_reduce`.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
     op : str or mpi4py.MPI.Op
         The forward's op; only ``"sum"`` and ``"avg"`` are linear.
     cotangent : {"varying", "replicated"}
@@ -302,6 +481,8 @@ def all_reduce_adjoint(
         cotangents overcounts by a factor of P. In check mode, a
         ``"replicated"`` cotangent that differs across ranks raises
         :class:`MismatchError`.
+    out : array, optional
+        Where to write the result (the shape and dtype of ``y``).
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
@@ -311,14 +492,22 @@ def all_reduce_adjoint(
     -------
     array
         The cotangent of this rank's input, a new array (or ``out``).
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``cotangent`` or ``out``.
+    UnsupportedOpError
+        For ``prod``, ``max`` and ``min``, which are not linear.
     """
     c = as_communicator(comm)
     if cotangent == "varying" and type(op) is str and (op == "sum" or op == "avg"):
         return reduce.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
     early = None
     many = is_array_list(y)
+    linear = "sum"  # op normalised; refuse() raises before any other value would be used
     try:
-        op = linear_op(op, "all_reduce_adjoint")
+        linear = linear_op(op, "all_reduce_adjoint")
         if cotangent not in COTANGENTS:
             raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
         outs = outs_of(out, len(y)) if many and cotangent == "replicated" else None
@@ -327,21 +516,45 @@ def all_reduce_adjoint(
     if early is not None:  # outside the except block: no "during handling" chain
         refuse(c, "all_reduce_adjoint", early)
     if cotangent == "varying":
-        return reduce.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
-    return reduce.replicated_adjoint(y if not many else list(y), c, op, outs if many else out, async_op)
+        return reduce.all_reduce(y, c, linear, out, "all_reduce_adjoint", async_op)
+    return reduce.replicated_adjoint(y if not many else list(y), c, linear, outs if many else out, async_op)
 
 
+@overload
 def all_to_all(
-    x: Any,
-    comm: Any = None,
+    x: ArrayT,
+    comm: CommLike = None,
     *,
     split_axis: int = 0,
     concat_axis: int = 0,
     sizes: Sizes = None,
     recv_sizes: Sizes = None,
-    out: Any = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def all_to_all(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Sizes = None,
+    recv_sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def all_to_all(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Sizes = None,
+    recv_sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
     async_op: bool = False,
-) -> Any:
+) -> Union[ArrayT, Request[ArrayT]]:
     """Split ``x`` along ``split_axis``, send block j to rank j, concatenate what arrives along ``concat_axis``.
 
     Rank j's result is the concatenation, along ``concat_axis`` and in rank
@@ -412,17 +625,41 @@ def all_to_all(
     return alltoall.all_to_all(x, c, split_axis, concat_axis, sizes, recv_sizes, out, "all_to_all", async_op)
 
 
+@overload
 def all_to_all_adjoint(
-    y: Any,
-    comm: Any = None,
+    y: ArrayT,
+    comm: CommLike = None,
     *,
     split_axis: int = 0,
     concat_axis: int = 0,
     sizes: Sizes = None,
     recv_sizes: Sizes = None,
-    out: Any = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def all_to_all_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Sizes = None,
+    recv_sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def all_to_all_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    split_axis: int = 0,
+    concat_axis: int = 0,
+    sizes: Sizes = None,
+    recv_sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
     async_op: bool = False,
-) -> Any:
+) -> Union[ArrayT, Request[ArrayT]]:
     """Adjoint of :func:`all_to_all`: the all-to-all back, with the axes swapped and the sizes transposed.
 
     It is ``all_to_all(y, comm, split_axis=concat_axis, concat_axis=split_axis,
@@ -431,10 +668,12 @@ def all_to_all_adjoint(
 
     Parameters
     ----------
-    y : array_like
+    y : array_like (NumPy or CuPy)
         A cotangent of this rank's result of the forward.
-    comm, split_axis, concat_axis, out
-        As for :func:`all_to_all` (the forward's axes).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    split_axis, concat_axis : int
+        The forward's axes (as for :func:`all_to_all`).
     sizes : sequence of int, optional
         The forward's ``sizes``; ``None`` learns them with one small exchange
         (they are the extents of the blocks coming back).
@@ -443,6 +682,8 @@ def all_to_all_adjoint(
         ``concat_axis``. ``None`` means ``numpy.array_split``'s split of
         ``y.shape[concat_axis]``; give the forward's when its inputs were
         split otherwise.
+    out : array, optional
+        Where to write the result (the shape of the forward's ``x``).
     async_op : bool
         As for :func:`all_to_all`.
 
@@ -479,7 +720,19 @@ class Pair(NamedTuple):
     adjoint_only: FrozenSet[str] = frozenset()
 
     def bind(self, **keywords: Any) -> Tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-        """``(forward, adjoint)`` as functions of one array, with ``keywords`` bound to each."""
+        """``(forward, adjoint)`` as functions of one array, with ``keywords`` bound to each.
+
+        Parameters
+        ----------
+        **keywords : object
+            Keyword arguments of the two functions (``comm``, ``axis``...);
+            those in :attr:`adjoint_only` are not passed to ``forward``.
+
+        Returns
+        -------
+        tuple of callable
+            ``(forward, adjoint)``, each a :class:`functools.partial`.
+        """
         forward = {k: v for k, v in keywords.items() if k not in self.adjoint_only}
         return functools.partial(self.forward, **forward), functools.partial(self.adjoint, **keywords)
 
@@ -498,7 +751,18 @@ PAIR = {pair.forward.__name__: pair for pair in PAIRS}
 
 
 def pair_of(fn: Any) -> Optional[Tuple[Pair, bool]]:
-    """``(pair, is_forward)`` for a public collective or adjoint function, else ``None``."""
+    """Look up the pair of a public collective or adjoint function.
+
+    Parameters
+    ----------
+    fn : object
+        A function (or anything else).
+
+    Returns
+    -------
+    tuple of (Pair, bool) or None
+        ``(pair, is_forward)`` when ``fn`` is one of the pairs' functions, else ``None``.
+    """
     for pair in PAIRS:
         if fn is pair.forward:
             return pair, True

@@ -5,13 +5,40 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from typing import Any, Tuple
+from typing import TYPE_CHECKING, Any, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
 from ._errors import ArgumentError
 
-__all__ = ["as_array", "module_of", "flat", "overlaps", "prod", "shape_of", "split_sizes"]
+if TYPE_CHECKING:  # CuPy is optional: never imported at run time here
+    import cupy
+
+__all__ = [
+    "Array",
+    "ArrayOrList",
+    "ArrayT",
+    "as_array",
+    "module_of",
+    "flat",
+    "overlaps",
+    "prod",
+    "shape_of",
+    "split_sizes",
+]
+
+#: An array hpccoll moves: a ``numpy.ndarray`` or a ``cupy.ndarray``. The collectives also take
+#: NumPy array-likes (lists of numbers, scalars), which they turn into NumPy arrays.
+Array = Union[np.ndarray, "cupy.ndarray"]
+
+#: The argument of a collective: one array, or a list (or tuple) of arrays for the coalesced form.
+ArrayOrList = Union[Array, Sequence[Array]]
+
+#: The result of a collective has the form of its argument: an array for an array, a list of arrays
+#: for a list (or tuple). A collective typed ``(x: ArrayT) -> ArrayT`` says so. CuPy ships no type
+#: information, so to a type checker ``cupy.ndarray`` is ``Any``: CuPy results are ``Any``, and a list
+#: of numbers (an array-like, at run time) is taken for the list form.
+ArrayT = TypeVar("ArrayT", Sequence[Array], Array)
 
 
 def as_array(x: Any, name: str = "x") -> Tuple[Any, str]:
@@ -61,7 +88,8 @@ def overlaps(a: Any, b: Any, xp: Any) -> bool:
         if not np.may_share_memory(a, b):
             return False
         try:
-            return bool(np.shares_memory(a, b, max_work=10_000))
+            # numpy's stub allows max_work -1 or 0 only; the function takes any work bound
+            return bool(np.shares_memory(a, b, max_work=10_000))  # type: ignore[arg-type]
         except Exception:  # numpy's TooHardError: assume the worst
             return True
     if not xp.may_share_memory(a, b):
@@ -97,6 +125,18 @@ def shape_of(name: str, shape: Any) -> Tuple[int, ...]:
 @functools.lru_cache(maxsize=1024)
 def split_sizes(n: int, parts: int) -> Tuple[int, ...]:
     """Extents of ``numpy.array_split(range(n), parts)``: the first ``n % parts`` get one more.
+
+    Parameters
+    ----------
+    n : int
+        The extent to split (>= 0).
+    parts : int
+        The number of blocks (>= 1), usually the number of ranks.
+
+    Returns
+    -------
+    tuple of int
+        ``parts`` block extents, summing to ``n``.
 
     Examples
     --------

@@ -70,14 +70,17 @@ def wire_of(dtype: np.dtype) -> Optional[np.dtype]:
     One dictionary lookup after the first call per dtype: the common-case
     branches' test, which leave the error to the general branch.
     """
-    wire = _WIRE.get(dtype, False)
-    if wire is False:
-        try:
-            check_dtype(dtype)
-            wire = movement_dtype(dtype)
-        except DTypeError:
-            wire = None
-        _WIRE[dtype] = wire
+    try:
+        return _WIRE[dtype]
+    except KeyError:
+        pass
+    wire: Optional[np.dtype]
+    try:
+        check_dtype(dtype)
+        wire = movement_dtype(dtype)
+    except DTypeError:
+        wire = None
+    _WIRE[dtype] = wire
     return wire
 
 
@@ -206,16 +209,17 @@ def direct_plan(dtype: np.dtype, op: str) -> Optional[ReducePlan]:
     """
     plans = _DIRECT.get(op)
     if plans is not None:
-        plan = plans.get(dtype, False)
-        if plan is not False:
-            return plan
+        try:
+            return plans[dtype]
+        except KeyError:
+            pass
     try:
         plan = reduce_plan(dtype, normalize_op(op))
     except (ArgumentError, DTypeError):
         return None  # not remembered: the general path raises it every time
-    plan = None if plan.widen else plan
-    _DIRECT.setdefault(op, {})[dtype] = plan
-    return plan
+    direct = None if plan.widen else plan
+    _DIRECT.setdefault(op, {})[dtype] = direct
+    return direct
 
 
 def _make_plan(dtype: np.dtype, op: str, native: frozenset, saturates: frozenset) -> ReducePlan:

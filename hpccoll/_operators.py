@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
-from ._api import PAIR, Pair, Sizes
+from ._api import PAIR, CommLike, OpLike, Pair, Sizes
+from ._arrays import ArrayT
 from ._comm import Communicator, as_communicator
 from ._core.validate import COTANGENTS, sizes_of
 from ._dtypes import normalize_op
@@ -17,18 +18,47 @@ class Operator:
     """A linear (or, for ``max``/``min``/``prod``, forward-only) collective map.
 
     ``op(x)`` is ``op.forward(x)``; ``op.H`` is the adjoint as an operator,
-    with ``op.H.H is op``.
+    with ``op.H.H is op``. Both take one array, or a list of arrays (the
+    coalesced form), and return the same form.
     """
 
     comm: Communicator
 
-    def forward(self, x: Any, out: Any = None) -> Any:  # pragma: no cover - abstract
+    def forward(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:  # pragma: no cover - abstract
+        """Apply the collective.
+
+        Parameters
+        ----------
+        x : array_like (NumPy or CuPy), or list of arrays
+            This rank's input.
+        out : array or list of arrays, optional
+            Where to write the result.
+
+        Returns
+        -------
+        array or list of arrays
+            This rank's result, a new array (or ``out``).
+        """
         raise NotImplementedError
 
-    def adjoint(self, y: Any, out: Any = None) -> Any:  # pragma: no cover - abstract
+    def adjoint(self, y: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:  # pragma: no cover - abstract
+        """Apply the adjoint of the collective (the adjoint under the inner product summed over ranks).
+
+        Parameters
+        ----------
+        y : array_like (NumPy or CuPy), or list of arrays
+            A cotangent of this rank's result of :meth:`forward`.
+        out : array or list of arrays, optional
+            Where to write the result.
+
+        Returns
+        -------
+        array or list of arrays
+            The cotangent of this rank's input, a new array (or ``out``).
+        """
         raise NotImplementedError
 
-    def __call__(self, x: Any, out: Any = None) -> Any:
+    def __call__(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         return self.forward(x, out=out)
 
     @property
@@ -42,10 +72,10 @@ class _Adjoint(Operator):
         self.base = base
         self.comm = base.comm
 
-    def forward(self, x: Any, out: Any = None) -> Any:
+    def forward(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         return self.base.adjoint(x, out=out)
 
-    def adjoint(self, y: Any, out: Any = None) -> Any:
+    def adjoint(self, y: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         return self.base.forward(y, out=out)
 
     @property
@@ -56,7 +86,7 @@ class _Adjoint(Operator):
         return f"{self.base!r}.H"
 
 
-def _check_sizes(sizes: Sizes, comm: Communicator) -> Optional[tuple]:
+def _check_sizes(sizes: Sizes, comm: Communicator) -> Optional[Tuple[int, ...]]:
     return None if sizes is None else sizes_of(sizes, comm.size)
 
 
@@ -64,14 +94,44 @@ class _PairOperator(Operator):
     """An operator over one :class:`~hpccoll._api.Pair`: its keywords bound to both sides."""
 
     pair: Pair
-    keywords: dict
+    keywords: Dict[str, Any]
 
-    def forward(self, x: Any, out: Any = None) -> Any:
+    def forward(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
+        """Apply the collective with this operator's settings.
+
+        Parameters
+        ----------
+        x : array_like (NumPy or CuPy), or list of arrays
+            This rank's input, as for the collective's function.
+        out : array or list of arrays, optional
+            Where to write the result.
+
+        Returns
+        -------
+        array or list of arrays
+            This rank's result, a new array (or ``out``).
+        """
         fwd = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
-        return self.pair.forward(x, self.comm, out=out, **fwd)
+        result: ArrayT = self.pair.forward(x, self.comm, out=out, **fwd)
+        return result
 
-    def adjoint(self, y: Any, out: Any = None) -> Any:
-        return self.pair.adjoint(y, self.comm, out=out, **self.keywords)
+    def adjoint(self, y: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
+        """Apply the adjoint with this operator's settings.
+
+        Parameters
+        ----------
+        y : array_like (NumPy or CuPy), or list of arrays
+            A cotangent of this rank's result of :meth:`forward`.
+        out : array or list of arrays, optional
+            Where to write the result.
+
+        Returns
+        -------
+        array or list of arrays
+            The cotangent of this rank's input, a new array (or ``out``).
+        """
+        result: ArrayT = self.pair.adjoint(y, self.comm, out=out, **self.keywords)
+        return result
 
 
 class AllGather(_PairOperator):
@@ -94,7 +154,7 @@ class AllGather(_PairOperator):
     >>> y = op(x); gx = op.H(gy)                        # doctest: +SKIP
     """
 
-    def __init__(self, comm: Any = None, *, axis: int = 0, sizes: Sizes = None) -> None:
+    def __init__(self, comm: CommLike = None, *, axis: int = 0, sizes: Sizes = None) -> None:
         self.comm = as_communicator(comm)
         self.axis = axis
         self.sizes = _check_sizes(sizes, self.comm)
@@ -121,7 +181,7 @@ class ReduceScatter(_PairOperator):
         Every rank's block extent; ``None`` splits like ``numpy.array_split``.
     """
 
-    def __init__(self, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Sizes = None) -> None:
+    def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", axis: int = 0, sizes: Sizes = None) -> None:
         self.comm = as_communicator(comm)
         self.op = normalize_op(op)
         self.axis = axis
@@ -149,7 +209,7 @@ class AllReduce(_PairOperator):
         summed over ranks.
     """
 
-    def __init__(self, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> None:
+    def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> None:
         self.comm = as_communicator(comm)
         self.op = normalize_op(op)
         if cotangent not in COTANGENTS:
@@ -189,7 +249,7 @@ class AllToAll(_PairOperator):
 
     def __init__(
         self,
-        comm: Any = None,
+        comm: CommLike = None,
         *,
         split_axis: int = 0,
         concat_axis: int = 0,

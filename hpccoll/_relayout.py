@@ -14,7 +14,15 @@ fewer, wider loads and stores, bit for bit the same result.
 * **CuPy**: one kernel launch for even and uneven blocks alike (a small
   ``RawKernel``, compiled on first use per element width and index width;
   each block's offsets come from a small table cached on the device).
-  Unverified on hardware: written without a GPU (see docs/gpu.md).
+  This kernel has not yet run on a GPU. The one GPU run so far (one NVIDIA
+  H200, 2026-11-30; docs/gpu.md, "Measured on an H200") predates it and
+  measured what it replaced: one ``copyto`` of a 4-D view moved 39-45 % of
+  a device-to-device copy's bandwidth at 64-256 MiB, and uneven blocks took
+  a launch each (100 us added at 1 MiB), while the same copy on 16-byte
+  elements reached 97-98 %, which is why both sides are widened here. The
+  kernel's source is compiled as C++ and run on the CPU, thread block by
+  thread block, by ``tests/test_relayout.py``; compiled by NVRTC and run on
+  a GPU it is unverified.
 * **NumPy**: the same views; even blocks in one ``numpy.copyto``, uneven
   blocks one ``copyto`` per block (NumPy has no single strided view of
   uneven blocks, and a copy per block beat a gather index when measured).
@@ -38,7 +46,7 @@ __all__ = ["copy_blocks", "element_width", "per_block"]
 
 #: Element widths tried, widest first, and the NumPy dtype that moves each (bit for bit).
 _WIDTHS = (16, 8, 4, 2, 1)
-_NUMPY_UNIT = {
+_NUMPY_UNIT: Dict[int, np.dtype] = {
     16: np.dtype(np.complex128),
     8: np.dtype(np.uint64),
     4: np.dtype(np.uint32),

@@ -94,7 +94,7 @@ def scratch(c: Any, nbytes: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     the NumPy list forms pack and move in these and copy the results out.
     Freed by ``comm.free()``.
     """
-    pair: List[np.ndarray] = c.state.get("list scratch")
+    pair: Optional[Tuple[np.ndarray, np.ndarray]] = c.state.get("list scratch")
     if pair is None or pair[0].nbytes < nbytes:
         if nbytes > SCRATCH_BYTES:
             return None

@@ -10,7 +10,7 @@ exception.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, List, NamedTuple, NoReturn, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, NoReturn, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from .._arrays import as_array, module_of, overlaps, split_sizes
 from .._dtypes import check_dtype, normalize_op
 from .._errors import ArgumentError, HpccollError, UnsupportedOpError
 from ..transports._mpitypes import buffer_address
+
+if TYPE_CHECKING:
+    from types import EllipsisType
 
 __all__ = [
     "SEQUENCES",
@@ -135,7 +138,7 @@ def address(a: Any) -> int:
     return a.data.ptr
 
 
-def same_block(part: Any, whole: Any, where: tuple) -> bool:
+def same_block(part: Any, whole: Any, where: Union[Tuple[Any, ...], EllipsisType]) -> bool:
     """Whether ``part`` is exactly the view ``whole[where]`` (same address, shape and strides).
 
     This is how an in-place collective is recognised: ``all_gather(x,

@@ -20,17 +20,21 @@ Examples
 >>> def loss(w_shard):                                         # doctest: +SKIP
 ...     w = hca.all_gather(w_shard)        # backward: reduce-scatter
 ...     return anp.sum(anp.tanh(w) ** 2)
->>> g = autograd.grad(loss)(w_shard)       # this rank's shard of the gradient
+>>> g = autograd.grad(loss)(w_shard)  # doctest: +SKIP
+
+``g`` is this rank's shard of the gradient.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 from autograd.extend import defjvp, defvjp, primitive
 from autograd.tracer import getval
 
+from .._api import CommLike, OpLike
+from .._arrays import Array
 from .._comm import as_communicator
 from ._common import (
     all_gather_maps,
@@ -45,8 +49,6 @@ from ._common import (
 
 __all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate"]
 
-Array = Any
-
 
 @primitive
 def _linear(x: Array, forward: Callable[[Array], Array], adjoint: Callable[[Array], Array]) -> Array:
@@ -60,7 +62,7 @@ defvjp(_linear, lambda ans, x, forward, adjoint: lambda g: _linear(g, adjoint, f
 defjvp(_linear, lambda g, ans, x, forward, adjoint: _linear(g, forward, adjoint))
 
 
-def all_gather(x: Array, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> Array:
+def all_gather(x: Array, comm: CommLike = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> Array:
     """Differentiable :func:`hpccoll.all_gather`; its VJP is the reduce-scatter (sum) of the cotangent.
 
     Parameters
@@ -86,7 +88,7 @@ def all_gather(x: Array, comm: Any = None, *, axis: int = 0, sizes: Optional[Seq
 
 
 def reduce_scatter(
-    x: Array, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
+    x: Array, comm: CommLike = None, *, op: OpLike = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
 ) -> Array:
     """Differentiable :func:`hpccoll.reduce_scatter`; its VJP all-gathers the cotangent (/P for ``avg``).
 
@@ -113,7 +115,7 @@ def reduce_scatter(
     return _linear(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(np.shape(getval(x)), c, axis, sizes)))
 
 
-def all_reduce(x: Array, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> Array:
+def all_reduce(x: Array, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> Array:
     """Differentiable :func:`hpccoll.all_reduce`, with the all-reduce convention selectable.
 
     Parameters
@@ -143,7 +145,7 @@ def all_reduce(x: Array, comm: Any = None, *, op: Any = "sum", cotangent: str = 
 
 def all_to_all(
     x: Array,
-    comm: Any = None,
+    comm: CommLike = None,
     *,
     split_axis: int = 0,
     concat_axis: int = 0,
@@ -178,7 +180,7 @@ def all_to_all(
     return _linear(x, *all_to_all_maps(c, split_axis, concat_axis, *resolved))
 
 
-def replicate(x: Array, comm: Any = None) -> Array:
+def replicate(x: Array, comm: CommLike = None) -> Array:
     """Identity forward; all-reduce (sum) of the cotangent backward.
 
     Marks a value that is replicated (identical on every rank, counted once)

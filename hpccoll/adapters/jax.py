@@ -73,7 +73,9 @@ Examples
 >>> def loss(w_shard):                                          # doctest: +SKIP
 ...     w = hcj.all_gather(w_shard)   # equal shards; backward: reduce-scatter
 ...     return jnp.sum(jnp.tanh(w) ** 2)
->>> g = jax.jit(jax.grad(loss))(w_shard)   # this rank's shard of the gradient
+>>> g = jax.jit(jax.grad(loss))(w_shard)  # doctest: +SKIP
+
+``g`` is this rank's shard of the gradient.
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ import numpy as np
 from jax.experimental import io_callback
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jax.typing import ArrayLike
 
+from .._api import CommLike, OpLike
 from .._api import all_gather as _core_all_gather
 from .._comm import Communicator, as_communicator
 from .._core.validate import axis_of as _axis
@@ -192,6 +196,7 @@ def _guarded(fn: Optional[Fn], verify: Optional[Callable[[], None]], refusal: Op
         return refused
     if fn is None:  # the identity runs nothing, so it checks nothing
         return None
+    assert verify is not None, "called with a refusal or a check"
 
     def verified(a: Any, **kw: Any) -> Any:
         verify()
@@ -258,12 +263,14 @@ def _on_gpu(fn: Fn, x: Any, device: Any) -> Any:
         return jax.dlpack.from_dlpack(out)
 
 
+_emit_python_callback: Optional[Callable[..., Any]]
 try:  # what io_callback's own lowering calls; private, so only used when it fits (see _lowering)
-    from jax._src.callback import emit_python_callback as _emit_python_callback
+    from jax._src.callback import emit_python_callback
 
+    _emit_python_callback = emit_python_callback
     # JAX 0.7 added returns_token (before, a token was always returned)
     _EMIT_KW = {"has_side_effect": True}
-    if "returns_token" in inspect.signature(_emit_python_callback).parameters:
+    if "returns_token" in inspect.signature(emit_python_callback).parameters:
         _EMIT_KW["returns_token"] = True
 except (ImportError, TypeError, ValueError):  # pragma: no cover - a JAX without it takes the public route
     _emit_python_callback = None
@@ -297,10 +304,10 @@ def _one_device(ctx: Any) -> bool:
 
 def _direct_lowering(ctx: Any, x: Any, call: Fn) -> Any:
     """The ordered callback as io_callback lowers it, on XLA's NumPy views of the buffers (no extra copy)."""
+    emit = _emit_python_callback
+    assert emit is not None, "_lowering checked"
     token = ctx.tokens_in.get(_ORDERED)
-    results, token, _ = _emit_python_callback(
-        ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, **_EMIT_KW
-    )
+    results, token, _ = emit(ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, **_EMIT_KW)
     ctx.set_tokens_out(mlir.TokenSet({_ORDERED: token}))
     return results
 
@@ -420,6 +427,16 @@ def reraise() -> Iterator[None]:
     ``__cause__``). Other exceptions pass through unchanged. Eager calls need
     none of this: they raise hpccoll's exceptions directly.
 
+    Yields
+    ------
+    None
+        Run the jitted calls inside the ``with`` block.
+
+    Raises
+    ------
+    HpccollError
+        The hpccoll exception behind a ``JaxRuntimeError`` raised in the block.
+
     Examples
     --------
     >>> with hcj.reraise():                      # doctest: +SKIP
@@ -440,7 +457,7 @@ def reraise() -> Iterator[None]:
 # --------------------------------------------------------------------------- arguments
 
 
-def _prepare(x: Any, comm: Any) -> Tuple[Any, Communicator]:
+def _prepare(x: Any, comm: Any) -> Tuple[jax.Array, Communicator]:
     """``x`` as a JAX array (or tracer) and the communicator; argument errors raised here."""
     if not isinstance(x, (jax.Array, jax.core.Tracer)):
         if not isinstance(x, (np.ndarray, np.generic, int, float, complex, bool)):
@@ -532,7 +549,9 @@ def _with_extent(shape: Shape, ax: int, n: int) -> Shape:
 # --------------------------------------------------------------------------- public functions
 
 
-def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> Any:
+def all_gather(
+    x: ArrayLike, comm: CommLike = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> jax.Array:
     """Differentiable :func:`hpccoll.all_gather` of a JAX array; its transpose is the reduce-scatter (sum).
 
     Parameters
@@ -583,8 +602,8 @@ def all_gather(x: Any, comm: Any = None, *, axis: int = 0, sizes: Optional[Seque
 
 
 def reduce_scatter(
-    x: Any, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
-) -> Any:
+    x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> jax.Array:
     """Differentiable :func:`hpccoll.reduce_scatter` of a JAX array; transpose: all-gather (/P for ``avg``).
 
     Parameters
@@ -615,7 +634,7 @@ def reduce_scatter(
     return _linear(x, c, reduce_scatter_maps(c, op, ax, s), shape, "reduce_scatter", op, op)
 
 
-def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> Any:
+def all_reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> jax.Array:
     """Differentiable :func:`hpccoll.all_reduce` of a JAX array, with the transpose convention selectable.
 
     Parameters
@@ -646,14 +665,14 @@ def all_reduce(x: Any, comm: Any = None, *, op: Any = "sum", cotangent: str = "v
 
 
 def all_to_all(
-    x: Any,
-    comm: Any = None,
+    x: ArrayLike,
+    comm: CommLike = None,
     *,
     split_axis: int = 0,
     concat_axis: int = 0,
     sizes: Optional[Sequence[int]] = None,
     recv_sizes: Optional[Sequence[int]] = None,
-) -> Any:
+) -> jax.Array:
     """Differentiable :func:`hpccoll.all_to_all` of a JAX array; its transpose is the all-to-all back (axes swapped).
 
     Parameters
@@ -704,7 +723,7 @@ def all_to_all(
     return _linear(x, c, all_to_all_maps(c, sa, ca, sizes, recv_sizes), shape, "all_to_all", None, None, verify)
 
 
-def replicate(x: Any, comm: Any = None) -> Any:
+def replicate(x: ArrayLike, comm: CommLike = None) -> jax.Array:
     """Identity forward; all-reduce (sum) of the cotangent in the transpose.
 
     Marks a value that is replicated (identical on every rank, counted once)

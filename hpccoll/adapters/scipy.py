@@ -18,9 +18,10 @@ Requires ``pip install scipy`` (``hpccoll[scipy]``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple
+from typing import Any, Protocol, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
 from scipy.sparse.linalg import LinearOperator
 
 from .._arrays import shape_of
@@ -29,11 +30,56 @@ from .._errors import ArgumentError
 __all__ = ["aslinearoperator", "CollectiveLinearOperator"]
 
 
+class LinearMap(Protocol):
+    """What :func:`aslinearoperator` wraps: a map with ``forward`` and ``adjoint`` (e.g. an :class:`hpccoll.Operator`).
+
+    A type for annotations (``typing.Protocol``): any object with these two
+    methods is one; nothing needs to inherit from it.
+    """
+
+    def forward(self, x: Any) -> Any:
+        """Apply the map to this rank's part of the domain.
+
+        Parameters
+        ----------
+        x : array
+            This rank's part of the domain.
+
+        Returns
+        -------
+        array
+            This rank's part of the range.
+        """
+
+    def adjoint(self, y: Any) -> Any:
+        """Apply the adjoint to this rank's part of the range.
+
+        Parameters
+        ----------
+        y : array
+            This rank's part of the range.
+
+        Returns
+        -------
+        array
+            This rank's part of the domain.
+        """
+
+
 class CollectiveLinearOperator(LinearOperator):
     """A :class:`scipy.sparse.linalg.LinearOperator` whose ``matvec`` is ``op.forward``.
 
     Made by :func:`aslinearoperator`; ``matvec``/``rmatvec`` are collective
     calls (every rank must make them in the same order).
+
+    Parameters
+    ----------
+    op : LinearMap
+        The operator (``forward`` and ``adjoint``).
+    x_shape, y_shape : tuple of int
+        This rank's domain and range shapes.
+    dtype : numpy.dtype
+        The dtype the solver works in.
 
     Attributes
     ----------
@@ -43,7 +89,7 @@ class CollectiveLinearOperator(LinearOperator):
         This rank's domain and range shapes.
     """
 
-    def __init__(self, op: Any, x_shape: Tuple[int, ...], y_shape: Tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(self, op: LinearMap, x_shape: Tuple[int, ...], y_shape: Tuple[int, ...], dtype: np.dtype) -> None:
         self.op = op
         self.x_shape = x_shape
         self.y_shape = y_shape
@@ -62,7 +108,7 @@ class CollectiveLinearOperator(LinearOperator):
 
 
 def aslinearoperator(
-    op: Any, x_shape: Sequence[int], y_shape: Sequence[int], dtype: Any = np.float64
+    op: LinearMap, x_shape: Sequence[int], y_shape: Sequence[int], dtype: npt.DTypeLike = np.float64
 ) -> CollectiveLinearOperator:
     """View an operator as a :class:`scipy.sparse.linalg.LinearOperator` on this rank's shapes.
 

@@ -22,8 +22,10 @@ Examples
 >>> import torch                                                # doctest: +SKIP
 >>> from hpccoll.adapters import torch as hct                   # doctest: +SKIP
 >>> w = torch.randn(4, 8, requires_grad=True)                   # doctest: +SKIP
->>> y = hct.all_gather(w, axis=1)     # backward: reduce-scatter
->>> y.square().sum().backward()       # w.grad: this rank's shard of the gradient
+>>> y = hct.all_gather(w, axis=1)  # doctest: +SKIP
+>>> y.square().sum().backward()  # doctest: +SKIP
+
+The backward of the all-gather is a reduce-scatter: ``w.grad`` holds this rank's shard of the gradient.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .._api import CommLike, OpLike
+from .._arrays import Array
 from .._comm import as_communicator
 from .._errors import ArgumentError, DTypeError
 from ._common import (
@@ -54,7 +58,7 @@ Fn = Callable[[Any], Any]
 # --------------------------------------------------------------------------- tensor <-> array
 
 
-def to_array(t: torch.Tensor) -> Any:
+def to_array(t: torch.Tensor) -> Array:
     """A NumPy (CPU) or CuPy (CUDA) array sharing ``t``'s memory.
 
     Parameters
@@ -90,8 +94,21 @@ def to_array(t: torch.Tensor) -> Any:
     return t.numpy()
 
 
-def from_array(a: Any) -> torch.Tensor:
-    """A tensor sharing the memory of a NumPy or CuPy array (inverse of :func:`to_array`)."""
+def from_array(a: Array) -> torch.Tensor:
+    """A tensor sharing the memory of a NumPy or CuPy array (inverse of :func:`to_array`).
+
+    Parameters
+    ----------
+    a : numpy.ndarray or cupy.ndarray
+        The array; a NumPy ``bfloat16`` array (``ml_dtypes``) becomes a
+        ``torch.bfloat16`` tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        A CPU tensor (NumPy) or a CUDA tensor (CuPy, through DLPack) over
+        ``a``'s memory, without a copy.
+    """
     if isinstance(a, np.ndarray):
         if a.dtype.name == "bfloat16":
             return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
@@ -135,13 +152,15 @@ def _wrap(fn: Fn, t: torch.Tensor) -> torch.Tensor:
 class _Linear(torch.autograd.Function):
     """``forward(x)`` whose backward is ``adjoint(grad)``, itself a ``_Linear``."""
 
+    # torch declares forward(ctx, *args, **kwargs) and backward(ctx, *grad_outputs): these narrower
+    # signatures are what torch calls them with. The ignores are unused where torch is not installed.
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, forward: Fn, adjoint: Fn) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, forward: Fn, adjoint: Fn) -> torch.Tensor:  # type: ignore[override, unused-ignore]
         ctx.maps = (forward, adjoint)
         return _run(forward, x)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None]:  # type: ignore[override, unused-ignore]
         forward, adjoint = ctx.maps
         return _Linear.apply(grad, adjoint, forward), None, None
 
@@ -167,7 +186,7 @@ def _shape_of(x: torch.Tensor) -> Tuple[int, ...]:
 
 
 def all_gather(
-    x: torch.Tensor, comm: Any = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None
+    x: torch.Tensor, comm: CommLike = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None
 ) -> torch.Tensor:
     """Differentiable :func:`hpccoll.all_gather` of a tensor; backward: reduce-scatter (sum).
 
@@ -193,7 +212,7 @@ def all_gather(
 
 
 def reduce_scatter(
-    x: torch.Tensor, comm: Any = None, *, op: Any = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
+    x: torch.Tensor, comm: CommLike = None, *, op: OpLike = "sum", axis: int = 0, sizes: Optional[Sequence[int]] = None
 ) -> torch.Tensor:
     """Differentiable :func:`hpccoll.reduce_scatter` of a tensor; backward: all-gather (/P for ``avg``).
 
@@ -220,7 +239,9 @@ def reduce_scatter(
     return _Linear.apply(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(_shape_of(x), c, axis, sizes)))
 
 
-def all_reduce(x: torch.Tensor, comm: Any = None, *, op: Any = "sum", cotangent: str = "varying") -> torch.Tensor:
+def all_reduce(
+    x: torch.Tensor, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying"
+) -> torch.Tensor:
     """Differentiable :func:`hpccoll.all_reduce` of a tensor, with the backward convention selectable.
 
     Parameters
@@ -250,7 +271,7 @@ def all_reduce(x: torch.Tensor, comm: Any = None, *, op: Any = "sum", cotangent:
 
 def all_to_all(
     x: torch.Tensor,
-    comm: Any = None,
+    comm: CommLike = None,
     *,
     split_axis: int = 0,
     concat_axis: int = 0,
@@ -284,7 +305,7 @@ def all_to_all(
     return _Linear.apply(x, *all_to_all_maps(c, split_axis, concat_axis, *resolved))
 
 
-def replicate(x: torch.Tensor, comm: Any = None) -> torch.Tensor:
+def replicate(x: torch.Tensor, comm: CommLike = None) -> torch.Tensor:
     """Identity forward; all-reduce (sum) of the gradient backward.
 
     Marks a replicated tensor (identical on every rank, counted once) entering

@@ -327,6 +327,7 @@ def _settle(
     if everyone is None and recv_sizes is None:
         return _exchange(c, arrays, sas, cas, table, key, what)
     if everyone is None:  # even only where global facts say so: axes differ, one split, one extent per rank
+        assert recv_sizes is not None  # the branch above took the other case
         return [recv_sizes] * k, all(sa != ca and len(set(t)) == 1 for sa, ca, t in zip(sas, cas, table)) and len(
             set(recv_sizes)
         ) == 1

@@ -79,6 +79,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     inner = 1 if len(shape) == 1 else prod(shape[1:])
     oshape = (total,) + shape[1:]
     t = c.transport_of("numpy", total * inner * x.itemsize)
+    in_place = False
     if not total * inner:
         send = None  # an empty result: the general branch
     elif out is None:
@@ -87,7 +88,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
         if not may_share(out, x):
             send = x
         elif t.in_place and shape[0] and same_block(x, out, _own_rows(sizes, c.rank)):
-            send = False  # x is this rank's block of out: in place
+            send, in_place = x, True  # x is this rank's block of out: in place
         else:
             send = None
     else:
@@ -95,7 +96,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     if send is None:
         return _one(x, c, axis, sizes, out, what, async_op)
     counts = sizes if inner == 1 else [s * inner for s in sizes]
-    send = None if send is False else wire_flat(send, wire)
+    send = None if in_place else wire_flat(send, wire)
     if async_op:
         return launch(t, "allgatherv", (send, wire_flat(out, wire), counts), lambda: out, True)
     t.allgatherv(send, wire_flat(out, wire), counts)
@@ -169,6 +170,7 @@ def _agree(
     )
     extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
     if sizes is None:
+        assert extents is not None, "settle returns every rank's extent when given this rank's"
         sizes = tuple(extents)
         try:
             out = _out(out, x, xp, ax, sizes, c.rank)
@@ -226,10 +228,11 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
     except HpccollError as e:
         err = e
     table = _table(lst, axes, sizes, c, desc, what, err, async_op)
+    assert lst is not None, "_table raised if the survey failed"
     arrays, kind = lst.arrays, lst.kind
     xp = module_of(kind)
     # Bytes per index along the axis, and each array's share of the message: one value for arrays alike.
-    if lst.alike:
+    if lst.alike and lst.shape is not None:  # alike: one shape
         unit = [prod(shape_without(lst.shape, axes[0])) * arrays[0].dtype.itemsize] * len(arrays)
     else:
         unit = [prod(shape_without(a.shape, ax)) * a.dtype.itemsize for a, ax in zip(arrays, axes)]
@@ -292,9 +295,10 @@ def _table(
     async_op: bool,
 ) -> List[Tuple[int, ...]]:
     """Every rank's extent of each array (``table[i][rank]``): agreed in check mode, exchanged, or ``sizes``."""
-    local = None if err or not c.check else [s[ax] for s, ax in zip(lst.shapes, axes)]
+    local = None if err or not c.check or lst is None else [s[ax] for s, ax in zip(lst.shapes, axes)]
     extents = settle(c, what, desc, local, err, async_op)
-    arrays = lst.arrays  # settle raised if the survey failed
+    assert lst is not None, "settle raised if the survey failed"
+    arrays = lst.arrays
     if extents is not None:  # check mode: every rank's extents, array by array
         table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
     elif sizes is None:
@@ -319,7 +323,7 @@ def _send_bytes(arrays: List[Any], xp: Any, into: Any) -> Any:
 
 def _unpacker(
     recv: Any,
-    idx: List[int],
+    idx: Sequence[int],
     arrays: List[Any],
     axes: List[int],
     table: List[Any],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from operator import attrgetter
-from typing import Any, Callable, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
@@ -38,6 +38,11 @@ __all__ = ["all_reduce", "replicated_adjoint", "into", "finisher"]
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
 _ALL = Ellipsis  # the whole array, any ndim (0-D included)
+
+
+def _whole_of(a: Any) -> Callable[[Any], bool]:
+    """``check_out``'s in-place test for ``out=a``: the whole of ``a``, not a part of it."""
+    return lambda o: same_block(o, a, _ALL)
 
 
 def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -159,12 +164,14 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
     transport = c.transport_of(kind, total)  # collective on first GPU use
     xp = module_of(kind)
     # One group per dtype (never per plan: bool and uint8 share one, but not their results' dtype).
+    groups: Mapping[np.dtype, Sequence[int]]
     if len(lst.dtypes) == 1:  # one dtype: one group, in order
         groups = {next(iter(lst.dtypes)): range(n)}
     else:
-        groups = {}
+        by_dtype: Dict[np.dtype, List[int]] = {}
         for i, a in enumerate(arrays):
-            groups.setdefault(a.dtype, []).append(i)
+            by_dtype.setdefault(a.dtype, []).append(i)
+        groups = by_dtype
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
     batch = Batch(transport, async_op)
     for dtype, members in groups.items():
@@ -207,7 +214,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
 def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
     xp = module_of(kind)
     return [
-        check_out(o, a.shape, a.dtype, a, xp, lambda oo, a=a: same_block(oo, a, _ALL)) if o is not None else None
+        check_out(o, a.shape, a.dtype, a, xp, _whole_of(a)) if o is not None else None
         for a, o in zip(arrays, outs_of(out, len(arrays)))
     ]
 
@@ -283,7 +290,7 @@ def replicated_adjoint(y: Any, c: Any, op: str, out: Any, async_op: bool) -> Any
             if op == "avg":
                 reduce_plan(yi.dtype, op)  # avg on bool or integers raises, as in the forward
             ys[i] = yi
-            outs[i] = check_out(oi, yi.shape, yi.dtype, yi, xp, lambda o, yi=yi: same_block(o, yi, _ALL))
+            outs[i] = check_out(oi, yi.shape, yi.dtype, yi, xp, _whole_of(yi))
             modules.append(xp)
     except HpccollError as e:
         err = e

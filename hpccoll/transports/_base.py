@@ -32,6 +32,16 @@ class Transport(abc.ABC):
     selectable with :func:`hpccoll.transports.register`. A primitive either
     completes (the output is ready for the caller's next operation in its
     stream order) or raises.
+
+    Buffers are 1-D C-contiguous arrays of the transport's
+    :attr:`array_kind`, of a dtype the collectives chose for the wire;
+    counts are in elements. ``op`` is one of ``"sum"``, ``"prod"``,
+    ``"max"``, ``"min"`` (``avg`` is a sum the collectives divide).
+
+    Parameters
+    ----------
+    comm : Communicator
+        The communicator the transport serves (``self.comm``).
     """
 
     #: The name users select the transport by.
@@ -46,11 +56,13 @@ class Transport(abc.ABC):
     #: computes alike: the whole array of a reduction, the gathered result of an all-gather); smaller
     #: ones go to the next usable transport. 0: every message.
     min_bytes: ClassVar[int] = 0
-    #: 16-bit float dtype names reduced natively (others are widened to float32).
-    native_reduce: ClassVar[FrozenSet[str]] = frozenset()
+    #: 16-bit float dtype names reduced natively (others are widened to float32); a class default that
+    #: an instance may replace once it knows its library.
+    native_reduce: FrozenSet[str] = frozenset()
     #: Integer dtypes whose sums this transport saturates where NumPy wraps (Open MPI's 8- and
-    #: 16-bit sums): the collectives widen those sums to 32 bits. A set of ``numpy.dtype``.
-    saturates: ClassVar[FrozenSet[Any]] = frozenset()
+    #: 16-bit sums): the collectives widen those sums to 32 bits. A set of ``numpy.dtype``; a class
+    #: default that an instance may replace once it knows its library.
+    saturates: FrozenSet[Any] = frozenset()
     #: Whether ``allgatherv`` and ``reduce_scatter`` accept ``send=None`` (in
     #: place); without it the caller copies the input first.
     in_place: ClassVar[bool] = False
@@ -64,6 +76,16 @@ class Transport(abc.ABC):
 
         Collective where the answer needs the other ranks (it must be the same
         on every rank); the registry caches what it decides on ``comm``.
+
+        Parameters
+        ----------
+        comm : Communicator
+            The communicator asking.
+
+        Returns
+        -------
+        str or None
+            The reason, for the :class:`~hpccoll.TransportUnavailable` message.
         """
         return None
 
@@ -73,6 +95,16 @@ class Transport(abc.ABC):
 
         Defaults to :meth:`unavailable_reason`; a transport that must be asked
         for by name (or declared, like ``cuda_mpi``) says so here.
+
+        Parameters
+        ----------
+        comm : Communicator
+            The communicator asking.
+
+        Returns
+        -------
+        str or None
+            The reason (``info`` shows it), or ``None``.
         """
         return cls.unavailable_reason(comm)
 
@@ -80,22 +112,51 @@ class Transport(abc.ABC):
     def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
         """Concatenate every rank's ``send`` (``counts[rank]`` elements) into ``recv``.
 
-        ``send=None`` is the in-place form: this rank's data is already at its
-        block of ``recv``.
+        Parameters
+        ----------
+        send : array or None
+            This rank's ``counts[rank]`` elements. ``None`` is the in-place
+            form (only where :attr:`in_place`): this rank's data is already at
+            its block of ``recv``.
+        recv : array
+            ``sum(counts)`` elements: rank r's block at offset ``sum(counts[:r])``.
+        counts : sequence of int
+            Every rank's element count.
         """
 
     @abc.abstractmethod
     def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
         """Reduce ``send`` (``sum(counts)`` elements) over ranks; this rank's block to ``recv``.
 
-        ``send=None`` is the in-place form: ``recv`` holds all ``sum(counts)``
-        input elements and the result goes to this rank's block of it (the
-        rest of ``recv`` is left undefined).
+        Parameters
+        ----------
+        send : array or None
+            ``sum(counts)`` elements. ``None`` is the in-place form (only
+            where :attr:`in_place`): ``recv`` holds all ``sum(counts)`` input
+            elements and the result goes to this rank's block of it (the rest
+            of ``recv`` is left undefined).
+        recv : array
+            ``counts[rank]`` elements (``sum(counts)`` in place).
+        counts : sequence of int
+            Every rank's block size, in elements.
+        op : str
+            The reduction.
         """
 
     @abc.abstractmethod
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        """Reduce ``send`` over ranks into ``recv``; ``send=None`` reduces ``recv`` in place."""
+        """Reduce ``send`` over ranks into ``recv``.
+
+        Parameters
+        ----------
+        send : array or None
+            The input, as many elements as ``recv``; ``None`` reduces ``recv``
+            in place.
+        recv : array
+            The result.
+        op : str
+            The reduction.
+        """
 
     @abc.abstractmethod
     def alltoallv(
@@ -103,40 +164,111 @@ class Transport(abc.ABC):
     ) -> None:
         """Send block j of ``send`` to rank j; receive rank r's block for this rank at block r of ``recv``.
 
-        ``send`` holds ``send_counts[j]`` elements for rank j, and ``recv``
-        ``recv_counts[r]`` elements from rank r, blocks rank after rank. The
-        caller guarantees that ``send_counts[j]`` on rank r equals
+        The caller guarantees that ``send_counts[j]`` on rank r equals
         ``recv_counts[r]`` on rank j. There is no in-place form.
 
-        ``even=True`` says that every pair of ranks moves the same count, and
-        that every rank was told so: a transport may then use an even call
-        (``MPI_Alltoall``). It cannot decide that from its own counts, which
-        are one row and one column of the ranks' count matrix: ranks that
-        chose different MPI calls would hang.
+        Parameters
+        ----------
+        send : array
+            ``send_counts[j]`` elements for each rank j, blocks rank after rank.
+        recv : array
+            ``recv_counts[r]`` elements from each rank r, blocks rank after rank.
+        send_counts, recv_counts : sequence of int
+            The block sizes, in elements, one per rank.
+        even : bool
+            Every pair of ranks moves the same count, and every rank was told
+            so: a transport may then use an even call (``MPI_Alltoall``). It
+            cannot decide that from its own counts, which are one row and one
+            column of the ranks' count matrix: ranks that chose different MPI
+            calls would hang.
         """
 
     # Non-blocking forms: return a Pending (``wait()``/``test()``). The defaults
     # run the blocking primitive, for transports without asynchronous progress.
 
     def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
-        """Non-blocking :meth:`allgatherv`."""
+        """Non-blocking :meth:`allgatherv`.
+
+        Parameters
+        ----------
+        send : array or None
+            As for :meth:`allgatherv`.
+        recv : array
+            As for :meth:`allgatherv`.
+        counts : sequence of int
+            As for :meth:`allgatherv`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
         self.allgatherv(send, recv, counts)
         return DONE
 
     def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
-        """Non-blocking :meth:`reduce_scatter`."""
+        """Non-blocking :meth:`reduce_scatter`.
+
+        Parameters
+        ----------
+        send : array or None
+            As for :meth:`reduce_scatter`.
+        recv : array
+            As for :meth:`reduce_scatter`.
+        counts : sequence of int
+            As for :meth:`reduce_scatter`.
+        op : str
+            As for :meth:`reduce_scatter`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
         self.reduce_scatter(send, recv, counts, op)
         return DONE
 
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
-        """Non-blocking :meth:`allreduce`."""
+        """Non-blocking :meth:`allreduce`.
+
+        Parameters
+        ----------
+        send : array or None
+            As for :meth:`allreduce`.
+        recv : array
+            As for :meth:`allreduce`.
+        op : str
+            As for :meth:`allreduce`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
         self.allreduce(send, recv, op)
         return DONE
 
     def ialltoallv(
         self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
     ) -> Pending:
-        """Non-blocking :meth:`alltoallv`."""
+        """Non-blocking :meth:`alltoallv`.
+
+        Parameters
+        ----------
+        send : array
+            As for :meth:`alltoallv`.
+        recv : array
+            As for :meth:`alltoallv`.
+        send_counts, recv_counts : sequence of int
+            As for :meth:`alltoallv`.
+        even : bool
+            As for :meth:`alltoallv`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
         self.alltoallv(send, recv, send_counts, recv_counts, even)
         return DONE
 
@@ -147,15 +279,38 @@ class Transport(abc.ABC):
         itself (host memory: any thread, any time). GPU transports bind it to
         the launching stream: ``wait()`` under another stream then still runs
         it where its buffers live, and orders the waiting stream after it.
+
+        Parameters
+        ----------
+        finish : callable
+            The finishing step, taking no arguments.
+
+        Returns
+        -------
+        callable
+            What ``wait()`` runs instead of ``finish``.
         """
         return finish
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         """Optionally gather straight into a C-contiguous ``out`` seen as ``(lead, sum(sizes), trail)``.
 
-        Rank r's ``send`` holds its ``(lead, sizes[r], trail)`` block, C-ordered.
-        Return ``False`` (the default) to let the caller gather into a flat
-        buffer and copy the blocks into place itself.
+        Parameters
+        ----------
+        send : array
+            This rank's ``(lead, sizes[rank], trail)`` block, C-ordered, flat.
+        out : array
+            The result, flat: ``lead * sum(sizes) * trail`` elements.
+        lead, trail : int
+            The extents before and after the gathered axis.
+        sizes : sequence of int
+            Every rank's extent along the gathered axis.
+
+        Returns
+        -------
+        bool
+            Whether it gathered; ``False`` (the default) lets the caller
+            gather into a flat buffer and copy the blocks into place itself.
         """
         return False
 

@@ -9,9 +9,17 @@ duplicated types. Derived datatypes (inner-axis blocks) are built on these.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any, Dict, FrozenSet, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # for annotations only: mpi4py is loaded on first use
+    from mpi4py import MPI
+
+    #: The mpi4py communicators hpccoll's collectives accept (beside a Communicator).
+    MPIComm = MPI.Intracomm
+    #: The mpi4py reduction ops hpccoll accepts (beside their names).
+    MPIOp = MPI.Op
 
 __all__ = [
     "mpi_datatype",

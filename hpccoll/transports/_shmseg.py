@@ -111,7 +111,8 @@ class Block:
         self.win = win
         self.nbytes = nbytes
         self.address: int = buf.address + skip
-        self.u8 = np.frombuffer(buf, np.uint8, nbytes, offset=skip)
+        # numpy's stub names a few buffer types only; frombuffer takes any buffer, as mpi4py's here
+        self.u8 = np.frombuffer(buf, np.uint8, nbytes, offset=skip)  # type: ignore[call-overload]
         #: The memory fence (``MPI_Win_sync``) of this window.
         self.sync: Callable[[], None] = win.Sync
 
@@ -250,6 +251,12 @@ class _Holder:
     """
 
     __slots__ = ("__array_interface__", "segment", "gen", "offset", "nbytes")
+
+    __array_interface__: Dict[str, Any]
+    segment: Segment
+    gen: int
+    offset: int
+    nbytes: int
 
     def __del__(self) -> None:
         try:

@@ -58,6 +58,7 @@ import numpy as np
 
 from .._arrays import split_sizes
 from .._errors import ArgumentError, CollectiveError, DTypeError, HpccollError, MismatchError, TransportUnavailable
+from .._faults import dump_stacks
 from .._request import Pending
 from ._base import Transport
 from ._cuda import capture_query, get_runtime
@@ -97,7 +98,6 @@ _NCCL_TYPES = {
 _NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
 # Integer types NCCL lacks, reduced in a wider type (wrap-around is preserved by the cast back).
 _WIDER = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.uint32)}
-_UNSEEN = object()
 
 _PROBE_KEY = "nccl:probe"
 _CHOSEN: Optional[int] = None  # the GPU hpccoll selected for this process, once it has
@@ -488,12 +488,13 @@ class NcclTransport(Transport):
         self._move[dtype] = wire
         return wire
 
-    def _refuse(self, dtype: np.dtype, wire: Optional[_Wire], op: str) -> None:
-        """Raise :class:`DTypeError` for a dtype NCCL cannot reduce, or complex max/min."""
+    def _refuse(self, dtype: np.dtype, wire: Optional[_Wire], op: str) -> _Wire:
+        """``wire``; :class:`DTypeError` for a dtype NCCL cannot reduce (``wire`` None), or complex max/min."""
         if wire is None:
             raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype}")
         if wire.scale != 1 and op not in ("sum", "prod"):
             raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype}; got {op!r}")
+        return wire
 
     def _view(self, a: Any, wire: _Wire) -> Any:
         return a if wire.scale == 1 else a.view(wire.view)
@@ -568,8 +569,9 @@ class NcclTransport(Transport):
     def _enqueue_reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
         nc = self._ready(send, recv)
         dtype = recv.dtype
-        wire = self._reduce.get(dtype, _UNSEEN)
-        if wire is _UNSEEN:
+        try:
+            wire = self._reduce[dtype]
+        except KeyError:
             wire = self._wire_for_reduce(dtype)
         first = counts[0]
         even = counts.count(first) == len(counts)
@@ -587,7 +589,7 @@ class NcclTransport(Transport):
             self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
-        self._refuse(dtype, wire, op)
+        wire = self._refuse(dtype, wire, op)
         if wire.scale != 1 and op == "prod":
             self._complex_prod(send, recv, list(counts))
             return
@@ -625,6 +627,7 @@ class NcclTransport(Transport):
         """Complex product over ranks of block ``rank``: all-to-all of the blocks, then a local product."""
         xp, me, ranks = self._xp, self.comm.rank, len(counts)
         wire = self._wire_for_reduce(recv.dtype)
+        assert wire is not None, "complex dtypes reduce as pairs of reals"
         t, stream, size, real = wire.type, self._rt.stream(), recv.itemsize, wire.view.itemsize
         disps = displacements(counts)
         blocks = xp.empty((ranks, counts[me]), recv.dtype)
@@ -677,8 +680,9 @@ class NcclTransport(Transport):
     def _enqueue_allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         nc = self._ready(send, recv)
         dtype = recv.dtype
-        wire = self._reduce.get(dtype, _UNSEEN)
-        if wire is _UNSEEN:
+        try:
+            wire = self._reduce[dtype]
+        except KeyError:
             wire = self._wire_for_reduce(dtype)
         if wire is not None and (wire.scale == 1 or op == "sum"):
             n = recv.size * wire.scale
@@ -695,7 +699,7 @@ class NcclTransport(Transport):
             self._enqueue_allreduce(None, wide, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
-        self._refuse(dtype, wire, op)
+        wire = self._refuse(dtype, wire, op)
         if wire.scale != 1 and op == "prod":
             counts = list(split_sizes(recv.size, self.comm.size))
             block = self._xp.empty(counts[self.comm.rank], dtype)
@@ -769,6 +773,11 @@ class EventPending(Pending):
         while not self.event.done:
             self.transport._async_error()
             if time.monotonic() > deadline:
+                comm = self.transport.comm
+                dump_stacks(
+                    f"hpccoll: an NCCL collective did not complete within HPCCOLL_TIMEOUT={timeout:g} s "
+                    f"on rank {comm.rank} of {comm.size}"
+                )
                 self.transport._abort(f"a collective did not complete within HPCCOLL_TIMEOUT={timeout:g} s")
             time.sleep(0.0005)
         self.transport._async_error()

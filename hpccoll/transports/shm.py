@@ -172,22 +172,24 @@ class SharedMemory(Transport):
 
         return self.pool.locate(MPI.Get_address(a), a.nbytes)
 
-    def _ensure_scratch(self, need: int) -> None:
+    def _ensure_scratch(self, need: int) -> Block:
         """Grow the scratch window so one slot holds ``need`` bytes, up to :attr:`chunk_bytes` (collective).
 
         ``need`` is computed from arguments every rank shares, so every rank
-        grows (or not) together.
+        grows (or not) together. Returns the scratch window.
         """
         want = min(self.chunk_bytes, max(need, _MIN_SLOT))
         if want <= self._slot:
-            return
+            assert self._scratch is not None, "a slot of this size exists in a scratch window"
+            return self._scratch
         want = min(self.chunk_bytes, 1 << (want - 1).bit_length())
         if self._scratch is not None:
             self.node.sync("growing the scratch window")  # nobody still reads the old one
             self._scratch.free()
             self._scratch = None
-        self._scratch = Block(self.node.mpi, 2 * self.node.size * want)
+        scratch = self._scratch = Block(self.node.mpi, 2 * self.node.size * want)
         self._slot = want
+        return scratch
 
     def _begin_round(self) -> Tuple[int, Any, int]:
         """``(half, descriptor line, slot offset)``: the scratch half this round uses, and this rank's parts."""
@@ -210,7 +212,9 @@ class SharedMemory(Transport):
         isz = dtype.itemsize
         if kind == _SCRATCH:
             off = int(lines[q, 2]) + packed
-            return self._scratch.u8[off : off + count * isz].view(dtype)
+            scratch = self._scratch
+            assert scratch is not None, "published from scratch, so made by _ensure_scratch"
+            return scratch.u8[off : off + count * isz].view(dtype)
         off = int(lines[q, 2]) + start * isz
         return self.pool.segments[int(lines[q, 1])].data[off : off + count * isz].view(dtype)
 
@@ -242,8 +246,7 @@ class SharedMemory(Transport):
         own = recv[displs[me] : displs[me] + counts[me]]
         src = own if send is None else send
         found = self._locate(send)
-        self._ensure_scratch(top * isz)
-        u8 = self._scratch.u8
+        u8 = self._ensure_scratch(top * isz).u8
         step = self._slot // isz
         shared = False
         for a in range(0, top, step):
@@ -356,8 +359,7 @@ class SharedMemory(Transport):
         isz = dt.itemsize
         displs = offsets(blocks)
         pieces = len(blocks) + extra
-        self._ensure_scratch(pieces * top * isz)
-        u8 = self._scratch.u8
+        u8 = self._ensure_scratch(pieces * top * isz).u8
         step = max(1, self._slot // (pieces * isz))
         ufunc = _UFUNCS[op]
         shared = False
@@ -452,10 +454,11 @@ class SharedMemory(Transport):
         node = self.node
         blocks, mine = _node_block(src.size, node, src.itemsize)
         start = mine.start
-        target = [dest]
+        target: List[np.ndarray] = [] if dest is None else [dest]
 
         def ready() -> None:
-            target[0] = obtain()
+            assert obtain is not None, "dest or obtain"
+            target.append(obtain())
 
         self._reduce_node(
             src,
@@ -492,7 +495,9 @@ class SharedMemory(Transport):
 
         def out_piece(q: int, lo: int, hi: int, half: int, step: int) -> np.ndarray:
             at = (half * size + q) * self._slot + size * step * isz
-            return self._scratch.u8[at : at + (hi - lo) * isz].view(dt)
+            scratch = self._scratch
+            assert scratch is not None, "made by _ensure_scratch before the rounds"
+            return scratch.u8[at : at + (hi - lo) * isz].view(dt)
 
         def gather(lo: int, step: int, half: int) -> None:
             node.sync("all_reduce (blocks reduced)")
@@ -539,7 +544,7 @@ class SharedMemory(Transport):
     # ------------------------------------------------------------------ shared arrays
 
     def shared_empty(
-        self, shape: Tuple[int, ...], dtype: np.dtype, layout: Optional[Sequence[Tuple[int, int]]] = None
+        self, shape: Optional[Tuple[int, ...]], dtype: np.dtype, layout: Optional[Sequence[Tuple[int, int]]] = None
     ) -> Any:
         """This rank's writeable array of ``shape`` in one new segment of the node (collective over the node).
 
@@ -570,6 +575,7 @@ class SharedMemory(Transport):
             end = round_up(end, itemsize)
             starts.append(end)
             end += nbytes
+        assert shape is not None, "no rank failed, this one included"
         seg = self.pool.obtain(end, "shared_empty", synced)
         return seg.array(starts[node.rank], shape, dtype, writeable=True)
 
@@ -601,6 +607,7 @@ class SharedMemory(Transport):
         line = node.mine()
         line[0] = _SEGMENT if candidate else 0
         if candidate:
+            assert h is not None  # candidate says so
             line[1], line[2] = h.segment.sid, h.offset
         node.sync("all_gather (shared result)")
         lines = node.lines()
@@ -609,7 +616,9 @@ class SharedMemory(Transport):
             seg = self.pool.segments[int(lines[0, 1])]
             if x.flags.writeable:
                 x.setflags(write=False)
-                x.base.setflags(write=False)
+                anchor = x.base  # the segment's anchor (holder_of found it)
+                assert anchor is not None
+                anchor.setflags(write=False)
             return seg.array(int(lines[0, 2]), shape, x.dtype, writeable=False)
         nbytes = prod(shape) * x.itemsize
         seg = self.pool.obtain(nbytes, "all_gather (shared result)", synced=True)

@@ -79,6 +79,7 @@ class Staged(Transport):
     def _wait(self) -> None:
         """Wait until the last copy out of the pinned buffers is done (whatever its stream)."""
         if self._pending_stream is not None:
+            assert self._event is not None, "recorded with the pending stream"
             self._event.synchronize()
             self._pending_stream = None
 
