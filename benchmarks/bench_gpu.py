@@ -22,8 +22,9 @@ Sections (each row: hpccoll, the reference, their ratio, the target of issue 12)
               hand with pinned buffers. Target: <= 1.2x at every size.
 ``cuda_mpi``  (only with HPCCOLL_CUDA_AWARE_MPI=1) against mpi4py's Allreduce on device buffers.
 
-Times are per call: the slowest rank's mean over a timed loop that ends with a stream sync,
-best of ``--rounds`` alternating rounds. Without CuPy or a GPU the script says so and exits 0.
+Times are per call: the slowest rank's mean over a timed loop that starts and ends with a stream
+sync, the median of ``--rounds`` interleaved rounds (``hpccoll._timing``, as every benchmark here);
+ratios and added microseconds are the medians of the same-round pairs. Without CuPy or a GPU the script says so and exits 0.
 The transports' Python per call is also measured without a GPU: ``make bench-overhead``.
 """
 
@@ -45,7 +46,7 @@ KIB, MIB = 1 << 10, 1 << 20
 def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="1K,1M,64M", help="message sizes per rank, e.g. 1K,1M,64M,256M")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best is kept")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is kept (default 3)")
     p.add_argument("--quick", action="store_true", help="a smoke run: small sizes, few iterations")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON (rank 0)")
     return p.parse_args(argv)
@@ -68,19 +69,6 @@ class Bench:
             return 3
         return 300 if size <= 64 * KIB else 50 if size <= 4 * MIB else 10
 
-    def _time(self, fn: Callable[[], Any], iters: int) -> float:
-        from mpi4py import MPI
-
-        stream = self.cp.cuda.get_current_stream()
-        stream.synchronize()
-        self.comm.mpi.Barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        stream.synchronize()
-        elapsed = (time.perf_counter() - start) / iters
-        return self.comm.mpi.allreduce(elapsed, op=MPI.MAX)
-
     def compare(
         self,
         section: str,
@@ -91,27 +79,30 @@ class Bench:
         target: str = "",
         bandwidth: bool = False,
     ) -> None:
-        """Time ``ours`` and ``ref`` in alternating rounds and record the best of each."""
-        iters = self.iters(size)
-        for fn in (ours, ref):  # warm-up: kernels compiled, buffers allocated, NCCL connected
-            for _ in range(3):
-                fn()
-        best_ours = best_ref = float("inf")
-        for _ in range(self.rounds):
-            best_ours = min(best_ours, self._time(ours, iters))
-            best_ref = min(best_ref, self._time(ref, iters))
+        """Time ``ours`` and ``ref`` in interleaved rounds (``hpccoll._timing``) and record the medians."""
+        from hpccoll import _timing
+
+        samples = _timing.interleave(
+            self.comm,
+            {"ours": ours, "ref": ref},
+            iters=self.iters(size),
+            rounds=self.rounds,
+            warmup=3,  # kernels compiled, buffers allocated, NCCL connected
+            sync=lambda: self.cp.cuda.get_current_stream().synchronize(),
+        )
+        t = _timing.medians(samples)
         row = {
             "section": section,
             "case": case,
             "bytes": size,
-            "hpccoll_s": best_ours,
-            "reference_s": best_ref,
-            "ratio": best_ours / best_ref,
-            "added_us": (best_ours - best_ref) * 1e6,
+            "hpccoll_s": t["ours"],
+            "reference_s": t["ref"],
+            "ratio": _timing.paired_ratio(samples, "ours", "ref"),
+            "added_us": _timing.paired_difference(samples, "ours", "ref") * 1e6,
             "target": target,
         }
         if bandwidth:
-            row["hpccoll_GBps"], row["reference_GBps"] = size / best_ours / 1e9, size / best_ref / 1e9
+            row["hpccoll_GBps"], row["reference_GBps"] = size / t["ours"] / 1e9, size / t["ref"] / 1e9
         self.rows.append(row)
 
     def note(self, section: str, text: str) -> None:

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -46,6 +44,7 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
+from hpccoll import _timing  # noqa: E402
 from hpccoll.adapters import jax as hcj  # noqa: E402
 
 try:
@@ -72,21 +71,10 @@ SLOW = {"mpi4jax eager": 3}
 
 
 def interleaved(comm: MPI.Intracomm, fns: dict, iters: int, rounds: int) -> dict:
-    """Per-call seconds of each callable, per round (max over ranks); each round starts one further along."""
-    for name, fn in fns.items():
-        for _ in range(min(iters, 20, SLOW.get(name, iters))):
-            fn()
-    samples = {name: [] for name in fns}
-    order = list(fns.items())
-    for r in range(rounds):
-        for name, fn in order[r % len(order) :] + order[: r % len(order)]:
-            n = SLOW.get(name, iters)
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            samples[name].append(comm.allreduce((time.perf_counter() - t0) / n, op=MPI.MAX))
-    return samples
+    """Per-call seconds of each callable, per round (max over ranks; ``hpccoll._timing``), SLOW ones fewer times."""
+    counts = {name: SLOW.get(name, iters) for name in fns}
+    warmup = {name: min(iters, 20, n) for name, n in counts.items()}
+    return _timing.interleave(comm, fns, iters=counts, rounds=rounds, warmup=warmup)
 
 
 def cases(x: jax.Array, xn: np.ndarray, comm: hpccoll.Communicator, raw: MPI.Intracomm) -> dict:
@@ -184,12 +172,12 @@ def main(argv=None) -> int:
         iters = args.iters or max(10, min(300, int(2e7 // nbytes)))
         for name, fns in cases(x, xn, comm, raw).items():
             s = interleaved(raw, fns, iters, args.rounds)
-            med = {k: statistics.median(v) * 1e6 for k, v in s.items()}
+            med = {k: v * 1e6 for k, v in _timing.medians(s).items()}
 
             def ratio(a: str, b: str) -> str:
                 if a not in s or b not in s:
                     return "-"
-                return f"{statistics.median(p / q for p, q in zip(s[a], s[b])):.3f}"
+                return f"{_timing.paired_ratio(s, a, b):.3f}"
 
             say(
                 f"{name:<12}{human(nbytes):>10}"

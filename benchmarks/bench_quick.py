@@ -30,7 +30,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 # One BLAS thread per rank (the ranks fill the cores already): the overlap row's matrix products
 # otherwise oversubscribe them, and idle BLAS threads spinning after a product slow MPI down.
@@ -41,6 +40,7 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
+from hpccoll import _timing  # noqa: E402
 
 
 def parse_bytes(text: str) -> int:
@@ -57,11 +57,12 @@ def human(n: int) -> str:
 
 
 class Timer:
-    """Interleaved timing of several callables over the same communicator.
+    """Interleaved timing of several callables over the same communicator (``hpccoll._timing``).
 
-    ``run`` returns the median per-call time of each callable; ``ratio`` and
-    ``added`` compare two of them round by round (paired: both ran in the
-    same round, under the same machine load) and take the median over rounds.
+    ``run`` returns the median per-call time of each callable (max over ranks);
+    ``ratio`` and ``added`` compare two of them round by round (paired: both ran
+    in the same round, under the same machine load) and take the median over
+    rounds. This class only adds the iteration count by size and the warm-up.
     """
 
     def __init__(self, comm: MPI.Intracomm, rounds: int) -> None:
@@ -71,34 +72,20 @@ class Timer:
 
     def ratio(self, a: str, b: str) -> float:
         """Median over the last run's rounds of time(a) / time(b)."""
-        return statistics.median(x / y for x, y in zip(self.samples[a], self.samples[b]))
+        return _timing.paired_ratio(self.samples, a, b)
 
     def added(self, a: str, b: str) -> float:
         """Median over the last run's rounds of time(a) - time(b), in seconds."""
-        return statistics.median(x - y for x, y in zip(self.samples[a], self.samples[b]))
+        return _timing.paired_difference(self.samples, a, b)
 
     def iterations(self, nbytes: int) -> int:
         return max(3, min(2000, int(2e8 // max(nbytes, 1)) // 4))
 
     def run(self, fns: dict, nbytes: int) -> dict:
         iters = self.iterations(nbytes)
-        for fn in fns.values():  # warm up (allocations, MPI internal buffers)
-            for _ in range(min(iters, 20)):
-                fn()
-        samples = {name: [] for name in fns}
-        order = list(fns.items())
-        for r in range(self.rounds):
-            # Each round starts one place further along: no callable always runs first
-            # (the first after another's large allocations and frees can be faster or slower).
-            for name, fn in order[r % len(order) :] + order[: r % len(order)]:
-                self.comm.Barrier()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    fn()
-                elapsed = (time.perf_counter() - t0) / iters
-                samples[name].append(self.comm.allreduce(elapsed, op=MPI.MAX))
-        self.samples = samples
-        return {name: statistics.median(v) for name, v in samples.items()}
+        # warm-up: allocations, MPI internal buffers; each round starts one callable further along
+        self.samples = _timing.interleave(self.comm, fns, iters=iters, rounds=self.rounds, warmup=min(iters, 20))
+        return _timing.medians(self.samples)
 
 
 def main(argv=None) -> int:

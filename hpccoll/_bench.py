@@ -2,12 +2,14 @@
 
 Definitions follow nccl-tests (``doc/PERFORMANCE.md`` there): ``size`` S is the
 full buffer in bytes (the gathered output of all-gather, the input of
-reduce-scatter, the array of all-reduce), ``algbw = S / t`` with 1 GB = 1e9 B,
-``busbw = algbw * 2(n-1)/n`` for all-reduce and ``algbw * (n-1)/n`` for
-all-gather and reduce-scatter, time in microseconds averaged over ranks, and
-``#wrong`` the number of wrong elements found by checking the result on every
-rank. ``--baseline`` times raw mpi4py buffer calls on the same buffers in the
-same run, interleaved, and adds their time and the ratio hpccoll / raw.
+reduce-scatter, the array of all-reduce, one rank's send buffer of all-to-all),
+``algbw = S / t`` with 1 GB = 1e9 B, ``busbw = algbw * 2(n-1)/n`` for
+all-reduce and ``algbw * (n-1)/n`` for all-gather, reduce-scatter and
+all-to-all, and ``#wrong`` the number of wrong elements found by checking the
+result on every rank. ``time`` is microseconds per call on the slowest rank,
+the median over ``--rounds`` interleaved rounds (``hpccoll._timing``).
+``--baseline`` times raw mpi4py buffer calls moving the same bytes in the same
+run, interleaved, and adds their time and the ratio hpccoll / raw.
 """
 
 from __future__ import annotations
@@ -16,33 +18,76 @@ import argparse
 import json
 import statistics
 import sys
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["main", "parse_size", "run"]
+from . import _timing
 
-COLLECTIVES = ("allgather", "reducescatter", "allreduce")
-_BUS = {
+__all__ = ["COLLECTIVES", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
+
+COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
+#: nccl-tests' bus bandwidth factors, n ranks.
+_BUS: Dict[str, Callable[[int], float]] = {
     "allgather": lambda n: (n - 1) / n,
     "reducescatter": lambda n: (n - 1) / n,
     "allreduce": lambda n: 2 * (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
 }
+#: nccl-tests' datatype names, and short ones, for NumPy's.
 _ALIASES = {
     "float": "float32",
     "half": "float16",
     "double": "float64",
     "int": "int32",
+    "uint": "uint32",
     "bf16": "bfloat16",
-    "int8": "int8",
-    "uint8": "uint8",
 }
 _RTOL = {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-6, "float64": 1e-12, "complex64": 1e-6, "complex128": 1e-12}
 
+EPILOG = """\
+what differs from nccl-tests:
+  -c N        N checked calls per size and placement, on fresh data, outside the timed loop (as
+              there); 0 skips the check and #wrong shows N/A.
+  -z 0|1      default 1: hpccoll's calls are blocking by default. 0 times async_op=True followed by
+              the request's wait(), one call at a time (nothing overlaps it); nccl-tests' default
+              -z 0 launches every iteration on the stream and waits once.
+  -r ROOT     accepted and checked (0 <= ROOT < ranks) for the rooted collectives (broadcast,
+              reduce, gather, scatter) when hpccoll has them; it has none yet, so -r changes no
+              row today and every row's root column is -1.
+  -d, -o      one dtype and one op per run (no "all"); NumPy dtype names or nccl-tests' own.
+  time        the slowest rank's time per call (nccl-tests -a 3), median over --rounds
+              interleaved rounds; nccl-tests' default (-a 1) averages over ranks, one round.
+  collective  chosen with --collective (nccl-tests has one binary per collective); "all" runs
+              every one. Sizes step by -f only (no -i); one GPU per rank, chosen by the node-local
+              rank (no -t, -g); no -m, -a, -p, -G, -C, -R, -T; --json instead of a CSV file.
+  only here   --rounds, --device, --list, --axis, --uneven, --transport, --baseline, --json, --plot.
+"""
+
 
 def parse_size(text: str) -> int:
-    """``'64M'`` -> 67108864: bytes with an optional K, M or G suffix (powers of 1024)."""
+    """Bytes with an optional K, M or G suffix (powers of 1024), as nccl-tests reads ``-b`` and ``-e``.
+
+    Parameters
+    ----------
+    text : str
+        For example ``"8"``, ``"512K"``, ``"64M"``, ``"1G"`` (a trailing ``B`` is allowed).
+
+    Returns
+    -------
+    int
+        The number of bytes.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        ``text`` is not a size.
+
+    Examples
+    --------
+    >>> parse_size("64M")
+    67108864
+    """
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     t = text.strip().upper().rstrip("B")
     try:
@@ -62,6 +107,25 @@ def _dtype(name: str) -> np.dtype:
 
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
+
+
+def _flag(text: str) -> int:
+    if text not in ("0", "1"):
+        raise argparse.ArgumentTypeError(f"expected 0 or 1; got {text!r}")
+    return int(text)
+
+
+def _count(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = least - 1
+        if n < least:
+            raise argparse.ArgumentTypeError(f"expected an int >= {least}; got {text!r}")
+        return n
+
+    return parse
 
 
 def _values(count: int, rank: int, dtype: np.dtype, op: str) -> np.ndarray:
@@ -102,90 +166,159 @@ def _wrong(got: np.ndarray, want: np.ndarray) -> int:
     return int(np.count_nonzero(got != want))
 
 
-class Case:
-    """Buffers, calls and the expected result of one collective at one size."""
+def _poison(want: np.ndarray) -> np.ndarray:
+    """An array of ``want``'s shape and dtype that differs from it in every element (its bits inverted)."""
+    if want.dtype == np.bool_:
+        return ~want
+    w = np.ascontiguousarray(want)
+    return (~w.view(np.uint8)).view(w.dtype).reshape(w.shape)
 
-    def __init__(self, coll: str, nbytes: int, dtype: np.dtype, op: str, comm: Any, axis: int, uneven: bool):
+
+def _finish(fn: Callable[..., Any], blocking: bool) -> Callable[..., Any]:
+    """``fn`` itself (``-z 1``), or ``fn(..., async_op=True).wait()`` (``-z 0``)."""
+    if blocking:
+        return fn
+    return lambda *a, **kw: fn(*a, async_op=True, **kw).wait()
+
+
+class _Array:
+    """One array of a call, on the host: this rank's input, the expected result, this rank's block."""
+
+    def __init__(self, x: np.ndarray, want: np.ndarray, own: Any) -> None:
+        self.x, self.want, self.own = x, want, own
+
+
+class Case:
+    """Buffers, calls and the expected results of one collective at one size.
+
+    Parameters
+    ----------
+    coll : str
+        One of :data:`COLLECTIVES`.
+    nbytes : int
+        The size S asked for (rounded down to whole blocks, at least one element per rank and array).
+    args : argparse.Namespace
+        The ``bench`` options (dtype, op, axis, uneven, list, blocking, baseline).
+    comm : hpccoll.Communicator
+        The ranks.
+    xp : module
+        ``numpy``, or ``cupy`` for device buffers.
+    """
+
+    def __init__(self, coll: str, nbytes: int, args: argparse.Namespace, comm: Any, xp: Any) -> None:
         import hpccoll
 
-        self.coll, self.dtype, self.op, self.comm = coll, dtype, op, comm
+        dtype, op, axis = args.datatype, args.op, args.axis
+        self.coll, self.dtype, self.op, self.comm, self.xp = coll, dtype, op, comm, xp
         P, r = comm.size, comm.rank
+        n = max(args.list, 1)
         lead = 8 if axis == 1 else 1
-        units = max(nbytes // dtype.itemsize // lead // P, 1) * P if coll != "allreduce" else 0
-        self.count = units * lead if coll != "allreduce" else max(nbytes // dtype.itemsize, 1)
-        weights = list(range(1, P + 1)) if uneven else [1] * P
+        if coll == "allreduce":
+            units, per = 0, max(nbytes // dtype.itemsize // n, 1)
+        else:
+            units = max(nbytes // dtype.itemsize // lead // P // n, 1) * P
+            per = units * lead
+        self.count = per * n
+        self.nbytes = self.count * dtype.itemsize
+        weights = list(range(1, P + 1)) if args.uneven else [1] * P
         sizes = [units * w // sum(weights) for w in weights]
         sizes[-1] += units - sum(sizes)
         self.sizes = sizes
-        shape = (lambda n: (lead, n)) if axis == 1 else (lambda n: (n,))
-        start = sum(sizes[:r])
+
+        def shape(k: int) -> tuple:
+            return (lead, k) if axis == 1 else (k,)
+
+        def block(q: int) -> tuple:
+            start = sum(sizes[:q])
+            return (slice(None),) * axis + (slice(start, start + sizes[q]),)
+
+        self.arrays = [self._host(coll, i, P, r, axis, lead, shape, block, units, per) for i in range(n)]
+        on_device = (lambda a: a) if xp is np else xp.asarray
+        xs = [on_device(a.x) for a in self.arrays]
+        self.outs = [xp.empty(a.want.shape, dtype) for a in self.arrays]
+        many = args.list > 0
+        X, OUT = (xs, self.outs) if many else (xs[0], self.outs[0])
+        blocking = bool(args.blocking)
+        self.in_place: Optional[Callable[[], Any]] = None
+        self.reset: Callable[[], Any] = lambda: None
+        self.got_in_place: Callable[[], List[Any]] = lambda: []
         if coll == "allgather":
-            blocks = [_values(lead * s, q, dtype, op).reshape(shape(s)) for q, s in enumerate(sizes)]
-            self.want = np.concatenate(blocks, axis=axis)
-            self.x = blocks[r].copy()
-            self.out = np.empty_like(self.want)
-            self.hpc = lambda: hpccoll.all_gather(self.x, comm, axis=axis, sizes=sizes, out=self.out)
-            own = (slice(None),) * axis + (slice(start, start + sizes[r]),)
+            f = _finish(hpccoll.all_gather, blocking)
+            self.hpc = lambda: f(X, comm, axis=axis, sizes=sizes, out=OUT)
+            if not many:  # the list form has no in-place layout
+                own, whole = block(r), self.outs[0]
+                mine = whole[own]
+                self.in_place = lambda: f(mine, comm, axis=axis, sizes=sizes, out=whole)
 
-            def in_place() -> None:
-                hpccoll.all_gather(self.out[own], comm, axis=axis, sizes=sizes, out=self.out)
+                def reset() -> None:  # a result with nothing of a previous call's in it, this rank's block set
+                    xp.copyto(whole, on_device(_poison(self.arrays[0].want)))
+                    whole[own] = xs[0]
 
-            self.reset = lambda: self.out.__setitem__(own, self.x)
-            self.in_place, self.got_in_place = in_place, lambda: self.out
-            counts = [lead * s for s in sizes]
-            self.flat_out = np.empty(self.count, dtype)
-            self.raw = _raw_allgather(comm.mpi, self.x, self.flat_out, counts)
+                self.reset = reset
+                self.got_in_place = lambda: [whole]
         elif coll == "reducescatter":
-            full = [_values(self.count, q, dtype, op).reshape(shape(units)) for q in range(P)]
-            own = (slice(None),) * axis + (slice(start, start + sizes[r]),)
-            self.want = _reduce(full, op, dtype)[own]
-            self.x = full[r]
-            self.scratch = self.x.copy()
-            self.out = np.empty_like(self.want)
-            self.hpc = lambda: hpccoll.reduce_scatter(self.x, comm, op=op, axis=axis, sizes=sizes, out=self.out)
+            f = _finish(hpccoll.reduce_scatter, blocking)
+            self.hpc = lambda: f(X, comm, op=op, axis=axis, sizes=sizes, out=OUT)
+            if not many:
+                own, scratch = block(r), xs[0].copy()
+                mine = scratch[own]
+                self.in_place = lambda: f(scratch, comm, op=op, axis=axis, sizes=sizes, out=mine)
+                self.reset = lambda: xp.copyto(scratch, xs[0])
+                self.got_in_place = lambda: [mine]
+        elif coll == "allreduce":
+            f = _finish(hpccoll.all_reduce, blocking)
+            self.hpc = lambda: f(X, comm, op=op, out=OUT)
+            scratches = [x.copy() for x in xs]
+            S = scratches if many else scratches[0]
+            self.in_place = lambda: f(S, comm, op=op, out=S)
+            self.reset = lambda: [xp.copyto(s, x) for s, x in zip(scratches, xs)]
+            self.got_in_place = lambda: scratches
+        else:  # all-to-all: no in-place form (out may not overlap x)
+            f = _finish(hpccoll.all_to_all, blocking)
+            recv = [sizes[r]] * P
+            self.hpc = lambda: f(X, comm, split_axis=axis, concat_axis=axis, sizes=sizes, recv_sizes=recv, out=OUT)
+        self.raw: Optional[Callable[[], Any]] = None  # raw MPI on host buffers, only when asked for
+        if args.baseline and xp is np:
+            self.raw = _raw(coll, comm.mpi, dtype, op, [n * lead * s for s in sizes], n * per, blocking)
 
-            def in_place() -> None:
-                hpccoll.reduce_scatter(self.scratch, comm, op=op, axis=axis, sizes=sizes, out=self.scratch[own])
-
-            self.reset = lambda: np.copyto(self.scratch, self.x)
-            self.in_place, self.got_in_place = in_place, lambda: self.scratch[own]
-            self.raw = _raw_reduce_scatter(comm.mpi, self.x, [lead * s for s in sizes], op, dtype)
-        else:
-            parts = [_values(self.count, q, dtype, op) for q in range(P)]
-            self.want = _reduce(parts, op, dtype)
-            self.x = parts[r]
-            self.scratch = self.x.copy()
-            self.out = np.empty_like(self.x)
-            self.hpc = lambda: hpccoll.all_reduce(self.x, comm, op=op, out=self.out)
-            self.in_place = lambda: hpccoll.all_reduce(self.scratch, comm, op=op, out=self.scratch)
-            self.reset = lambda: np.copyto(self.scratch, self.x)
-            self.got_in_place = lambda: self.scratch
-            self.raw = _raw_allreduce(comm.mpi, self.x, op, dtype)
-        self.nbytes = self.count * dtype.itemsize
+    def _host(
+        self, coll: str, i: int, P: int, r: int, axis: int, lead: int, shape: Any, block: Any, units: int, per: int
+    ) -> _Array:
+        """Array ``i`` of the call: rank ``q``'s data is ``_values(..., q + 3 i)``, so every array differs."""
+        dtype, op, sizes = self.dtype, self.op, self.sizes
+        if coll == "allgather":
+            blocks = [_values(lead * s, q + 3 * i, dtype, op).reshape(shape(s)) for q, s in enumerate(sizes)]
+            return _Array(blocks[r], np.concatenate(blocks, axis=axis), block(r))
+        if coll == "allreduce":
+            parts = [_values(per, q + 3 * i, dtype, op) for q in range(P)]
+            return _Array(parts[r], _reduce(parts, op, dtype), None)
+        full = [_values(per, q + 3 * i, dtype, op).reshape(shape(units)) for q in range(P)]
+        if coll == "reducescatter":
+            return _Array(full[r], _reduce(full, op, dtype)[block(r)], block(r))
+        # all-to-all: block r of every rank's x, in rank order
+        return _Array(full[r], np.concatenate([f[block(r)] for f in full], axis=axis), None)
 
     def wrong(self, in_place: bool) -> int:
-        """Run once on fresh data and count wrong elements on this rank."""
-        if in_place:
+        """Run once on fresh data and count this rank's wrong elements (over every array of the call).
+
+        Outputs first hold every element wrong (:func:`_poison`), so a call that leaves one
+        untouched is counted; in-place inputs are restored.
+        """
+        on_device = (lambda a: a) if self.xp is np else self.xp.asarray
+        if in_place and self.in_place is not None:
             self.reset()
             self.in_place()
-            return _wrong(self.got_in_place(), self.want)
-        self.hpc()
-        return _wrong(self.out, self.want)
+            got = self.got_in_place()
+        else:
+            for o, a in zip(self.outs, self.arrays):
+                self.xp.copyto(o, on_device(_poison(a.want)))
+            self.hpc()
+            got = self.outs
+        host = (lambda a: a) if self.xp is np else self.xp.asnumpy
+        return sum(_wrong(host(g), a.want) for g, a in zip(got, self.arrays))
 
 
-def _raw_allgather(mpi: Any, x: np.ndarray, out: np.ndarray, counts: List[int]) -> Optional[Callable[[], Any]]:
-    from ._dtypes import movement_dtype
-    from .transports._mpitypes import displacements, mpi_datatype
-
-    wire = movement_dtype(x.dtype)
-    t = mpi_datatype(wire)
-    send, recv = np.ascontiguousarray(x).reshape(-1).view(wire), out.view(wire)
-    if counts.count(counts[0]) == len(counts):
-        return lambda: mpi.Allgather([send, t], [recv, t])
-    return lambda: mpi.Allgatherv([send, t], [recv, (counts, displacements(counts)), t])
-
-
-def _raw_plan(op: str, dtype: np.dtype) -> Optional[Tuple[Any, Any]]:
+def _raw_plan(op: str, dtype: np.dtype) -> Optional[tuple]:
     """Raw MPI can run (op, dtype) directly; None where only hpccoll's plan can (avg, 16-bit floats, bool)."""
     from .transports._mpitypes import mpi_datatype, mpi_op
 
@@ -194,57 +327,108 @@ def _raw_plan(op: str, dtype: np.dtype) -> Optional[Tuple[Any, Any]]:
     return mpi_datatype(dtype), mpi_op(op)
 
 
-def _raw_reduce_scatter(mpi: Any, x: np.ndarray, counts: List[int], op: str, dtype: np.dtype) -> Optional[Callable]:
+def _raw(
+    coll: str, mpi: Any, dtype: np.dtype, op: str, counts: List[int], total: int, blocking: bool
+) -> Optional[Callable[[], Any]]:
+    """The raw mpi4py call moving the same bytes as the case (its I-form and Wait for ``-z 0``), on flat buffers.
+
+    ``counts`` are the elements of each rank's block (all-gather, reduce-scatter) or sent to
+    each rank (all-to-all); ``total`` the elements of one rank's input of a reduction.
+    """
+    from ._dtypes import movement_dtype
+    from .transports._mpitypes import displacements, mpi_datatype
+
+    r, P = mpi.rank, mpi.size
+    even = counts.count(counts[0]) == len(counts)
+
+    def call(name: str, *a: Any) -> Callable[[], Any]:
+        if blocking:
+            fn = getattr(mpi, name)
+            return lambda: fn(*a)
+        ifn = getattr(mpi, "I" + name[0].lower() + name[1:])
+        return lambda: ifn(*a).Wait()
+
+    if coll in ("allgather", "alltoall"):
+        wire = movement_dtype(dtype)
+        t = mpi_datatype(wire)
+        if coll == "allgather":
+            send, recv = np.zeros(counts[r], wire), np.zeros(sum(counts), wire)
+            if even:
+                return call("Allgather", [send, t], [recv, t])
+            return call("Allgatherv", [send, t], [recv, (counts, displacements(counts)), t])
+        send, recv = np.zeros(sum(counts), wire), np.zeros(P * counts[r], wire)
+        if even:
+            return call("Alltoall", [send, t], [recv, t])
+        back = [counts[r]] * P
+        return call("Alltoallv", [send, (counts, displacements(counts)), t], [recv, (back, displacements(back)), t])
     plan = _raw_plan(op, dtype)
     if plan is None:
         return None
     t, o = plan
-    send, recv = np.ascontiguousarray(x).reshape(-1), np.empty(counts[mpi.rank], dtype)
-    if counts.count(counts[0]) == len(counts):
-        return lambda: mpi.Reduce_scatter_block([send, t], [recv, t], o)
-    return lambda: mpi.Reduce_scatter([send, t], [recv, t], counts, o)
+    if coll == "reducescatter":
+        send, recv = np.zeros(sum(counts), dtype), np.zeros(counts[r], dtype)
+        if even:
+            return call("Reduce_scatter_block", [send, t], [recv, t], o)
+        return call("Reduce_scatter", [send, t], [recv, t], counts, o)
+    x, out = np.zeros(total, dtype), np.zeros(total, dtype)
+    return call("Allreduce", [x, t], [out, t], o)
 
 
-def _raw_allreduce(mpi: Any, x: np.ndarray, op: str, dtype: np.dtype) -> Optional[Callable]:
-    plan = _raw_plan(op, dtype)
-    if plan is None:
-        return None
-    t, o = plan
-    out = np.empty_like(x)
-    return lambda: mpi.Allreduce([x, t], [out, t], o)
+def _device(name: str) -> tuple:
+    """``(xp, sync)`` for ``--device``: NumPy and no sync, or CuPy and its current stream's synchronize."""
+    if name == "numpy":
+        return np, None
+    from .transports._cuda import get_runtime
+
+    rt = get_runtime()
+    return rt.xp, rt.sync_stream
 
 
-def _time(comm: Any, fns: Dict[str, Callable[[], Any]], iters: int, warmup: int, rounds: int) -> Dict[str, float]:
-    """Average seconds per call (averaged over ranks), median over interleaved rounds."""
-    from mpi4py import MPI
-
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    samples: Dict[str, List[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            comm.mpi.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            dt = (time.perf_counter() - t0) / iters
-            samples[name].append(comm.mpi.allreduce(dt, op=MPI.SUM) / comm.size)
-    return {k: statistics.median(v) for k, v in samples.items()}
+def _cells(t: Optional[float], nbytes: int, factor: float, wrong: Optional[int]) -> tuple:
+    """One placement's text cells and JSON entry (``t`` None: no such form)."""
+    if t is None:
+        return f" {'n/a':>8} {'n/a':>7} {'n/a':>7} {'n/a':>6}", None
+    algbw = nbytes / 1e9 / t
+    busbw = algbw * factor
+    shown = "N/A" if wrong is None else str(wrong)
+    return (
+        f" {t * 1e6:>8.1f} {algbw:>7.2f} {busbw:>7.2f} {shown:>6}",
+        {"time_us": t * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wrong},
+    )
 
 
 def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List[Dict[str, Any]]:
-    """Measure every size of every requested collective; print rows as they are measured."""
+    """Measure every size of every requested collective; print rows as they are measured.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed ``bench`` options (:func:`add_arguments`).
+    comm : hpccoll.Communicator
+        The ranks.
+    say : callable
+        Prints one line (rank 0) or nothing (the others).
+
+    Returns
+    -------
+    list of dict
+        One entry per row: ``collective``, ``size``, ``count``, ``type``, ``redop``, ``root``,
+        ``oop`` and ``ip`` (``time_us``, ``algbw``, ``busbw``, ``wrong``; ``ip`` is None for a
+        form with no in-place layout, ``wrong`` None under ``-c 0``), and with ``--baseline``
+        ``baseline_us`` and ``ratio`` where raw MPI has the call.
+    """
     from mpi4py import MPI
 
+    xp, sync = _device(args.device)
     colls = COLLECTIVES if args.collective == "all" else (args.collective,)
     P = comm.size
     rows: List[Dict[str, Any]] = []
     for coll in colls:
-        op = args.op if coll != "allgather" else "none"
+        op = args.op if coll not in ("allgather", "alltoall") else "none"
+        form = f", lists of {args.list} arrays" if args.list else ""
         say(
             f"#\n# {coll}: {P} ranks, dtype {args.datatype.name}, op {op}, axis {args.axis}, "
-            f"{'uneven' if args.uneven else 'even'} shards, transport {comm.transport}"
+            f"{'uneven' if args.uneven else 'even'} shards, {args.device} buffers{form}, transport {comm.transport}"
         )
         head = f"#{'size':>11}{'count':>13}{'type':>10}{'redop':>8}{'root':>6}" + "".join(
             f"{'time':>9}{'algbw':>8}{'busbw':>8}{'#wrong':>7}" for _ in range(2)
@@ -260,13 +444,19 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
         )
         size = args.minbytes
         while size <= args.maxbytes:
-            case = Case(coll, size, args.datatype, args.op, comm, args.axis, args.uneven)
-            fns: Dict[str, Callable[[], Any]] = {"oop": case.hpc, "ip": case.in_place}
-            if args.baseline and case.raw is not None:
+            case = Case(coll, size, args, comm, xp)
+            fns: Dict[str, Callable[[], Any]] = {"oop": case.hpc}
+            if case.in_place is not None:
+                fns["ip"] = case.in_place
+            if case.raw is not None:
                 fns["raw"] = case.raw
             iters = args.iters if case.nbytes < (1 << 24) else max(1, args.iters // 4)
-            times = _time(comm, fns, iters, args.warmup, args.rounds)
-            wrong = [comm.mpi.allreduce(case.wrong(ip), op=MPI.SUM) for ip in (False, True)]
+            samples = _timing.interleave(comm, fns, iters=iters, rounds=args.rounds, warmup=args.warmup, sync=sync)
+            times = _timing.medians(samples)
+            wrong: Dict[str, Optional[int]] = {}
+            for key in [k for k in ("oop", "ip") if k in fns]:  # the same order on every rank
+                mine = sum(case.wrong(key == "ip") for _ in range(args.check))
+                wrong[key] = comm.mpi.allreduce(mine, op=MPI.SUM) if args.check else None
             row: Dict[str, Any] = {
                 "collective": coll,
                 "size": case.nbytes,
@@ -277,28 +467,32 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
             }
             # every field starts with a space, so a wide value never runs into its neighbour
             text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {-1:>5}"
-            for key, w in (("oop", wrong[0]), ("ip", wrong[1])):
-                t = times[key]
-                algbw = case.nbytes / 1e9 / t
-                busbw = algbw * _BUS[coll](P)
-                row[key] = {"time_us": t * 1e6, "algbw": algbw, "busbw": busbw, "wrong": w}
-                text += f" {t * 1e6:>8.1f} {algbw:>7.2f} {busbw:>7.2f} {w:>6}"
+            for key in ("oop", "ip"):
+                cells, row[key] = _cells(times.get(key), case.nbytes, _BUS[coll](P), wrong.get(key))
+                text += cells
             if args.baseline:
                 if "raw" in times:
                     row["baseline_us"] = times["raw"] * 1e6
-                    row["ratio"] = times["oop"] / times["raw"]
+                    row["ratio"] = _timing.paired_ratio(samples, "oop", "raw")
                     text += f" {times['raw'] * 1e6:>8.1f} {row['ratio']:>6.3f}"
-                else:
-                    text += f" {'n/a':>8} {'-':>6}"  # no raw MPI equivalent (avg, 16-bit floats, bool)
+                else:  # no raw MPI equivalent (avg, 16-bit floats, bool), or device buffers
+                    text += f" {'n/a':>8} {'-':>6}"
             say(text)
             rows.append(row)
             size *= args.stepfactor
-    wrong = sum(r[k]["wrong"] for r in rows for k in ("oop", "ip"))
-    say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    if args.check:
+        bad = _wrong_total(rows)
+        say(f"# Out of bounds values : {bad} {'OK' if bad == 0 else 'FAILED'}")
+    else:
+        say("# Out of bounds values : N/A (not checked: -c 0)")
     avg = statistics.mean(r["oop"]["busbw"] for r in rows) if rows else 0.0
     say(f"# Avg bus bandwidth    : {avg:.4g}")
     say("#")
     return rows
+
+
+def _wrong_total(rows: Sequence[Dict[str, Any]]) -> int:
+    return sum(r[k]["wrong"] or 0 for r in rows for k in ("oop", "ip") if r[k] is not None)
 
 
 def _plot(rows: List[Dict[str, Any]], path: str, ranks: int) -> None:
@@ -331,15 +525,29 @@ def _plot(rows: List[Dict[str, Any]], path: str, ranks: int) -> None:
     fig.savefig(path, dpi=120)
 
 
-def parser() -> argparse.ArgumentParser:
-    """The ``bench`` options, modelled on nccl-tests."""
-    p = argparse.ArgumentParser(
-        prog="python -m hpccoll bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the ``bench`` options to ``p``: nccl-tests' letters where the two overlap, long options for the rest.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The parser (``python -m hpccoll bench``'s, or a subcommand's).
+    """
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("32M"), help="largest size (default 32M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows (default 2)")
-    p.add_argument("-c", "--collective", choices=COLLECTIVES + ("all",), default="all", help="default all")
+    p.add_argument("-n", "--iters", type=_count(1), default=20, help="timed iterations per round (default 20)")
+    p.add_argument(
+        "-w", "--warmup_iters", "--warmup", dest="warmup", type=_count(0), default=5, help="warm-up calls (default 5)"
+    )
+    p.add_argument(
+        "-c",
+        "--check",
+        type=_count(0),
+        default=1,
+        metavar="N",
+        help="check N calls per size and placement against the expected values; 0 skips (default 1)",
+    )
     p.add_argument(
         "-d",
         "--datatype",
@@ -348,37 +556,160 @@ def parser() -> argparse.ArgumentParser:
         help="float32 (default), float64, float16, bfloat16, int32, ... (nccl-tests names work too)",
     )
     p.add_argument("-o", "--op", choices=("sum", "prod", "max", "min", "avg"), default="sum", help="default sum")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per round (default 20)")
-    p.add_argument("-w", "--warmup", type=int, default=5, help="warm-up iterations (default 5)")
-    p.add_argument("-r", "--rounds", type=int, default=3, help="interleaved rounds; the median is shown (default 3)")
+    p.add_argument(
+        "-r",
+        "--root",
+        type=int,
+        default=0,
+        help="root rank of the rooted collectives, when hpccoll has them (none yet: no row uses it); "
+        "checked to be in [0, ranks) (default 0)",
+    )
+    p.add_argument(
+        "-z",
+        "--blocking",
+        type=_flag,
+        default=1,
+        metavar="0|1",
+        help="1: blocking calls (default); 0: async_op=True, then wait()",
+    )
+    p.add_argument("--collective", choices=COLLECTIVES + ("all",), default="all", help="default all")
+    p.add_argument("--rounds", type=_count(1), default=3, help="interleaved rounds; the median is shown (default 3)")
+    p.add_argument(
+        "--device",
+        choices=("numpy", "cupy"),
+        default="numpy",
+        help="NumPy arrays (default) or CuPy arrays on the node-local rank's GPU (needs CuPy and a GPU)",
+    )
+    p.add_argument(
+        "--list",
+        type=_count(0),
+        default=0,
+        metavar="N",
+        help="time the coalesced list form: N arrays per call, the size split among them (default 0: one array)",
+    )
     p.add_argument("--transport", default="auto", help="transport name (default auto)")
-    p.add_argument("--axis", type=int, choices=(0, 1), default=0, help="gather/scatter axis of the arrays")
-    p.add_argument("--uneven", action="store_true", help="rank r holds a share proportional to r + 1")
-    p.add_argument("--baseline", action="store_true", help="also time raw mpi4py calls, interleaved")
+    p.add_argument("--axis", type=int, choices=(0, 1), default=0, help="gather/scatter/split axis of the arrays")
+    p.add_argument("--uneven", action="store_true", help="rank r holds (or gets) a share proportional to r + 1")
+    p.add_argument("--baseline", action="store_true", help="also time raw mpi4py calls, interleaved (NumPy buffers)")
     p.add_argument("--json", metavar="FILE", help="write the rows to FILE (rank 0)")
     p.add_argument("--plot", metavar="FILE.png", help="plot bus bandwidth vs size (needs matplotlib)")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The standalone ``bench`` parser (``python -m hpccoll`` builds the same options as a subcommand).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        With :func:`add_arguments`'s options, this module's docstring and the nccl-tests epilog.
+    """
+    p = argparse.ArgumentParser(
+        prog="python -m hpccoll bench",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
     return p
 
 
-def main(argv: Any = None) -> int:
-    """Run the benchmark; rank 0 prints. Exit status 1 if any result was wrong."""
+def _preflight(args: argparse.Namespace, world: Any) -> Optional[str]:
+    """What would make the run fail after measuring, found before it (the same verdict on every rank)."""
+    problem = None
+    if args.plot and world.rank == 0:  # only rank 0 plots
+        try:
+            import matplotlib  # noqa: F401
+        except Exception as exc:
+            problem = (
+                f"--plot: expected matplotlib to import (pip install 'hpccoll[plot]'); got {type(exc).__name__}: {exc}"
+            )
+    if args.device == "cupy" and problem is None:
+        try:
+            from .transports._cuda import get_runtime
+
+            rt = get_runtime()
+            count = rt.device_count()
+        except Exception as exc:
+            problem = f"--device cupy: expected CuPy and a GPU; got {type(exc).__name__}: {exc}"
+        else:
+            if count < 1:
+                problem = f"--device cupy: expected a GPU; got {count} visible"
+    problems = [p for p in world.allgather(problem) if p is not None]
+    return problems[0] if problems else None
+
+
+def run_command(args: argparse.Namespace, p: argparse.ArgumentParser, shown: Sequence[str]) -> int:
+    """Run ``bench`` with parsed options; errors in them go through ``p.error`` (exit status 2).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options.
+    p : argparse.ArgumentParser
+        The parser they came from (for errors that need the ranks to be known).
+    shown : sequence of str
+        The options as typed, for the table's header.
+
+    Returns
+    -------
+    int
+        0, or 1 if any checked result was wrong.
+    """
+    from mpi4py import MPI
+
     import hpccoll
 
-    args = parser().parse_args(argv)
     if args.stepfactor < 2 or args.minbytes < 1 or args.maxbytes < args.minbytes:
-        parser().error("expected 1 <= minbytes <= maxbytes and stepfactor >= 2")
+        p.error(
+            "expected 1 <= minbytes <= maxbytes and stepfactor >= 2; "
+            f"got -b {args.minbytes} -e {args.maxbytes} -f {args.stepfactor}"
+        )
+    world = MPI.COMM_WORLD
+    if not 0 <= args.root < world.size:
+        p.error(f"argument -r/--root: expected a rank in [0, {world.size}); got {args.root}")
+    problem = _preflight(args, world)
+    if problem is not None:
+        p.error(problem)
+    if args.device == "cupy":
+        from ._local import local_rank
+        from .transports._cuda import get_runtime
+
+        rt = get_runtime()
+        rt.use_device(local_rank()[0] % rt.device_count())  # one GPU per rank where there are enough
     comm = hpccoll.Communicator(transport=args.transport)
     say = (lambda line: print(line, flush=True)) if comm.rank == 0 else (lambda line: None)
+    say(f"# hpccoll {hpccoll.__version__} bench: mpiexec -n {comm.size} python -m hpccoll bench " + " ".join(shown))
     say(
-        f"# hpccoll {hpccoll.__version__} bench: mpiexec -n {comm.size} python -m hpccoll bench "
-        + " ".join(sys.argv[2:] if argv is None else argv)
+        f"# minBytes {args.minbytes} maxBytes {args.maxbytes} step: {args.stepfactor}(factor) "
+        f"warmup iters: {args.warmup} iters: {args.iters} rounds: {args.rounds} validation: {args.check} "
+        f"blocking: {args.blocking} device: {args.device} arrays per call: {args.list or 1}"
+        + (" (list form)" if args.list else "")
     )
+    say(f"# root {args.root}: for rooted collectives, which hpccoll does not have yet (every row's root is -1)")
+    say("# time: the slowest rank's time per call, median over interleaved rounds")
     rows = run(args, comm, say)
     if comm.rank == 0 and args.json:
         with open(args.json, "w") as fh:
             json.dump({"ranks": comm.size, "rows": rows}, fh, indent=1)
     if comm.rank == 0 and args.plot:
         _plot(rows, args.plot, comm.size)
-    bad = any(r[k]["wrong"] for r in rows for k in ("oop", "ip"))
     comm.free()
-    return 1 if bad else 0
+    return 1 if _wrong_total(rows) else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m hpccoll bench [options]``: run the benchmark; rank 0 prints.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The options (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0, or 1 if any checked result was wrong (bad options exit with status 2).
+    """
+    given = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    return run_command(p.parse_args(given), p, given)

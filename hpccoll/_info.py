@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["collect", "report", "main"]
+__all__ = ["add_arguments", "collect", "main", "report", "run_command"]
 
 _ENV_PREFIXES = (
     "HPCCOLL_",
@@ -138,18 +139,60 @@ def report(info: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Any = None) -> int:
-    """Print the report once, from rank 0."""
-    import argparse
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the ``info`` options to the argparse parser ``p``.
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The parser (``python -m hpccoll info``'s, or a subcommand's).
+    """
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def run_command(
+    args: argparse.Namespace, p: Optional[argparse.ArgumentParser] = None, shown: Sequence[str] = ()
+) -> int:
+    """Print the report once, from rank 0, for parsed options.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options (:func:`add_arguments`).
+    p : argparse.ArgumentParser, optional
+        The parser they came from (unused: ``info`` has no option that needs the ranks).
+    shown : sequence of str
+        The options as typed (unused).
+
+    Returns
+    -------
+    int
+        0.
+    """
     import json
 
     from ._comm import as_communicator
 
-    parser = argparse.ArgumentParser(prog="python -m hpccoll info", description=__doc__)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    args = parser.parse_args(argv)
     comm = as_communicator(None)
     info = collect(comm)
     if comm.rank == 0:
         print(json.dumps(info, indent=1) if args.json else report(info), flush=True)
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m hpccoll info [--json]``: print the report once, from rank 0.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The options (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0.
+    """
+    parser = argparse.ArgumentParser(prog="python -m hpccoll info", description=__doc__)
+    add_arguments(parser)
+    return run_command(parser.parse_args(None if argv is None else list(argv)), parser)

@@ -1,21 +1,119 @@
-"""`python -m hpccoll info` and `bench`: run in-process at the suite's rank count, output parsed."""
+"""`python -m hpccoll --version | info | bench` and the shared timer: run in-process at the suite's rank count.
+
+The bench tests parse the table (data rows are the lines not starting with '#')
+and check each nccl-tests flag's meaning by its effect: ``-c`` on how often the
+results are checked, ``-z`` on the ``async_op`` the collectives get, ``-r`` on
+what is refused, ``--list`` on the arrays a call gets.
+"""
 
 import json
 import pathlib
+import subprocess
 import sys
+import time
 
 import pytest
+import standin_cupy
 from launch import run_mpiexec
 from mpi4py import MPI
+from standin_nccl import StandInRuntime
 
+import hpccoll
+from hpccoll import _bench, _timing
 from hpccoll.__main__ import main
+from hpccoll.transports import _cuda, cuda_mpi
+from hpccoll.transports import nccl as nccl_mod
 
 pytestmark = pytest.mark.mpi
+
+WORLD = MPI.COMM_WORLD
+SMALL = ["-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "--rounds", "1"]  # sizes 8 B, 64 B, 512 B, 4 KiB
 
 
 def rows_of(text):
     """The data rows of a bench table: every line not starting with '#'."""
     return [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def bench(capsys, *args):
+    """Run ``bench`` with ``args``; (status, stdout, stderr) on this rank."""
+    status = main(["bench", *args])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+class Calls:
+    """Wraps ``hpccoll.<name>`` and records, per call, the type of ``x`` and the ``async_op`` it got."""
+
+    def __init__(self, monkeypatch, name, corrupt=False):
+        self.seen = []
+        real = getattr(hpccoll, name)
+
+        def wrapped(x, *args, **kwargs):
+            self.seen.append((x, kwargs.get("async_op", False)))
+            result = real(x, *args, **kwargs)
+            first = result[0] if isinstance(result, list) else result
+            if corrupt and first.size:  # one wrong element in every non-empty result (the first array of a list)
+                first.reshape(-1)[0] += 1
+            return result
+
+        monkeypatch.setattr(hpccoll, name, wrapped)
+
+
+# --------------------------------------------------------------------------- top level
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"hpccoll {hpccoll.__version__}\n"
+
+
+@pytest.mark.skipif(WORLD.size > 1, reason="starts its own interpreter; runs in the serial suite")
+def test_version_and_no_command_from_the_shell():
+    proc = subprocess.run([sys.executable, "-m", "hpccoll", "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == f"hpccoll {hpccoll.__version__}\n"
+    proc = subprocess.run([sys.executable, "-m", "hpccoll"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "usage:" in proc.stdout and "bench" in proc.stdout
+
+
+def test_help_lists_the_subcommands(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage:" in out and "--version" in out
+    assert any(line.split()[:1] == ["info"] and "report" in line for line in out.splitlines()), out
+    assert any(line.split()[:1] == ["bench"] and "bandwidth" in line for line in out.splitlines()), out
+    assert main([]) == 2 and "usage:" in capsys.readouterr().out  # no command: the help, status 2
+    assert main(["frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'frobnicate'" in err and "'info', 'bench'" in err
+
+
+def test_bench_help_says_what_differs_from_nccl_tests(capsys):
+    assert main(["bench", "-h"]) == 0
+    out = capsys.readouterr().out
+    assert "what differs from nccl-tests" in out
+    for flag in ("-b", "-e", "-f", "-n", "-w", "-c", "-d", "-o", "-r", "-z", "--collective", "--rounds", "--list"):
+        assert f"  {flag}" in out, flag
+    assert "alltoall" in out and "--device {numpy,cupy}" in out
+
+
+def test_bad_arguments_exit_2_with_the_reason(capsys):
+    for args, reason in (
+        (["-d", "float128"], "expected a dtype"),
+        (["-b", "lots"], "expected a size"),
+        (["-c", "-1"], "expected an int >= 0"),
+        (["-z", "2"], "expected 0 or 1"),
+        (["--list", "x"], "expected an int >= 0"),
+        (["--rounds", "0"], "expected an int >= 1"),
+        (["-b", "64", "-e", "8"], "expected 1 <= minbytes <= maxbytes"),
+        (["--collective", "broadcast"], "invalid choice: 'broadcast'"),
+    ):
+        status, out, err = bench(capsys, *args)
+        assert status == 2 and reason in err, (args, err)
+        assert rows_of(out) == []
+
+
+# --------------------------------------------------------------------------- the table
 
 
 @pytest.mark.parametrize(
@@ -26,75 +124,293 @@ def rows_of(text):
         ["-d", "float16", "-o", "avg"],
         ["-d", "bool", "-o", "max"],
         ["-d", "int64", "-o", "prod", "--baseline"],
+        ["--uneven", "-z", "0", "--baseline"],
     ],
 )
 def test_bench_table(capsys, extra):
-    status = main(["bench", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-r", "1", *extra])
-    out = capsys.readouterr().out
+    status, out, _ = bench(capsys, *SMALL, *extra)
     assert status == 0
-    if MPI.COMM_WORLD.rank != 0:
+    if WORLD.rank != 0:
         assert out == ""
         return
     rows = rows_of(out)
-    assert len(rows) == 3 * 4  # three collectives, sizes 8 B, 64 B, 512 B, 4 KiB
+    assert len(rows) == 4 * 4  # four collectives (all-to-all too), sizes 8 B, 64 B, 512 B, 4 KiB
     width = 5 + 8 + (2 if "--baseline" in extra else 0)
-    for row in rows:
+    sections = [line.split(":")[0][2:] for line in out.splitlines() if line.startswith("# ") and ": " in line]
+    assert [s for s in sections if s in _bench.COLLECTIVES] == list(_bench.COLLECTIVES)
+    for i, row in enumerate(rows):
         assert len(row) == width, row
-        assert row[8] == "0" and row[12] == "0", f"#wrong must be 0: {row}"  # out-of-place, in-place
-        assert float(row[5]) > 0 and float(row[9]) > 0
+        assert row[8] == "0", f"out-of-place #wrong must be 0: {row}"
+        assert float(row[5]) > 0
+        if "--baseline" in extra:  # raw MPI has every one of these calls: its time and the ratio
+            assert float(row[13]) > 0 and float(row[14]) > 0, row
+        if i >= 12:  # all-to-all: no in-place form
+            assert row[9:13] == ["n/a"] * 4, row
+        else:
+            assert row[12] == "0" and float(row[9]) > 0, row
     assert "# Out of bounds values : 0 OK" in out
     assert "# Avg bus bandwidth" in out
 
 
 def test_bench_json_and_bus_bandwidth(tmp_path, capsys):
-    path = tmp_path / "bench.json"
-    path = MPI.COMM_WORLD.bcast(str(path))
-    assert (
-        main(["bench", "-c", "allreduce", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-r", "1", "--json", path]) == 0
+    n = WORLD.size
+    path = WORLD.bcast(str(tmp_path / "bench.json"))
+    for coll, factor in (("allreduce", 2 * (n - 1) / n), ("alltoall", (n - 1) / n)):
+        status, _, _ = bench(
+            capsys, "--collective", coll, "-b", "1K", "-e", "1K", "-n", "2", "--rounds", "1", "--json", path
+        )
+        assert status == 0
+        WORLD.Barrier()
+        data = json.loads(pathlib.Path(path).read_text())
+        WORLD.Barrier()  # every rank has read it before rank 0 writes the next
+        (row,) = data["rows"]
+        assert data["ranks"] == n and row["collective"] == coll and row["root"] == -1
+        count = 256 if coll == "allreduce" else 256 // n * n  # one rank's send buffer: whole blocks of one per rank
+        assert row["count"] == count and row["size"] == 4 * count
+        assert row["oop"]["busbw"] == pytest.approx(row["oop"]["algbw"] * factor)
+        assert row["oop"]["algbw"] == pytest.approx(row["size"] / 1e9 / (row["oop"]["time_us"] / 1e6))
+        assert row["oop"]["wrong"] == 0
+        assert (row["ip"] is None) == (coll == "alltoall")
+
+
+@pytest.mark.parametrize("extra", [[], ["--uneven", "--axis", "1"], ["--uneven", "--list", "2"]])
+def test_alltoall_rows_are_checked(monkeypatch, capsys, extra):
+    status, out, _ = bench(capsys, "--collective", "alltoall", *SMALL, *extra)
+    assert status == 0
+    if WORLD.rank == 0:
+        assert [r[8] for r in rows_of(out)] == ["0"] * 4 and "# Out of bounds values : 0 OK" in out
+    Calls(monkeypatch, "all_to_all", corrupt=True)  # the check must see a wrong element
+    status, out, _ = bench(capsys, "--collective", "alltoall", *SMALL, *extra)
+    assert status == 1
+    if WORLD.rank == 0:
+        assert all(int(r[8]) >= 1 for r in rows_of(out)), out  # one per rank with a non-empty result
+        assert "FAILED" in out
+
+
+@pytest.mark.parametrize("name,coll", [("all_gather", "allgather"), ("all_to_all", "alltoall")])
+def test_check_sees_a_result_never_written(monkeypatch, capsys, name, coll):
+    monkeypatch.setattr(hpccoll, name, lambda x, comm=None, **kw: kw["out"])  # moves nothing, returns out
+    status, out, _ = bench(capsys, "--collective", coll, "-b", "64", "-e", "64", "-n", "1", "--rounds", "1")
+    assert status == 1
+    if WORLD.rank == 0:
+        (row,) = rows_of(out)
+        assert int(row[8]) == int(row[1]) * WORLD.size  # every element of every rank's result: count per rank
+        assert "FAILED" in out
+
+
+def test_check_flag_counts_checked_calls(monkeypatch, capsys):
+    checked = []
+    real = _bench._wrong
+    monkeypatch.setattr(_bench, "_wrong", lambda got, want: checked.append(1) or real(got, want))
+    one_size = ["--collective", "allreduce", "-b", "64", "-e", "64", "-n", "2", "--rounds", "1"]
+    status, out, _ = bench(capsys, *one_size, "-c", "0")
+    assert status == 0 and checked == []  # -c 0: nothing checked
+    if WORLD.rank == 0:
+        (row,) = rows_of(out)
+        assert row[8] == "N/A" and row[12] == "N/A"
+        assert "# Out of bounds values : N/A (not checked: -c 0)" in out
+    status, out, _ = bench(capsys, *one_size, "-c", "3")
+    assert status == 0 and len(checked) == 3 * 2  # 3 checked calls, out-of-place and in place
+    if WORLD.rank == 0:
+        (row,) = rows_of(out)
+        assert row[8] == "0" and row[12] == "0"
+
+
+@pytest.mark.parametrize("blocking", ["0", "1"])
+def test_blocking_flag_picks_async_op(monkeypatch, capsys, blocking):
+    calls = {name: Calls(monkeypatch, name) for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")}
+    status, out, _ = bench(capsys, *SMALL, "-z", blocking)
+    assert status == 0
+    for name, c in calls.items():
+        assert c.seen, name
+        assert {a for _, a in c.seen} == {blocking == "0"}, name  # -z 0: every call async_op=True
+    if WORLD.rank == 0:
+        assert all(r[8] == "0" for r in rows_of(out)) and f"blocking: {blocking}" in out
+
+
+def test_root_flag_is_checked_against_the_ranks(capsys):
+    n = WORLD.size
+    for bad in (n, -1):
+        status, out, err = bench(capsys, *SMALL, "-r", str(bad))
+        assert status == 2 and rows_of(out) == []
+        assert f"argument -r/--root: expected a rank in [0, {n}); got {bad}" in err
+    status, out, _ = bench(capsys, "--collective", "allreduce", "-b", "8", "-e", "8", "-r", str(n - 1), "--rounds", "1")
+    assert status == 0
+    if WORLD.rank == 0:
+        assert f"# root {n - 1}: for rooted collectives" in out
+        assert [r[4] for r in rows_of(out)] == ["-1"]  # no rooted collective yet: no row has a root
+
+
+def test_list_form(monkeypatch, capsys):
+    calls = {name: Calls(monkeypatch, name) for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")}
+    status, out, _ = bench(capsys, *SMALL, "--list", "3")
+    assert status == 0
+    for name, c in calls.items():
+        assert all(isinstance(x, list) and len(x) == 3 for x, _ in c.seen), name
+    if WORLD.rank != 0:
+        return
+    rows = rows_of(out)
+    assert len(rows) == 16 and "arrays per call: 3 (list form)" in out
+    for i, row in enumerate(rows):
+        assert row[8] == "0", row
+        in_place = 8 <= i < 12  # of the list forms only all-reduce has one
+        assert (row[12] == "0") if in_place else (row[9:13] == ["n/a"] * 4), row
+        assert int(row[1]) % 3 == 0  # the count is split among 3 arrays of one size
+
+
+# --------------------------------------------------------------------------- checked before measuring
+
+
+def no_measuring(monkeypatch):
+    def refuse(*a, **kw):
+        raise AssertionError("measured although the run could not finish")
+
+    monkeypatch.setattr(_timing, "interleave", refuse)
+
+
+def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, capsys, tmp_path):
+    no_measuring(monkeypatch)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    start = time.perf_counter()
+    status, out, err = bench(capsys, *SMALL, "--plot", str(tmp_path / "b.png"))
+    assert status == 2 and rows_of(out) == []
+    assert "--plot: expected matplotlib to import" in err and "hpccoll[plot]" in err
+    assert time.perf_counter() - start < 30
+    assert not (tmp_path / "b.png").exists()
+
+
+def test_plot_draws(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = WORLD.bcast(str(tmp_path / "b.png"))
+    status, _, _ = bench(capsys, "--collective", "alltoall", "-b", "8", "-e", "64", "--rounds", "1", "--plot", path)
+    assert status == 0
+    WORLD.Barrier()
+    assert pathlib.Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_device_cupy_without_cupy_fails_before_measuring(monkeypatch, capsys):
+    no_measuring(monkeypatch)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setattr(_cuda, "_RUNTIME", None)
+    status, out, err = bench(capsys, *SMALL, "--device", "cupy")
+    assert status == 2 and rows_of(out) == []
+    assert "--device cupy: expected CuPy and a GPU; got TransportUnavailable" in err
+
+
+@pytest.fixture
+def standin_gpu(monkeypatch):
+    """The CuPy stand-in installed as ``cupy``, with its NCCL, the caller on a non-blocking stream."""
+    for name in ("HPCCOLL_CUDA_AWARE_MPI", "HPCCOLL_NCCL_UNEVEN", "HPCCOLL_TRANSPORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(nccl_mod, "_CHOSEN", None)
+    monkeypatch.setattr(cuda_mpi, "_warned", False)
+    monkeypatch.setitem(sys.modules, "cupy", standin_cupy)
+    with _cuda.use_runtime(StandInRuntime()), standin_cupy.cuda.Stream(non_blocking=True):
+        yield
+        standin_cupy.GPU.synchronize()
+
+
+@pytest.mark.parametrize("extra", [[], ["-z", "0", "--uneven", "--list", "2"]])
+def test_device_cupy_on_the_gpu_standin(monkeypatch, capsys, standin_gpu, extra):
+    calls = Calls(monkeypatch, "all_reduce")
+    status, out, _ = bench(capsys, *SMALL, "--device", "cupy", *extra)
+    assert status == 0
+    xs = [x for x, _ in calls.seen]
+    assert xs and all(type(a) is standin_cupy.ndarray for x in xs for a in (x if isinstance(x, list) else [x]))
+    if WORLD.rank == 0:
+        rows = rows_of(out)
+        assert len(rows) == 16 and all(r[8] == "0" for r in rows), out
+        assert "cupy buffers" in out and "# Out of bounds values : 0 OK" in out
+
+
+# --------------------------------------------------------------------------- the timer
+
+
+class FakeComm:
+    """One real rank and a second one that reports every time one second slower."""
+
+    def __init__(self):
+        self.barriers = 0
+
+    def Barrier(self):  # noqa: N802 - mpi4py's name
+        self.barriers += 1
+
+    def allgather(self, mine):
+        return [mine, [t + 1.0 for t in mine]]
+
+
+def test_timer_takes_the_max_rotates_and_syncs():
+    comm, log, syncs = FakeComm(), [], []
+    fns = {name: (lambda name=name: log.append(name)) for name in "abc"}
+    samples = _timing.interleave(
+        comm, fns, iters=2, rounds=3, warmup={"a": 1, "b": 0, "c": 0}, sync=lambda: syncs.append(1)
     )
-    capsys.readouterr()
-    MPI.COMM_WORLD.Barrier()
-    data = json.loads(pathlib.Path(path).read_text())
-    (row,) = data["rows"]
-    n = MPI.COMM_WORLD.size
-    assert row["size"] == 1024 and row["count"] == 256
-    assert row["oop"]["busbw"] == pytest.approx(row["oop"]["algbw"] * 2 * (n - 1) / n)
-    assert row["oop"]["algbw"] == pytest.approx(1024 / 1e9 / (row["oop"]["time_us"] / 1e6))
+    assert log == ["a"] + ["a", "a", "b", "b", "c", "c"] + ["b", "b", "c", "c", "a", "a"] + [
+        "c",
+        "c",
+        "a",
+        "a",
+        "b",
+        "b",
+    ]
+    assert comm.barriers == 9 and len(syncs) == 18  # per batch: one barrier, a sync before it and one after
+    assert all(len(v) == 3 and all(1.0 <= t < 1.5 for t in v) for v in samples.values())  # the slower rank's
+    assert _timing.medians({"a": [3.0, 1.0, 2.0]}) == {"a": 2.0}
+    assert _timing.paired_ratio({"a": [2.0, 9.0, 4.0], "b": [1.0, 3.0, 1.0]}, "a", "b") == 3.0
+    assert _timing.paired_difference({"a": [2.0, 9.0, 4.0], "b": [1.0, 3.0, 1.0]}, "a", "b") == 3.0
+    for bad, message in (
+        (dict(iters=2, rounds=0), "rounds: expected an int >= 1; got 0"),
+        (dict(iters=0, rounds=1), "iters: expected an int >= 1 for 'a'; got 0"),
+        (dict(iters=1, rounds=1, warmup=-1), "warmup: expected an int >= 0 for 'a'; got -1"),
+    ):
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            _timing.interleave(comm, fns, **bad)
+
+
+def test_timer_the_slowest_rank_dominates():
+    slow = WORLD.size - 1
+    nap = 0.02
+    samples = _timing.interleave(
+        WORLD, {"nap": lambda: time.sleep(nap if WORLD.rank == slow else 0)}, iters=2, rounds=3
+    )
+    assert len(samples["nap"]) == 3 and min(samples["nap"]) >= nap  # on every rank, the sleeper's time
+    assert WORLD.allgather(samples) == [samples] * WORLD.size
+    comm = hpccoll.Communicator(WORLD)  # an hpccoll Communicator is timed through its .mpi
+    try:
+        again = _timing.interleave(
+            comm, {"nap": lambda: time.sleep(nap if comm.rank == slow else 0)}, iters=1, rounds=1
+        )
+        assert again["nap"][0] >= nap
+    finally:
+        comm.free()
+
+
+# --------------------------------------------------------------------------- info, and the module under mpiexec
 
 
 def test_info_sections(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    if MPI.COMM_WORLD.rank == 0:
+    if WORLD.rank == 0:
         for section in ("hpccoll", "MPI", "GPU", "transports", "settings", "environment"):
             assert any(line == section or line.startswith(section + " ") for line in out.splitlines()), section
-        assert f"ranks: {MPI.COMM_WORLD.size} on" in out
+        assert f"ranks: {WORLD.size} on" in out
         assert "mpi       (numpy arrays) usable" in out
         assert "shm       (numpy arrays) usable" in out  # MPICH makes node-shared windows here
         assert "NumPy arrays take: auto: node-shared memory" in out and "else NumPy arrays use host MPI" in out
     assert main(["info", "--json"]) == 0
     out = capsys.readouterr().out
-    if MPI.COMM_WORLD.rank == 0:
+    if WORLD.rank == 0:
         info = json.loads(out)
-        assert info["ranks"] == MPI.COMM_WORLD.size
+        assert info["ranks"] == WORLD.size
         assert info["transports"]["shm"]["usable"] and info["transports"]["shm"]["auto"] is None
 
 
-def test_usage_and_bad_arguments(capsys):
-    assert main([]) == 2 and "usage" in capsys.readouterr().out
-    assert main(["frobnicate"]) == 2 and "expected a command" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["bench", "-d", "float128"])
-    assert "expected a dtype" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["bench", "-b", "lots"])
-
-
-@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
+@pytest.mark.skipif(WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
 def test_module_under_mpiexec():
     proc = run_mpiexec(
         2,
-        [sys.executable, "-m", "mpi4py", "-m", "hpccoll", "bench", "-c", "allgather", "-e", "64", "-n", "2"],
+        [sys.executable, "-m", "mpi4py", "-m", "hpccoll", "bench", "--collective", "alltoall", "-e", "64", "-r", "1"],
         timeout=120,
     )
-    assert "# Out of bounds values : 0 OK" in proc.stdout
+    assert "# Out of bounds values : 0 OK" in proc.stdout and "# root 1:" in proc.stdout
