@@ -85,7 +85,7 @@ lint-imports: venv
 # ----------------------------------------------------------------------------
 # Maintainer checks (CI runs them): lint, the documentation, the distributions.
 DEV_EXTRAS ?= $(EXTRAS),lint,docs,dist
-LINT_PATHS := hpccoll tests benchmarks examples jobs docs/conf.py
+LINT_PATHS := hpccoll tests benchmarks examples jobs docs/conf.py docs/_ext
 
 .PHONY: venv-dev lint docs dist
 
@@ -108,10 +108,12 @@ docs: venv-dev
 	$(PY) -m sphinx -W --keep-going -b doctest docs docs/_build/doctest
 
 ## dist: the sdist and wheel (python -m build), checked by twine and for what they must carry
+# (the stale egg-info goes first: setuptools adds what its SOURCES.txt lists to the sdist)
 dist: venv-dev
-	rm -rf dist
+	rm -rf dist build hpccoll.egg-info
 	$(PY) -m build --outdir dist .
 	$(VENV)/bin/twine check --strict dist/*
+	HPCCOLL_DIST_DIR=dist timeout $(TEST_TIMEOUT) $(PY) $(PYTEST) -q tests/test_packaging.py
 
 test-serial: venv
 	timeout $(TEST_TIMEOUT) $(PY) $(PYTEST) tests

@@ -1,5 +1,8 @@
 """hpccoll quickstart: every collective and its adjoint on real data, checked against NumPy.
 
+all_gather, reduce_scatter, all_reduce and all_to_all, each with its adjoint, then the collective dot test of
+every operator (AllGather, ReduceScatter, AllReduce, AllToAll).
+
 Launch (4 ranks; any number works):
 
     mpiexec -n 4 python -m mpi4py examples/quickstart.py [--backend numpy|cupy] [--check]
@@ -88,12 +91,34 @@ def main(argv=None) -> int:
     replicated = hpccoll.all_reduce_adjoint(xp.asarray(same), comm, cotangent="replicated")
     check("all_reduce_adjoint(replicated) == identity for sum", replicated, same)
 
-    # 6. collective dot tests: sum_r <F x, y> == sum_r <x, F^H y>, for every operator.
+    # 6. all_to_all: a distributed transpose. Rank r holds rows of the global (m x k) matrix T (uneven: r + 1 of
+    #    them), splits its rows by columns and receives every rank's rows of its own columns.
+    m, k = n, 2 * size + 1
+    T = rng.standard_normal((m, k))
+    cols = hpccoll.split_sizes(k, size)  # numpy.array_split's column blocks
+    c0 = sum(cols[:rank])
+    t = hpccoll.all_to_all(xp.asarray(T[lo:hi]), comm, split_axis=1, concat_axis=0, recv_sizes=sizes)
+    say("all_to_all(split_axis=1, concat_axis=0): rows", sizes, "-> columns", cols)
+    check("all_to_all == this rank's columns of the global matrix", t, T[:, c0 : c0 + cols[rank]])
+
+    # 7. its adjoint: the all-to-all back (axes and sizes swapped), of a different cotangent on every rank.
+    Gt = rng.standard_normal((size, m, k))  # Gt[r][:, rank r's columns] is rank r's cotangent
+    own = [Gt[r][:, sum(cols[:r]) : sum(cols[: r + 1])] for r in range(size)]
+    back = hpccoll.all_to_all_adjoint(xp.asarray(own[rank]), comm, split_axis=1, concat_axis=0, recv_sizes=sizes)
+    want = np.concatenate([own[r][lo:hi] for r in range(size)], axis=1)
+    check("all_to_all_adjoint == the cotangents' blocks sent back", back, want)
+
+    # 8. collective dot tests: sum_r <F x, y> == sum_r <x, F^H y>, for every operator.
     local = np.random.default_rng(rank)  # different vectors on every rank
     ops = {
         "AllGather": (hpccoll.AllGather(comm, axis=1, sizes=sizes), (2, sizes[rank]), (2, n)),
         "ReduceScatter": (hpccoll.ReduceScatter(comm, sizes=rows), X.shape[1:], (rows[rank], 2)),
         "AllReduce": (hpccoll.AllReduce(comm), (4,), (4,)),
+        "AllToAll": (
+            hpccoll.AllToAll(comm, split_axis=1, concat_axis=0, recv_sizes=sizes),
+            (sizes[rank], k),
+            (m, cols[rank]),
+        ),
     }
     for name, (op, xs, ys) in ops.items():
         ok = dottest(

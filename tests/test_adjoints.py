@@ -5,7 +5,7 @@ import pytest
 from conftest import SIZE_PATTERNS, agree, assert_close, make, raises_everywhere, reference
 
 import hpccoll
-from hpccoll.testing import dottest
+from hpccoll.testing import InnerProductWarning, dottest
 
 pytestmark = pytest.mark.mpi
 
@@ -55,7 +55,8 @@ def test_dottest_catches_a_wrong_adjoint(comm):
     # The replicated convention is *not* the adjoint for varying cotangents; the
     # dot test must say so (at P > 1) on every rank alike.
     op = hpccoll.AllReduce(comm, cotangent="replicated")
-    ok = dottest(op, per_rank(comm, (5,), "float64", 9), per_rank(comm, (5,), "float64", 10), raise_error=False)
+    with pytest.warns(InnerProductWarning, match="replicated"):  # and it says why beforehand
+        ok = dottest(op, per_rank(comm, (5,), "float64", 9), per_rank(comm, (5,), "float64", 10), raise_error=False)
     agree(comm, ok == (comm.size == 1), f"dottest said {ok} at {comm.size} ranks")
 
 
