@@ -1,17 +1,43 @@
-"""Operator objects: a collective's configuration with ``forward``, ``adjoint`` and ``H``."""
+"""Operator objects: a collective's configuration with ``forward``, ``adjoint`` and ``H``.
+
+An operator remembers the extents its calls discovered, so that the other
+direction splits as they did (the way the autograd adapter's backward pass
+reuses its forward's): per layout, keyed by the shape that every rank's
+array has alike (see :class:`Operator`, "Notes").
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from array import array
+from collections import OrderedDict
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from ._api import PAIR, CommLike, OpLike, Pair, Sizes
-from ._arrays import ArrayT
+from ._arrays import ArrayT, as_array, split_sizes
 from ._comm import Communicator, as_communicator
-from ._core.validate import COTANGENTS, sizes_of
-from ._dtypes import normalize_op
-from ._errors import ArgumentError
+from ._core.validate import (
+    COTANGENTS,
+    axis_of,
+    block_sizes,
+    list_types,
+    outs_of,
+    refuse,
+    sizes_of,
+    survey_list,
+    with_extent,
+)
+from ._dtypes import check_dtype, normalize_op
+from ._errors import ArgumentError, HpccollError
+from .collectives.alltoall import recv_extents
+from .transports._control import exchange_extents, run
 
 __all__ = ["Operator", "AllGather", "ReduceScatter", "AllReduce", "AllToAll"]
+
+#: How many layouts (distinct shapes) an operator remembers; the least recently used is forgotten first.
+LAYOUTS = 64
+
+#: A call of one side of a pair with its ``sizes`` (and ``out``) given: ``call(x, sizes, out)``.
+_Call = Callable[[Any, Optional[Tuple[int, ...]], Any], Any]
 
 
 class Operator:
@@ -20,6 +46,23 @@ class Operator:
     ``op(x)`` is ``op.forward(x)``; ``op.H`` is the adjoint as an operator,
     with ``op.H.H is op``. Both take one array, or a list of arrays (the
     coalesced form), and return the same form.
+
+    Notes
+    -----
+    Operators remember what their calls learned about uneven extents, and the
+    other direction reuses it, so that ``op.H`` is the adjoint of the ``op``
+    that ran (``AllGather``'s shard extents, ``ReduceScatter``'s through its
+    adjoint, ``AllToAll``'s ``recv_sizes``). An entry is kept per layout,
+    keyed by the shape of the array that goes the other way: ``AllGather``
+    remembers, for each shape of gathered result, the extents the latest
+    forward that produced it gathered, and its adjoint looks the shape of
+    ``y`` up. Two forwards with results of one shape but different splits
+    share an entry (the latest wins): give ``sizes`` (or use one operator
+    per decomposition) when one operator serves several. The 64 most
+    recently used layouts are kept. Where a split
+    cannot be known (no ``sizes``, no forward of that layout, and an extent
+    that does not divide evenly over the ranks) the adjoint raises
+    :class:`~hpccoll.ArgumentError` on every rank instead of guessing.
     """
 
     comm: Communicator
@@ -90,11 +133,95 @@ def _check_sizes(sizes: Sizes, comm: Communicator) -> Optional[Tuple[int, ...]]:
     return None if sizes is None else sizes_of(sizes, comm.size)
 
 
+class _Layouts:
+    """The extents an operator's calls learned, per layout key; the :data:`LAYOUTS` most recently used."""
+
+    def __init__(self) -> None:
+        self._seen: "OrderedDict[Hashable, Any]" = OrderedDict()
+
+    def put(self, key: Hashable, value: Any) -> None:
+        self._seen[key] = value
+        self._seen.move_to_end(key)
+        while len(self._seen) > LAYOUTS:
+            self._seen.popitem(last=False)
+
+    def get(self, key: Hashable) -> Any:
+        value = self._seen.get(key)
+        if value is not None:
+            self._seen.move_to_end(key)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+def _arrays_of(x: Any) -> Optional[Tuple[List[Any], bool]]:
+    """``x``'s arrays and whether ``x`` is a list, or ``None`` where the collective itself is to refuse ``x``."""
+    try:
+        types = list_types(x)
+        if types is not None:
+            arrays = list(survey_list(x, types).arrays)
+            return (arrays, True) if arrays else None
+        a, _ = as_array(x)
+        check_dtype(a.dtype, "x")
+        return [a], False
+    except HpccollError:
+        return None
+
+
+def _axes(arrays: Sequence[Any], axis: int, name: str = "axis", joins: bool = False) -> Optional[List[int]]:
+    """Each array's ``axis`` normalised, or ``None`` where the collective itself is to refuse it."""
+    try:
+        return [axis_of(axis, a.ndim, name, joins) for a in arrays]
+    except HpccollError:
+        return None
+
+
+def _key(shapes: Sequence[Sequence[int]], many: bool) -> Hashable:
+    """A layout's key: its arrays' shapes, and whether they came as a list."""
+    return many, tuple(tuple(s) for s in shapes)
+
+
+def _grouped(call: _Call, x: Any, table: Sequence[Tuple[int, ...]], out: Any, many: bool) -> Any:
+    """``call`` on ``x`` with array i's extents ``table[i]``: one call per distinct row (the same on every rank)."""
+    if not many or table.count(table[0]) == len(table):
+        return call(x, tuple(table[0]), out)
+    outs = outs_of(out, len(table))
+    groups: Dict[Tuple[int, ...], List[int]] = {}
+    for i, row in enumerate(table):
+        groups.setdefault(tuple(row), []).append(i)
+    results: List[Any] = [None] * len(table)
+    for row, idx in groups.items():
+        part = call([x[i] for i in idx], row, None if out is None else [outs[i] for i in idx])
+        for i, r in zip(idx, part):
+            results[i] = r
+    return results
+
+
+def _extents(c: Communicator, arrays: Sequence[Any], axes: Sequence[int], what: str) -> List[Tuple[int, ...]]:
+    """Every rank's extent of each array along its axis (one small exchange, as the collective's own)."""
+    if c.size == 1:
+        return [(int(a.shape[ax]),) for a, ax in zip(arrays, axes)]
+    return exchange_extents(c, arrays, axes, what)
+
+
+def _ints_of_every_rank(c: Communicator, value: int, what: str) -> List[int]:
+    """Every rank's ``value`` (one ``Allgather`` of one int64 per rank, on the control plane)."""
+    table = array("q", bytes(8 * c.size))
+    run(c, "Allgather", array("q", [value]), table, what=f"{what}'s layout agreement")
+    return table.tolist()
+
+
 class _PairOperator(Operator):
     """An operator over one :class:`~hpccoll._api.Pair`: its keywords bound to both sides."""
 
     pair: Pair
     keywords: Dict[str, Any]
+    sizes: Optional[Tuple[int, ...]] = None
+    axis: int = 0
+
+    def __init__(self) -> None:
+        self.layouts = _Layouts()
 
     def forward(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         """Apply the collective with this operator's settings.
@@ -111,12 +238,11 @@ class _PairOperator(Operator):
         array or list of arrays
             This rank's result, a new array (or ``out``).
         """
-        fwd = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
-        result: ArrayT = self.pair.forward(x, self.comm, out=out, **fwd)
+        result: ArrayT = self._forward(x, out)
         return result
 
     def adjoint(self, y: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
-        """Apply the adjoint with this operator's settings.
+        """Apply the adjoint with this operator's settings (and the extents its forward learned).
 
         Parameters
         ----------
@@ -129,9 +255,86 @@ class _PairOperator(Operator):
         -------
         array or list of arrays
             The cotangent of this rank's input, a new array (or ``out``).
+
+        Raises
+        ------
+        ArgumentError
+            On every rank, where the split of ``y`` cannot be known: no
+            ``sizes`` (``recv_sizes`` for :class:`AllToAll`), no forward call
+            of this layout, and an extent that does not divide evenly over
+            the ranks.
         """
-        result: ArrayT = self.pair.adjoint(y, self.comm, out=out, **self.keywords)
+        result: ArrayT = self._adjoint(y, out)
         return result
+
+    def _forward(self, x: Any, out: Any) -> Any:
+        fwd = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
+        return self.pair.forward(x, self.comm, out=out, **fwd)
+
+    def _adjoint(self, y: Any, out: Any) -> Any:
+        return self.pair.adjoint(y, self.comm, out=out, **self.keywords)
+
+    def _call(self, fn: Callable[..., Any]) -> _Call:
+        """``fn`` (one side of the pair) with this operator's keywords but ``sizes``."""
+        keywords = {k: v for k, v in self.keywords.items() if k != "sizes"}
+        if fn is self.pair.forward:
+            keywords = {k: v for k, v in keywords.items() if k not in self.pair.adjoint_only}
+
+        def call(a: Any, sizes: Optional[Tuple[int, ...]], out: Any) -> Any:
+            return fn(a, self.comm, out=out, sizes=sizes, **keywords)
+
+        return call
+
+    def _gathering(self, x: Any, out: Any, fn: Callable[..., Any], what: str) -> Any:
+        """A gathering side (AllGather's forward, ReduceScatter's adjoint): learns every rank's extents and
+        remembers them by the gathered shape."""
+        call, c = self._call(fn), self.comm
+        if self.sizes is not None:
+            return call(x, self.sizes, out)
+        found = _arrays_of(x)
+        axes = None if found is None else _axes(found[0], self.axis, joins=True)
+        if found is None or axes is None:
+            return call(x, None, out)  # the collective refuses x, as it would have
+        arrays, many = found
+        if c.check:  # check mode's detailed agreement first; then the extents, known to agree
+            result = call(x, None, out)
+            table = _extents(c, arrays, axes, what)
+        else:  # one exchange, as the collective's own; the data then moves with the extents known
+            table = _extents(c, arrays, axes, what)
+            result = _grouped(call, x, table, out, many)
+        shapes = [with_extent(a.shape, ax, sum(t)) for a, ax, t in zip(arrays, axes, table)]
+        self.layouts.put(_key(shapes, many), table)
+        return result
+
+    def _scattering(self, y: Any, out: Any, fn: Callable[..., Any], what: str, guess: bool) -> Any:
+        """A scattering side (AllGather's adjoint, ReduceScatter's forward): splits as the gathering side did for
+        this shape; else like ``numpy.array_split`` where ``guess`` or the extents divide evenly, else refuses."""
+        call = self._call(fn)
+        if self.sizes is not None:
+            return call(y, self.sizes, out)
+        found = _arrays_of(y)
+        axes = None if found is None else _axes(found[0], self.axis)
+        if found is None or axes is None:
+            return call(y, None, out)
+        arrays, many = found
+        table = self.layouts.get(_key([a.shape for a in arrays], many))
+        if table is not None:
+            return _grouped(call, y, table, out, many)
+        p = self.comm.size
+        odd = None if guess else next((i for i, (a, ax) in enumerate(zip(arrays, axes)) if a.shape[ax] % p), None)
+        if odd is not None:  # the shape of y is the same on every rank: so is this verdict
+            name, shape, ax = f"y[{odd}]" if many else "y", arrays[odd].shape, axes[odd]
+            refuse(
+                self.comm,
+                what,
+                ArgumentError(
+                    f"{what}: expected the extents of the shards along axis {ax}: sizes= given to "
+                    f"{type(self).__name__}, or a forward call of this operator whose result had {name}'s shape "
+                    f"{shape}; got neither, and {name}.shape[{ax}] == {shape[ax]} does not divide evenly over {p} "
+                    f"ranks (numpy.array_split's {list(split_sizes(shape[ax], p))} would be a guess)"
+                ),
+            )
+        return call(y, None, out)
 
 
 class AllGather(_PairOperator):
@@ -144,9 +347,11 @@ class AllGather(_PairOperator):
     axis : int
         The concatenation axis.
     sizes : sequence of int, optional
-        Every rank's shard extent. ``None``: the forward discovers them and
-        the adjoint splits like ``numpy.array_split``; give ``sizes`` when
-        shards are split otherwise.
+        Every rank's shard extent. ``None``: the forward discovers them (one
+        small exchange) and the adjoint reuses those of the latest forward
+        whose result had ``y``'s shape. With no such forward it splits evenly
+        where the extent divides over the ranks, and otherwise raises
+        :class:`~hpccoll.ArgumentError` rather than guess.
 
     Examples
     --------
@@ -155,12 +360,19 @@ class AllGather(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, axis: int = 0, sizes: Sizes = None) -> None:
+        super().__init__()
         self.comm = as_communicator(comm)
         self.axis = axis
         self.sizes = _check_sizes(sizes, self.comm)
         self.keywords = dict(axis=axis, sizes=self.sizes)
 
     pair = PAIR["all_gather"]
+
+    def _forward(self, x: Any, out: Any) -> Any:
+        return self._gathering(x, out, self.pair.forward, "all_gather")
+
+    def _adjoint(self, y: Any, out: Any) -> Any:
+        return self._scattering(y, out, self.pair.adjoint, "AllGather.adjoint", guess=False)
 
     def __repr__(self) -> str:
         return f"AllGather(axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
@@ -178,10 +390,14 @@ class ReduceScatter(_PairOperator):
     axis : int
         The axis the result is split along.
     sizes : sequence of int, optional
-        Every rank's block extent; ``None`` splits like ``numpy.array_split``.
+        Every rank's block extent. ``None``: the forward splits like
+        ``numpy.array_split``, unless this operator's adjoint gathered an
+        array of ``x``'s shape from blocks of other extents (then it splits
+        as they were, so that ``op.H.H`` is the adjoint of ``op.H``).
     """
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", axis: int = 0, sizes: Sizes = None) -> None:
+        super().__init__()
         self.comm = as_communicator(comm)
         self.op = normalize_op(op)
         self.axis = axis
@@ -190,12 +406,22 @@ class ReduceScatter(_PairOperator):
 
     pair = PAIR["reduce_scatter"]
 
+    def _forward(self, x: Any, out: Any) -> Any:
+        return self._scattering(x, out, self.pair.forward, "reduce_scatter", guess=True)
+
+    def _adjoint(self, y: Any, out: Any) -> Any:
+        if self.op not in ("sum", "avg"):  # no adjoint: the collective says so, before any exchange
+            return super()._adjoint(y, out)
+        return self._gathering(y, out, self.pair.adjoint, "reduce_scatter_adjoint")
+
     def __repr__(self) -> str:
         return f"ReduceScatter(op={self.op!r}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
 
 
 class AllReduce(_PairOperator):
     """All-reduce; adjoint per the ``cotangent`` convention.
+
+    Its result has its input's shape, so it has no extents to remember.
 
     Parameters
     ----------
@@ -210,6 +436,7 @@ class AllReduce(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> None:
+        super().__init__()
         self.comm = as_communicator(comm)
         self.op = normalize_op(op)
         if cotangent not in COTANGENTS:
@@ -221,6 +448,10 @@ class AllReduce(_PairOperator):
 
     def __repr__(self) -> str:
         return f"AllReduce(op={self.op!r}, cotangent={self.cotangent!r}, size={self.comm.size})"
+
+
+#: AllToAll's layout agreement: what a rank found for ``y`` (a forward call's number counts from 1).
+_UNKNOWN, _UNEVEN, _INVALID = 0, -1, -2
 
 
 class AllToAll(_PairOperator):
@@ -237,9 +468,13 @@ class AllToAll(_PairOperator):
         ``None``: ``numpy.array_split``'s.
     recv_sizes : sequence of int, optional
         The extents along ``concat_axis`` of the blocks received, one per
-        source. ``None``: the forward learns them with one small exchange and
-        the adjoint splits like ``numpy.array_split``; give them when the
-        domain is split otherwise.
+        source. ``None``: the forward learns them with one small exchange,
+        and the adjoint reuses those of the latest forward whose result had
+        ``y``'s shape on this rank. One small exchange checks that every rank
+        found the same forward call; with no such call the adjoint splits
+        evenly where ``y.shape[concat_axis]`` divides over the ranks on every
+        rank, and otherwise raises :class:`~hpccoll.ArgumentError` on every
+        rank rather than guess. Give them when the domain is split otherwise.
 
     Examples
     --------
@@ -256,6 +491,7 @@ class AllToAll(_PairOperator):
         sizes: Sizes = None,
         recv_sizes: Sizes = None,
     ) -> None:
+        super().__init__()
         self.comm = as_communicator(comm)
         self.split_axis, self.concat_axis = split_axis, concat_axis
         self.sizes = _check_sizes(sizes, self.comm)
@@ -263,11 +499,78 @@ class AllToAll(_PairOperator):
         self.keywords = dict(
             split_axis=split_axis, concat_axis=concat_axis, sizes=self.sizes, recv_sizes=self.recv_sizes
         )
+        self._calls = 0  # forward calls that learned recv_sizes: the same count on every rank
 
     pair = PAIR["all_to_all"]
+
+    def _with(self, fn: Callable[..., Any], y: Any, out: Any, sizes: Any, recv_sizes: Any) -> Any:
+        axes = dict(split_axis=self.split_axis, concat_axis=self.concat_axis)
+        return fn(y, self.comm, out=out, sizes=sizes, recv_sizes=recv_sizes, **axes)
+
+    def _forward(self, x: Any, out: Any) -> Any:
+        c = self.comm
+        found = None if self.recv_sizes is not None else _arrays_of(x)
+        if found is None or found[1]:  # recv_sizes given, x refused by the collective, or a list: as it comes
+            return super()._forward(x, out)
+        a = found[0][0]
+        try:
+            sa = axis_of(self.split_axis, a.ndim, "split_axis")
+            ca = axis_of(self.concat_axis, a.ndim, "concat_axis")
+            sizes = block_sizes(self.sizes, a.shape[sa], c.size, f"x.shape[{sa}]")
+        except HpccollError:
+            return super()._forward(x, out)  # the collective raises, as it would have
+        if c.check:  # check mode's detailed agreement first; then the extents, known to agree
+            result = super()._forward(x, out)
+            recv = recv_extents(c, a, sa, ca, sizes, "all_to_all")
+        else:
+            recv = recv_extents(c, a, sa, ca, sizes, "all_to_all")
+            result = self._with(self.pair.forward, x, out, sizes, recv)
+        self._calls += 1
+        shape = with_extent(with_extent(a.shape, sa, sizes[c.rank]), ca, sum(recv))
+        self.layouts.put(_key([shape], False), (self._calls, sizes, recv))
+        return result
+
+    def _adjoint(self, y: Any, out: Any) -> Any:
+        if self.recv_sizes is not None:
+            return super()._adjoint(y, out)
+        c, status, entry = self.comm, _INVALID, None
+        found = _arrays_of(y)
+        cas = None if found is None else _axes(found[0], self.concat_axis, "concat_axis")
+        if found is not None and cas is not None:
+            arrays, many = found
+            entry = None if many else self.layouts.get(_key([arrays[0].shape], False))
+            if entry is not None:
+                status = entry[0]
+            else:
+                status = _UNEVEN if any(a.shape[ca] % c.size for a, ca in zip(arrays, cas)) else _UNKNOWN
+        # y's shape differs between ranks: they agree first on what each found (instead of hanging apart)
+        statuses = [status] if c.size == 1 else _ints_of_every_rank(c, status, "AllToAll.adjoint")
+        if statuses[0] > 0 and statuses.count(statuses[0]) == len(statuses):
+            assert entry is not None, "a forward call's number comes from an entry"
+            _, sizes, recv = entry
+            return self._with(self.pair.adjoint, y, out, sizes, recv)
+        if _INVALID in statuses or statuses.count(_UNKNOWN) == len(statuses):
+            return super()._adjoint(y, out)  # as before: the even split, or the collective's own refusal
+        raise ArgumentError(_unknown_recv_sizes(statuses, self.concat_axis))
 
     def __repr__(self) -> str:
         return (
             f"AllToAll(split_axis={self.split_axis}, concat_axis={self.concat_axis}, sizes={self.sizes}, "
             f"recv_sizes={self.recv_sizes}, size={self.comm.size})"
         )
+
+
+def _unknown_recv_sizes(statuses: Sequence[int], concat_axis: int) -> str:
+    """Why AllToAll's adjoint cannot split ``y``, from every rank's status (the same message on every rank)."""
+    if all(s <= 0 for s in statuses):
+        ranks = [r for r, s in enumerate(statuses) if s == _UNEVEN]
+        return (
+            "AllToAll.adjoint: expected recv_sizes= given to AllToAll, or a forward call of this operator whose "
+            f"result had y's shape on every rank; got neither, and y.shape[{concat_axis}] does not divide evenly "
+            f"over {len(statuses)} ranks on rank(s) {ranks} (numpy.array_split's split would be a guess)"
+        )
+    return (
+        "AllToAll.adjoint: expected y with the shape of one forward call's result on every rank (or recv_sizes= "
+        "given to AllToAll); got shapes that match different forward calls, or none, on different ranks (the "
+        f"forward call each rank's y matches, counting from 1, 0 for none: {[max(s, 0) for s in statuses]})"
+    )

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ._api import all_reduce
 from ._comm import as_communicator
 from ._errors import ArgumentError
 
@@ -101,8 +102,9 @@ def dottest(
     """Collective dot-product test of ``op.forward`` against ``op.adjoint`` (collective).
 
     Checks ``sum_r <op.forward(x_r), y_r> == sum_r <x_r, op.adjoint(y_r)>``
-    over the ranks ``r``, with ``<a, b> = vdot(a, b)`` computed in float64
-    (complex128 when any of the four arrays is complex). Give every rank
+    over the ranks ``r``, with ``<a, b> = vdot(a, b)`` computed on the host
+    in float64 (complex128 when any of the four arrays is complex) and
+    summed with :func:`hpccoll.all_reduce`. Give every rank
     different ``x`` and ``y``: equal vectors everywhere cannot catch a factor
     of P. Every rank returns (or raises) the same verdict.
 
@@ -181,12 +183,11 @@ def dottest(
         [np.vdot(_host(fx, complex_), _host(y, complex_)), np.vdot(_host(x, complex_), _host(aty, complex_))],
         dtype=dtype,
     )
-    total = np.empty_like(local)
-    c.mpi.Allreduce(local, total)
+    total = all_reduce(local, c)  # through hpccoll's transports: NumPy on the host, whatever x and y were
     lhs, rhs = (complex(v) if complex_ else float(v) for v in total)
     scale = max(abs(lhs), abs(rhs))
-    ok = bool(abs(lhs - rhs) <= rtol * scale)
-    ok = c.mpi.bcast(ok, root=0)
+    # One verdict: every rank's sums are the same reduction, but the ranks need not round it alike.
+    ok = bool(all_reduce(np.array([abs(lhs - rhs) <= rtol * scale], dtype=np.int8), c, op="min")[0])
     if not ok and raise_error:
         relative = abs(lhs - rhs) / scale if scale else float("inf")
         raise AssertionError(

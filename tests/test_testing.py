@@ -7,8 +7,10 @@ import warnings
 import numpy as np
 import pytest
 from conftest import agree, raises_everywhere
+from test_nccl_standin import dev, fresh, gpu, runtime  # noqa: F401 - the CuPy stand-in's fixtures
 
 import hpccoll
+import hpccoll.testing
 from hpccoll.testing import InnerProductWarning, default_rtol, dottest
 
 pytestmark = pytest.mark.mpi
@@ -141,3 +143,33 @@ def test_default_rtol():
     assert default_rtol("float64") == default_rtol("complex128") == 1e-12
     with pytest.raises(hpccoll.ArgumentError, match=r"dtype: expected a boolean, integer, floating or complex dtype"):
         default_rtol("U4")
+
+
+def test_sums_go_through_hpccoll(comm, monkeypatch):
+    """dottest sums the local inner products (and agrees on its verdict) with hpccoll.all_reduce, on the host."""
+    seen = []
+    real = hpccoll.testing.all_reduce
+
+    def spy(x, c, **kw):
+        seen.append((type(x), x.dtype.name, x.shape, kw.get("op", "sum")))
+        return real(x, c, **kw)
+
+    monkeypatch.setattr(hpccoll.testing, "all_reduce", spy)
+    X, Y = global_data(comm, "complex64", 11), global_data(comm, "complex64", 12)
+    ok = dottest(hpccoll.AllReduce(comm), X[comm.rank], Y[comm.rank])
+    want = [(np.ndarray, "complex128", (2,), "sum"), (np.ndarray, "int8", (1,), "min")]
+    agree(comm, ok is True and seen == want, f"dottest returned {ok!r} after the calls {seen}")
+
+
+def test_cupy_operands(gpu):  # noqa: F811 - the fixture
+    """CuPy operands (the stand-in, over NCCL's stand-in): the inner products are hosted, the verdict is the same
+    on every rank, for a right adjoint and a wrong one, with shards that array_split would not give."""
+    sizes = [2 + 3 * r for r in range(gpu.size)]
+    X = global_data(gpu, "float64", 13, n=max(sizes))
+    Y = global_data(gpu, "float64", 14, n=sum(sizes))
+    x, y = dev(X[gpu.rank][: sizes[gpu.rank]]), dev(Y[gpu.rank])
+    op = hpccoll.AllGather(gpu)
+    ok = dottest(op, x, y)
+    ok_h = dottest(op.H, y, x)  # op.H splits y as op's forward gathered x
+    wrong = dottest(Doubled(gpu), dev(X[gpu.rank]), dev(Y[gpu.rank][: X.shape[1]]), raise_error=False)
+    agree(gpu, (ok, ok_h, wrong) == (True, True, False), f"dottest returned {ok!r}, {ok_h!r}, {wrong!r}")
