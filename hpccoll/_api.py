@@ -14,6 +14,7 @@ from typing import (
     Any,
     Callable,
     FrozenSet,
+    List,
     Literal,
     NamedTuple,
     Optional,
@@ -23,7 +24,7 @@ from typing import (
     overload,
 )
 
-from ._arrays import ArrayT, split_sizes
+from ._arrays import Array, ArrayT, split_sizes
 from ._comm import Communicator, as_communicator
 from ._core.launch import then
 from ._core.validate import COTANGENTS, is_array_list, linear_op, one_array, outs_of, refuse
@@ -57,12 +58,32 @@ __all__ = [
 
 #: What ``comm`` accepts: a Communicator, an mpi4py intracommunicator, or ``None`` for the world.
 CommLike = Union[Communicator, "MPIComm", None]
-#: What ``op`` accepts: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"avg"`` or an ``mpi4py.MPI.Op``.
+#: What ``op`` accepts: a name in :data:`hpccoll.OPS` or the ``mpi4py.MPI.Op`` of one.
 OpLike = Union[str, "MPIOp"]
 #: Per-rank extents along an axis, or ``None`` to discover (or split evenly).
 Sizes = Optional[Sequence[int]]
 
 
+@overload
+def all_gather(
+    x: Array,
+    comm: CommLike = None,
+    *,
+    axis: None,
+    sizes: None = None,
+    out: Optional[Sequence[Array]] = None,
+    async_op: Literal[False] = False,
+) -> List[Array]: ...
+@overload
+def all_gather(
+    x: Array,
+    comm: CommLike = None,
+    *,
+    axis: None,
+    sizes: None = None,
+    out: Optional[Sequence[Array]] = None,
+    async_op: Literal[True],
+) -> Request[List[Array]]: ...
 @overload
 def all_gather(
     x: ArrayT,
@@ -87,7 +108,7 @@ def all_gather(
     x: ArrayT,
     comm: CommLike = None,
     *,
-    axis: int = 0,
+    axis: Optional[int] = 0,
     sizes: Sizes = None,
     out: Union[ArrayT, Literal["shared"], None] = None,
     async_op: bool = False,
@@ -98,16 +119,27 @@ def all_gather(
     ----------
     x : array_like (NumPy or CuPy)
         This rank's shard. Shards may differ in extent along ``axis``; all
-        other dimensions, and the dtype, must match across ranks.
+        other dimensions, and the dtype, must match across ranks. With
+        ``axis=None``, one array of any shape (0-D and empty included), not a
+        list.
     comm : Communicator, mpi4py.MPI.Intracomm or None
         The ranks; ``None`` is the world.
-    axis : int
+    axis : int or None
         The axis to concatenate along (negative counts from the end).
+        ``None``: no concatenation; the result is a list of ``comm.size``
+        arrays, rank q's ``x`` at index q, whose shapes may differ in any
+        dimension (mpi4py's lowercase ``allgather``, without pickling: the
+        shapes and the dtype are exchanged in one small collective, then the
+        bytes move in one). Every rank's dtype must be the same; a difference
+        raises :class:`MismatchError` on every rank, check mode or not.
     sizes : sequence of int, optional
         Every rank's extent along ``axis``, one int per rank. ``None``
-        discovers them with one small exchange.
-    out : array or "shared", optional
+        discovers them with one small exchange. Must be ``None`` with
+        ``axis=None``.
+    out : array, list of arrays or "shared", optional
         Where to write the result (shape of the concatenation, dtype of ``x``).
+        With ``axis=None``, a list of ``comm.size`` writeable arrays of the
+        ranks' shapes and ``x``'s dtype (the result is copied into them).
         ``"shared"`` (NumPy arrays): one read-only result per node, in
         node-shared memory, that every rank of the node views; zero copy when
         ``x`` is this rank's array from :meth:`Communicator.shared_empty`
@@ -119,10 +151,12 @@ def all_gather(
 
     Returns
     -------
-    array
+    array or list of arrays
         The concatenation, a new array (or ``out``); it never aliases ``x``,
         except for ``out="shared"`` of a shard from ``shared_empty``, which
-        the result takes over (the shard becomes read-only).
+        the result takes over (the shard becomes read-only). With
+        ``axis=None``, a list of ``comm.size`` new arrays (views of one
+        received buffer), or ``out``.
 
     Raises
     ------
@@ -138,13 +172,37 @@ def all_gather(
     --------
     >>> y = hpccoll.all_gather(np.full(2, comm.rank))        # doctest: +SKIP
     >>> # on 3 ranks: array([0, 0, 1, 1, 2, 2])
+    >>> ys = hpccoll.all_gather(np.ones((comm.rank, 2)), axis=None)  # doctest: +SKIP
+    >>> # on 3 ranks: a list of arrays of shapes (0, 2), (1, 2) and (2, 2)
     """
     c = as_communicator(comm)
+    if axis is None:
+        return gather.all_gather_arrays(x, c, sizes, out, "all_gather", async_op)
     if type(out) is str:
         return shared.shared_all_gather(x, c, axis, sizes, out, "all_gather", async_op)
     return gather.all_gather(x, c, axis, sizes, out, "all_gather", async_op)
 
 
+@overload
+def all_gather_adjoint(
+    y: Sequence[Array],
+    comm: CommLike = None,
+    *,
+    axis: None,
+    sizes: None = None,
+    out: Optional[Array] = None,
+    async_op: Literal[False] = False,
+) -> Array: ...
+@overload
+def all_gather_adjoint(
+    y: Sequence[Array],
+    comm: CommLike = None,
+    *,
+    axis: None,
+    sizes: None = None,
+    out: Optional[Array] = None,
+    async_op: Literal[True],
+) -> Request[Array]: ...
 @overload
 def all_gather_adjoint(
     y: ArrayT,
@@ -169,7 +227,7 @@ def all_gather_adjoint(
     y: ArrayT,
     comm: CommLike = None,
     *,
-    axis: int = 0,
+    axis: Optional[int] = 0,
     sizes: Sizes = None,
     out: Optional[ArrayT] = None,
     async_op: bool = False,
@@ -178,19 +236,25 @@ def all_gather_adjoint(
 
     Parameters
     ----------
-    y : array_like (NumPy or CuPy)
+    y : array_like (NumPy or CuPy), or list of arrays
         A cotangent of the gathered array (its full shape), different on
-        every rank in general.
+        every rank in general. With ``axis=None``, a list of ``comm.size``
+        arrays of one dtype, ``y[q]`` shaped like rank q's ``x``; every rank's
+        list has the same shapes (checked: one small exchange, in detail in
+        check mode).
     comm : Communicator, mpi4py.MPI.Intracomm or None
         The ranks; ``None`` is the world.
-    axis : int
-        The forward's concatenation axis.
+    axis : int or None
+        The forward's concatenation axis; ``None`` for the forward's list of
+        one array per rank: every rank r gets the sum over ranks of their
+        ``y[r]`` (a reduce-scatter of the flat concatenation).
     sizes : sequence of int, optional
         The forward's shard extents. ``None`` means ``numpy.array_split``'s
         split of ``y.shape[axis]``; pass the forward's sizes when the shards
-        were split otherwise.
+        were split otherwise. Must be ``None`` with ``axis=None``.
     out : array, optional
-        Where to write this rank's block.
+        Where to write this rank's block (``axis=None``: an array shaped like
+        ``y[rank]``).
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
@@ -207,6 +271,8 @@ def all_gather_adjoint(
     >>> # on 3 ranks: array([3., 3.]) on every rank
     """
     c = as_communicator(comm)
+    if axis is None:
+        return scatter.reduce_scatter_arrays(y, c, sizes, out, "all_gather_adjoint", async_op)
     return scatter.reduce_scatter(y, c, "sum", axis, sizes, out, "all_gather_adjoint", async_op)
 
 
@@ -251,8 +317,9 @@ def reduce_scatter(
     comm : Communicator, mpi4py.MPI.Intracomm or None
         The ranks; ``None`` is the world.
     op : str or mpi4py.MPI.Op
-        ``"sum"``, ``"prod"``, ``"max"``, ``"min"`` or ``"avg"`` (or
-        ``MPI.SUM``/``PROD``/``MAX``/``MIN``).
+        ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"avg"``, or the logical
+        and bitwise ``"land"``, ``"lor"``, ``"lxor"``, ``"band"``, ``"bor"``,
+        ``"bxor"`` (bool and integer dtypes); or the mpi4py ``MPI.Op`` of one.
     axis : int
         The axis to split the result along.
     sizes : sequence of int, optional
@@ -406,7 +473,9 @@ def all_reduce(
     comm : Communicator, mpi4py.MPI.Intracomm or None
         The ranks; ``None`` is the world.
     op : str or mpi4py.MPI.Op
-        ``"sum"``, ``"prod"``, ``"max"``, ``"min"`` or ``"avg"``.
+        ``"sum"``, ``"prod"``, ``"max"``, ``"min"``, ``"avg"``, or the logical
+        and bitwise ``"land"``, ``"lor"``, ``"lxor"``, ``"band"``, ``"bor"``,
+        ``"bxor"`` (bool and integer dtypes); or the mpi4py ``MPI.Op`` of one.
     out : array or "shared", optional
         Where to write the result. ``out=x`` reduces in place (the only
         allowed overlap with ``x``). ``"shared"`` (NumPy arrays): one

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import _timing
+from ._dtypes import OPS
 
 __all__ = ["COLLECTIVES", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
 
@@ -555,7 +556,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=np.dtype(np.float32),
         help="float32 (default), float64, float16, bfloat16, int32, ... (nccl-tests names work too)",
     )
-    p.add_argument("-o", "--op", choices=("sum", "prod", "max", "min", "avg"), default="sum", help="default sum")
+    p.add_argument("-o", "--op", choices=OPS, default="sum", help="default sum")
     p.add_argument(
         "-r",
         "--root",

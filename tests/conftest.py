@@ -131,6 +131,18 @@ def forced_datatypes(forced=True):
 def reference(stack, op):
     """NumPy reduction over the leading rank axis of ``stack`` in ``stack``'s dtype."""
     dtype = stack.dtype
+    if op in ("land", "lor", "lxor"):  # MPI's logical ops: nonzero is true, the result 0/1 in the dtype
+        return (
+            {"land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}[op]
+            .reduce(stack, axis=0)
+            .astype(dtype)
+        )
+    if op in ("band", "bor", "bxor") and dtype.kind not in "biu":  # no meaning (hpccoll raises DTypeError)
+        return np.zeros(stack.shape[1:], dtype)  # a placeholder that the sweeps never compare with
+    if op in ("band", "bor", "bxor"):
+        return {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op].reduce(
+            stack, axis=0, dtype=dtype
+        )
     if op == "avg":
         wide = np.complex128 if dtype.kind == "c" else np.float64
         return stack.astype(wide).mean(axis=0).astype(dtype)

@@ -29,7 +29,12 @@ pytestmark = pytest.mark.mpi
         (lambda c: hpccoll.all_gather(np.ones(2, "M8[s]"), c), DTypeError, "datetime64"),
         (lambda c: hpccoll.all_gather([[1], [2, 3]], c), ArgumentError, "x: expected"),
         (lambda c: hpccoll.reduce_scatter(np.ones(4), c, op="mean"), ArgumentError, "op: expected one of"),
-        (lambda c: hpccoll.reduce_scatter(np.ones(4), c, op=MPI.LAND), ArgumentError, "op: expected"),
+        (
+            lambda c: hpccoll.reduce_scatter(np.ones(4), c, op=MPI.LAND),
+            DTypeError,
+            r"op='land' \(MPI\.LAND\): expected a bool or integer dtype .*; got float64",
+        ),
+        (lambda c: hpccoll.reduce_scatter(np.ones(4), c, op=MPI.MAXLOC), ArgumentError, r"; got MPI\.MAXLOC$"),
         (lambda c: hpccoll.reduce_scatter(np.ones(4), c, sizes=[5] + [0] * (c.size - 1)), ArgumentError, "summing to"),
         (lambda c: hpccoll.reduce_scatter(np.ones(4, "i4"), c, op="avg"), DTypeError, "op='avg'"),
         (lambda c: hpccoll.reduce_scatter(np.ones(4, "c8"), c, op="max"), DTypeError, "not ordered"),

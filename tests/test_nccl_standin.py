@@ -29,6 +29,7 @@ from conftest import (
     assert_close,
     assert_same,
     make,
+    raises_everywhere,
     reference,
     widening_error,
 )
@@ -985,3 +986,74 @@ def test_stalled_without_timeout_would_hang(gpu):
         y.get()
     nc.abort()  # what the user must do; the queued call then exits without moving data
     assert nc._aborted
+
+
+# --------------------------------------------------------------------------- MPI's logical and bitwise ops
+
+
+@pytest.mark.parametrize("op", ["land", "lor", "lxor", "band", "bor", "bxor"])
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "int32", "uint16", "uint64"])
+def test_logical_ops_over_nccl(gpu, fresh, dtype, op):
+    """NCCL has no logical ops: land/lor/lxor travel as min/max/sum of 0/1 bytes (lxor: the sum's parity);
+    bool's bitwise ops are its logical ones; integers' bitwise ops are refused, naming the op, and run
+    on ``staged``."""
+    from test_logical_ops import MPI_OPS, bounds, data, logical_reference
+
+    dtype = np.dtype(dtype)
+    stack = data(gpu.size, (2 * gpu.size + 1, 3), dtype, seed=17)
+    x = stack[gpu.rank]
+    want = logical_reference(stack, op)
+    sizes = hpccoll.split_sizes(x.shape[0], gpu.size)
+    if dtype != np.bool_ and op.startswith("b") and gpu.size > 1:
+        match = rf"op='{op}' \(MPI\.{op.upper()}\): expected a transport that reduces it for {dtype}.*'staged'"
+        raises_everywhere(gpu, hpccoll.UnsupportedOpError, match, lambda: hpccoll.all_reduce(dev(x), gpu, op=op))
+        raises_everywhere(
+            gpu, hpccoll.UnsupportedOpError, match, lambda: hpccoll.reduce_scatter(dev(x), gpu, op=MPI_OPS[op])
+        )
+        staged = fresh(transport="staged")
+        assert_same(host(hpccoll.all_reduce(dev(x), staged, op=MPI_OPS[op])), want, gpu)
+        assert_same(host(hpccoll.reduce_scatter(dev(x), staged, op=op)), want[bounds(sizes, gpu.rank)], gpu)
+        return
+    reduced = hpccoll.all_reduce(dev(x), gpu, op=MPI_OPS[op])
+    y = dev(x)
+    in_place = hpccoll.all_reduce(y, gpu, op=op, out=y)
+    later = hpccoll.all_reduce(dev(x), gpu, op=op, async_op=True).wait()
+    scattered = hpccoll.reduce_scatter(dev(x), gpu, op=op)
+    listed = hpccoll.all_reduce([dev(x), dev(x[:1])], gpu, op=op)
+    assert_same(host(reduced), want, gpu)
+    agree(gpu, in_place is y, "out=y did not return y")
+    assert_same(host(y), want, gpu)
+    assert_same(host(later), want, gpu)
+    assert_same(host(scattered), want[bounds(sizes, gpu.rank)], gpu)
+    assert_same(host(listed[0]), want, gpu)
+    assert_same(host(listed[1]), want[:1], gpu)
+    if gpu.size > 1:
+        expected = {"land": standin.NCCL_MIN, "lor": standin.NCCL_MAX, "band": standin.NCCL_MIN}
+        expected.update(bor=standin.NCCL_MAX, lxor=standin.NCCL_SUM, bxor=standin.NCCL_SUM)
+        assert wire_types(gpu) == {standin.NCCL_UINT8}
+        assert {call[3] for call in calls(gpu)} == {expected[op]}
+
+
+@pytest.mark.parametrize("op", ["land", "lor", "lxor"])
+def test_logical_primitives_directly(gpu, op):
+    """The transport's own primitives: 0/1 results in the buffer's dtype, in place, uneven blocks,
+    and a clear refusal of a bitwise op that no plan would send."""
+    from test_logical_ops import logical_reference
+
+    t = nccl_of(gpu)
+    stack = (make((gpu.size, 7), np.int32, seed=23) * 256).astype(np.int32)  # nonzeros with a zero low byte
+    want = logical_reference(stack, op)
+    counts = [7 - gpu.size + 1 if r == 0 else 1 for r in range(gpu.size)]
+    recv = cp.empty(7, np.int32)
+    t.allreduce(dev(stack[gpu.rank]), recv, op)
+    inplace = dev(stack[gpu.rank])
+    t.allreduce(None, inplace, op)
+    mine = cp.empty(counts[gpu.rank], np.int32)
+    t.reduce_scatter(dev(stack[gpu.rank]), mine, counts, op)
+    lo = sum(counts[: gpu.rank])
+    assert_same(host(recv), want, gpu)
+    assert_same(host(inplace), want, gpu)
+    assert_same(host(mine), want[lo : lo + counts[gpu.rank]], gpu)
+    with pytest.raises(hpccoll.UnsupportedOpError, match=r"op='band' \(MPI\.BAND\).*NCCL has no bitwise ops"):
+        t.allreduce(dev(stack[gpu.rank]), recv, "band")
+    assert "band" not in t.reduce_ops and {"land", "lor", "lxor"} <= t.reduce_ops

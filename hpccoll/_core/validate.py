@@ -10,13 +10,14 @@ exception.
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, NoReturn, Optional, Sequence, Set, Tuple, Union
+import zlib
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, NoReturn, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
 from .._arrays import as_array, module_of, overlaps, split_sizes
-from .._dtypes import check_dtype, normalize_op
-from .._errors import ArgumentError, HpccollError, UnsupportedOpError
+from .._dtypes import check_dtype, normalize_op, op_label
+from .._errors import ArgumentError, DTypeError, HpccollError, MismatchError, UnsupportedOpError
 from ..transports._mpitypes import buffer_address
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ __all__ = [
     "ListOf",
     "survey_list",
     "one_array",
+    "dtype_code",
+    "status_of",
+    "raise_exchanged",
 ]
 
 SEQUENCES = (list, tuple)
@@ -252,9 +256,14 @@ def linear_op(op: Any, what: str) -> str:
     """``op`` normalised, if linear (``sum``, ``avg``); :class:`UnsupportedOpError` otherwise."""
     op = normalize_op(op)
     if op not in ("sum", "avg"):
+        why = (
+            "a logical or bitwise reduction, not differentiable"
+            if op in ("land", "lor", "lxor", "band", "bor", "bxor")
+            else "whose adjoint depends on which rank held the extreme or on the other factors: differentiate it "
+            "yourself"
+        )
         raise UnsupportedOpError(
-            f"{what}: expected op 'sum' or 'avg' (the linear reductions); got {op!r}, whose adjoint "
-            "depends on which rank held the extreme or on the other factors: differentiate it yourself"
+            f"{what}: expected op 'sum' or 'avg' (the linear reductions); got {op_label(op)}, {why}"
         )
     return op
 
@@ -336,3 +345,42 @@ def one_array(x: Any, name: str = "x") -> Tuple[Any, str, Any]:
     x, kind = as_array(x, name)
     check_dtype(x.dtype, name)
     return x, kind, (np if kind == "numpy" else module_of(kind))
+
+
+#: The errors an exchanged status names: ``status_of(err) - 1`` indexes this tuple (0: no error).
+_EXCHANGED = (ArgumentError, DTypeError, UnsupportedOpError, MismatchError, HpccollError)
+
+
+_CODES: Dict[np.dtype, int] = {}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """An int naming ``dtype``, the same in every process (not Python's salted string hash); cached."""
+    code = _CODES.get(dtype)
+    if code is None:
+        code = _CODES[dtype] = zlib.crc32(f"{dtype.str}|{dtype.name}".encode())
+    return code
+
+
+def status_of(err: Optional[HpccollError]) -> int:
+    """``err`` as an int for a control-plane exchange: 0 for none, else its kind (:func:`raise_exchanged`)."""
+    if err is None:
+        return 0
+    return next(i for i, cls in enumerate(_EXCHANGED) if isinstance(err, cls)) + 1
+
+
+def raise_exchanged(statuses: Sequence[int], err: Optional[HpccollError], what: str) -> None:
+    """Raise on every rank when any rank's exchanged status (:func:`status_of`) is an error.
+
+    This rank's own ``err`` is raised as it is; a rank without one raises the
+    same kind of error naming the lowest failing rank (its message stays there:
+    check mode, ``HPCCOLL_CHECK=1``, shows it on every rank).
+    """
+    if err is not None:
+        raise err
+    for rank, status in enumerate(statuses):
+        if status:
+            raise _EXCHANGED[status - 1](
+                f"{what}: rank {rank} refused its arguments ({_EXCHANGED[status - 1].__name__}); "
+                "set HPCCOLL_CHECK=1 to see its message on every rank"
+            )

@@ -23,6 +23,7 @@ from .._core.validate import (
     axis_of,
     block,
     check_out,
+    dtype_code,
     list_types,
     may_share,
     one_array,
@@ -30,19 +31,21 @@ from .._core.validate import (
     own_block,
     plain_out,
     plain_total,
+    raise_exchanged,
     same_block,
     settle,
     shape_without,
     sizes_of,
+    status_of,
     survey_list,
     with_extent,
 )
 from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, join, wire_flat
-from ..transports._control import exchange_extents
+from ..transports._control import exchange_extents, exchange_shapes
 
-__all__ = ["all_gather", "own_sizes"]
+__all__ = ["all_gather", "all_gather_arrays", "own_sizes", "dtype_names"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -353,3 +356,140 @@ def _unpacker(
                 offset += nbytes
 
     return finish
+
+
+# --------------------------------------------------------------------------- one array per rank (axis=None)
+
+
+def all_gather_arrays(x: Any, c: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.all_gather(x, axis=None)``: every rank's ``x`` as it is, a list of ``c.size`` arrays.
+
+    Every rank's shape (any) and dtype (one for all) are exchanged first, in
+    one small collective; then the bytes move in one ``allgatherv``, and the
+    result is a view of each rank's bytes (``out``: copied into its arrays).
+    """
+    err: Optional[HpccollError] = None
+    kind, xp, outs = "numpy", np, None
+    try:
+        if sizes is not None:
+            raise ArgumentError(f"sizes: expected None with axis=None (the shapes are exchanged); got {sizes!r}")
+        if list_types(x) is not None:
+            raise ArgumentError(
+                f"x: expected one array with axis=None; got a list of {len(x)} arrays (give an axis to gather "
+                "the list, or gather each array on its own)"
+            )
+        if type(out) is str:
+            raise ArgumentError(f"out: expected None or a list of {c.size} arrays with axis=None; got {out!r}")
+        x, kind, xp = one_array(x)
+        outs = _outs_per_rank(out, x, xp, c)
+    except HpccollError as e:
+        err = e
+    shapes = _shapes_of_ranks(x, c, outs, what, err, async_op)
+    itemsize = x.dtype.itemsize
+    counts = [prod(s) * itemsize for s in shapes]
+    if c.size == 1 or not sum(counts):
+        if outs is None:
+            outs = [x.copy()] if c.size == 1 else [xp.empty(s, x.dtype) for s in shapes]
+        elif c.size == 1:
+            xp.copyto(outs[0], x)
+        return done(outs, async_op, kind)
+    send = flat(x, xp).view(_BYTES)
+    recv = xp.empty(sum(counts), _BYTES)
+    dtype = x.dtype
+
+    def finish() -> List[Any]:
+        pieces, start = [], 0
+        for shape, n in zip(shapes, counts):
+            pieces.append(recv[start : start + n].view(dtype).reshape(shape))
+            start += n
+        if outs is None:
+            return pieces
+        for o, piece in zip(outs, pieces):
+            xp.copyto(o, piece)
+        return outs
+
+    return launch(c.transport_of(kind, sum(counts)), "allgatherv", (send, recv, counts), finish, async_op)
+
+
+def _outs_per_rank(out: Any, x: Any, xp: Any, c: Any) -> Optional[List[Any]]:
+    """``out`` of ``all_gather(axis=None)`` checked as far as this rank knows: ``None``, or one array per rank."""
+    if out is None:
+        return None
+    if type(out) not in (list, tuple) or len(out) != c.size:
+        got = f"{type(out).__name__} of length {len(out)}" if type(out) in (list, tuple) else type(out).__name__
+        raise ArgumentError(f"out: expected None or a list of {c.size} arrays (one per rank) with axis=None; got {got}")
+    outs = list(out)
+    for q, o in enumerate(outs):
+        shape = x.shape if q == c.rank else getattr(o, "shape", ())
+        try:
+            check_out(o, shape, x.dtype, x, xp)
+        except ArgumentError as e:
+            raise ArgumentError(f"out[{q}]:{str(e)[4:]}") from None
+    return outs
+
+
+def _shapes_of_ranks(
+    x: Any, c: Any, outs: Optional[List[Any]], what: str, err: Optional[HpccollError], async_op: bool
+) -> List[Tuple[int, ...]]:
+    """Every rank's ``x.shape``, once every rank's arguments (and its dtype, and ``out``'s shapes) agree."""
+    if c.size == 1:
+        if err is not None:
+            raise err
+        shapes = [x.shape]
+    elif c.check:
+        desc = None if err else {"collective": "all_gather", "axis": None, "dtype": x.dtype.name}
+        gathered = settle(c, what, desc, None if err else x.shape, err, async_op)
+        assert gathered is not None, "settle returns every rank's shape in check mode"
+        shapes = [tuple(s) for s in gathered]
+        try:
+            _check_outs(outs, shapes)
+        except HpccollError as e:
+            err = e
+        c.agree(what, None, None, err)
+        return shapes
+    else:
+        signature = hash(tuple(o.shape for o in outs)) if outs is not None else 0
+        values = [status_of(err), 0 if err else dtype_code(x.dtype), outs is not None, signature]
+        rows = exchange_shapes(c, None if err else x.shape, values, what)
+        raise_exchanged([v[0] for _, v in rows], err, what)
+        codes = [v[1] for _, v in rows]
+        if codes.count(codes[0]) != len(codes):
+            q = next(q for q, code in enumerate(codes) if code != codes[0])
+            names = dtype_names()
+            raise MismatchError(
+                f"x: expected one dtype on every rank with axis=None; got {names.get(codes[0], 'one dtype')} on "
+                f"rank 0 and {names.get(codes[q], 'another')} on rank {q}"
+            )
+        shapes = [s for s, _ in rows]  # no rank's shape is None: none raised
+        bad = [q for q, (_, v) in enumerate(rows) if v[2] and v[3] != hash(tuple(shapes))]
+        if bad:
+            if c.rank in bad:
+                _check_outs(outs, shapes)
+            raise ArgumentError(f"out: rank {bad[0]}'s out does not have the ranks' shapes {shapes}")
+    _check_outs(outs, shapes)
+    return shapes
+
+
+def _check_outs(outs: Optional[List[Any]], shapes: List[Tuple[int, ...]]) -> None:
+    for q, (o, shape) in enumerate(zip(outs or (), shapes)):
+        if o.shape != shape:
+            raise ArgumentError(f"out[{q}]: expected shape {shape} (rank {q}'s x); got {o.shape}")
+
+
+def dtype_names() -> dict:
+    """Names of the dtypes NumPy (and ml_dtypes, if installed) know, by :func:`dtype_code` (error messages)."""
+    kinds = set(np.sctypeDict.values())
+    try:
+        import ml_dtypes
+
+        kinds |= {getattr(ml_dtypes, n) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2") if hasattr(ml_dtypes, n)}
+    except ImportError:  # pragma: no cover - ml_dtypes is a test dependency
+        pass
+    names = {}
+    for k in kinds:
+        try:
+            d = np.dtype(k)
+        except TypeError:  # pragma: no cover
+            continue
+        names[dtype_code(d)] = d.name
+    return names

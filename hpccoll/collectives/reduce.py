@@ -29,7 +29,7 @@ from .._core.validate import (
     settle,
     survey_list,
 )
-from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
+from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, divide, store, wire_flat
 
@@ -105,11 +105,13 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
-        if out is not x:
+        if truth_valued(x.dtype, op):
+            xp.copyto(out, x.astype(np.bool_))  # nonzero is true (and x != 0 is no CuPy-stand-in idiom)
+        elif out is not x:
             xp.copyto(out, x)
         return done(out, async_op, kind)
     transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
-    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates)
+    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     in_place = out is x or (xp.may_share_memory(out, x) and same_block(out, x, _ALL))
     if in_place and not plan.widen and out.flags.c_contiguous:
         recv = as_wire(flat(out, xp), plan.wire)
@@ -157,7 +159,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
-        return done([_copy_into(o, a) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
+        return done([_copy_into(o, a, op) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
     n = len(arrays)
     nbytes = [arrays[0].nbytes] * n if lst.alike else list(map(_nbytes_of, arrays))
     total = nbytes[0] * n if lst.alike else sum(nbytes)
@@ -175,7 +177,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
     batch = Batch(transport, async_op)
     for dtype, members in groups.items():
-        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates)
+        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
         if plan.widen:
             wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
         else:  # the wire dtype has the array's itemsize
@@ -258,7 +260,10 @@ def _unpacker(
     return finish
 
 
-def _copy_into(out: Any, x: Any) -> Any:
+def _copy_into(out: Any, x: Any, op: str) -> Any:
+    """The reduction of ``x`` over one rank, into ``out`` (or a copy)."""
+    if truth_valued(x.dtype, op):
+        x = x.astype(np.bool_).astype(x.dtype)
     if out is None:
         return x.copy()
     if out is not x:

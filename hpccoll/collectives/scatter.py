@@ -12,12 +12,12 @@ general branch, which validates everything and raises the errors.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
 from .._arrays import module_of, prod, split_sizes
-from .._core.launch import Batch, done, launch, scratch
+from .._core.launch import Batch, done, launch, scratch, then
 from .._core.validate import (
     ListOf,
     axes_of,
@@ -25,6 +25,7 @@ from .._core.validate import (
     block,
     block_sizes,
     check_out,
+    dtype_code,
     list_types,
     may_share,
     one_array,
@@ -32,19 +33,22 @@ from .._core.validate import (
     own_block,
     plain_out,
     plain_total,
+    raise_exchanged,
     same_block,
     settle,
     shape_without,
     sizes_of,
+    status_of,
     survey_list,
     with_extent,
 )
-from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
-from .._errors import HpccollError
+from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
+from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, divide, joined, pack, wire_flat
+from ..transports._control import exchange_shapes
 from .reduce import finisher, into
 
-__all__ = ["reduce_scatter"]
+__all__ = ["reduce_scatter", "reduce_scatter_arrays"]
 
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
@@ -146,10 +150,10 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
-        xp.copyto(out, x)
+        xp.copyto(out, x.astype(np.bool_) if truth_valued(x.dtype, op) else x)
         return done(out, async_op, kind)
     transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
-    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates)
+    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     trail = prod(shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
     if out is x or xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked)
@@ -198,6 +202,7 @@ def _many(
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
+        arrays = [a.astype(np.bool_).astype(a.dtype) if truth_valued(a.dtype, op) else a for a in arrays]
         return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op, kind)
     return _buckets(c, lst, axes, table, outs, op, out is None, xp, async_op)
 
@@ -234,7 +239,7 @@ def _buckets(
     batch = Batch(transport, async_op)
     results: List[Any] = []  # the rows of one new array, or filled array by array
     for dtype, members in groups.items():
-        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates)
+        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
         if shape is not None:
             each = arrays[0].size * plan.wire.itemsize
             groups_of = buckets([each] * len(members), c.bucket_bytes, each * len(members))
@@ -365,3 +370,71 @@ def _unpacker(
             offset += count
 
     return finish
+
+
+# --------------------------------------------------------------------------- one array per rank (axis=None)
+
+
+def reduce_scatter_arrays(ys: Any, c: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.all_gather_adjoint(ys, axis=None)``: the sum over ranks of their ``ys[rank]``.
+
+    ``ys`` holds one array per rank (``ys[q]`` shaped like rank q's forward
+    input); every rank's list must have the same shapes and dtype, which one
+    small exchange checks (check mode: in detail) before the flat
+    concatenation is reduce-scattered in blocks of ``ys[q].size``.
+    """
+    err: Optional[HpccollError] = None
+    arrays: List[Any] = []
+    dtype: Any = None
+    xp, shapes = np, []
+    try:
+        if sizes is not None:
+            raise ArgumentError(f"sizes: expected None with axis=None (the shapes are y's); got {sizes!r}")
+        if type(ys) not in (list, tuple) or len(ys) != c.size:
+            got = f"a list of {len(ys)} arrays" if type(ys) in (list, tuple) else type(ys).__name__
+            raise ArgumentError(
+                f"y: expected a list of {c.size} arrays with axis=None (y[q] shaped like rank q's x); got {got}"
+            )
+        lst = survey_list(ys, list_types(ys) or set(map(type, ys)), async_op)  # array-likes too: 0-D entries
+        arrays, xp = lst.arrays, module_of(lst.kind)
+        if len(lst.dtypes) != 1:
+            raise ArgumentError(f"y: expected arrays of one dtype; got {sorted(d.name for d in lst.dtypes)}")
+        dtype, shapes = arrays[0].dtype, lst.shapes
+        reduce_plan(dtype, "sum")  # raises for an unsupported dtype before any communication
+        if out is not None:
+            for a in arrays:
+                out = check_out(out, shapes[c.rank], dtype, a, xp)
+    except HpccollError as e:
+        err = e
+    if c.size > 1 and c.check:
+        desc = (
+            None if err else {"collective": "all_gather_adjoint", "axis": None, "dtype": dtype.name, "shapes": shapes}
+        )
+        settle(c, what, desc, None, err, async_op)
+    elif c.size > 1:
+        signature = 0 if err else hash((dtype_code(dtype), tuple(shapes)))
+        rows = exchange_shapes(c, (), [status_of(err), signature], what, dims=0)
+        raise_exchanged([v[0] for _, v in rows], err, what)
+        signatures = [v[1] for _, v in rows]
+        if signatures.count(signatures[0]) != len(signatures):
+            q = next(q for q, v in enumerate(signatures) if v != signatures[0])
+            raise MismatchError(
+                f"y: expected the same dtype and shapes on every rank with axis=None; ranks 0 and {q} differ "
+                f"(this rank has {dtype}, shapes {shapes}); set HPCCOLL_CHECK=1 for a detailed report"
+            )
+    elif err is not None:
+        raise err
+    assert dtype is not None, "an error was raised if the survey failed"
+    mine = shapes[c.rank]
+    joined_ys = xp.concatenate([a.reshape(-1) for a in arrays])
+    view = out.reshape(-1) if out is not None and out.flags.c_contiguous else None
+    result = reduce_scatter(joined_ys, c, "sum", 0, [prod(s) for s in shapes], view, what, async_op)
+
+    def shaped(r: Any) -> Any:
+        if out is None:
+            return r.reshape(mine)
+        if view is None:
+            xp.copyto(out, r.reshape(mine))
+        return out
+
+    return then(result, shaped)

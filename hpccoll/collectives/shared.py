@@ -113,7 +113,7 @@ def shared_all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bo
         err = exc
     settle(c, what, desc, None, err)
     t = shared_transport(c)
-    plan = reduce_plan(x.dtype, op, frozenset(), t.saturates)
+    plan = reduce_plan(x.dtype, op, frozenset(), t.saturates, t.reduce_ops)
     if plan.widen:
         result = t.publish_shared(reduce.all_reduce(x, c, op, None, what, False))
     else:

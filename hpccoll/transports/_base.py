@@ -11,7 +11,8 @@ this package calls an MPI or NCCL collective.
 A transport declares what it can do: the array kind it serves, its place in
 ``auto``'s order, a collective probe, and optional capabilities the
 collectives consult (:attr:`~Transport.in_place`,
-:attr:`~Transport.native_reduce`, :attr:`~Transport.saturates`, :meth:`~Transport.allgather_into`).
+:attr:`~Transport.native_reduce`, :attr:`~Transport.saturates`, :attr:`~Transport.reduce_ops`,
+:meth:`~Transport.allgather_into`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, ClassVar, FrozenSet, Optional, Sequence
 
+from .._dtypes import BASIC_OPS, WIRE_OPS
 from .._request import DONE, Pending
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "BASIC_OPS", "WIRE_OPS"]
 
 
 class Transport(abc.ABC):
@@ -36,7 +38,8 @@ class Transport(abc.ABC):
     Buffers are 1-D C-contiguous arrays of the transport's
     :attr:`array_kind`, of a dtype the collectives chose for the wire;
     counts are in elements. ``op`` is one of ``"sum"``, ``"prod"``,
-    ``"max"``, ``"min"`` (``avg`` is a sum the collectives divide).
+    ``"max"``, ``"min"`` (``avg`` is a sum the collectives divide), or one
+    of the logical and bitwise ops in :attr:`reduce_ops`.
 
     Parameters
     ----------
@@ -63,6 +66,12 @@ class Transport(abc.ABC):
     #: 16-bit sums): the collectives widen those sums to 32 bits. A set of ``numpy.dtype``; a class
     #: default that an instance may replace once it knows its library.
     saturates: FrozenSet[Any] = frozenset()
+    #: The wire ops the transport reduces: :data:`BASIC_OPS` (sum, prod, max, min) by default; :data:`WIRE_OPS` adds MPI's
+    #: ``land``, ``lor``, ``lxor`` (integers: nonzero is true, the result 0 or 1 in the buffer's
+    #: dtype; ``lxor`` also on bool's 0/1 bytes) and ``band``, ``bor``, ``bxor`` (integers). The
+    #: collectives (:func:`hpccoll._dtypes.reduce_plan`) express bool's logical and bitwise ops through
+    #: ``min``/``max`` and refuse, clearly, an op on integers that the transport lacks.
+    reduce_ops: ClassVar[FrozenSet[str]] = BASIC_OPS
     #: Whether ``allgatherv`` and ``reduce_scatter`` accept ``send=None`` (in
     #: place); without it the caller copies the input first.
     in_place: ClassVar[bool] = False

@@ -19,7 +19,10 @@ from .._log import brief, child
 
 _log = child("exchange")
 
-__all__ = ["guarded", "run", "allgather_object", "exchange_extents", "exchange_rows"]
+__all__ = ["guarded", "run", "allgather_object", "exchange_extents", "exchange_rows", "exchange_shapes", "MAX_DIMS"]
+
+#: The most dimensions an array may have (NumPy 2's limit): the width of :func:`exchange_shapes`'s rows.
+MAX_DIMS = 64
 
 
 def guarded(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
@@ -131,3 +134,37 @@ def _signed_rows(c: Any, name: str, values: List[int], k: int, what: str) -> Tup
     if signatures.count(signatures[0]) != len(signatures):
         odd = next(r for r, other in enumerate(signatures) if other != signatures[0])
     return [flat[i : i + k] for i in range(0, len(flat), width)], odd
+
+
+def exchange_shapes(
+    c: Any, shape: Any, values: Sequence[int], what: str, dims: int = MAX_DIMS
+) -> List[Tuple[Any, List[int]]]:
+    """Every rank's shape and ``k`` ints: ``result[rank] == (shape, values)``.
+
+    One ``Allgather`` of ``1 + k + dims`` int64 per rank (``k`` and ``dims``
+    the same on every rank; ``dims=0`` exchanges ``values`` alone): the number
+    of dimensions (``-1`` for a rank that has no shape to give,
+    ``shape=None``, whose entry is ``None``), ``values`` and the extents,
+    padded. ``values`` carry what the caller agrees on (a status,
+    a dtype code, a signature).
+    """
+    k = len(values)
+    row = [-1 if shape is None else len(shape), *values, *(shape or ()), *([0] * (dims - len(shape or ())))]
+    width = len(row)
+    table = array("q", bytes(8 * width * c.size))
+    run(c, "Allgather", array("q", row), table, what=f"{what}'s shape exchange")
+    flat = table.tolist()
+    rows = []
+    for i in range(0, len(flat), width):
+        ndim = flat[i]
+        rows.append((None if ndim < 0 else tuple(flat[i + 1 + k : i + 1 + k + ndim]), flat[i + 1 : i + 1 + k]))
+    if _log.isEnabledFor(DEBUG):
+        _log.debug(
+            "%s: exchanged every rank's shape and %d value(s) over %d ranks (one Allgather of %d int64 per rank): %s",
+            what,
+            k,
+            c.size,
+            width,
+            brief([r[0] for r in rows]),
+        )
+    return rows

@@ -54,6 +54,7 @@ def mpi_op(op: str) -> Any:
         from mpi4py import MPI
 
         _OPS.update(sum=MPI.SUM, prod=MPI.PROD, max=MPI.MAX, min=MPI.MIN, in_place=MPI.IN_PLACE)
+        _OPS.update(land=MPI.LAND, lor=MPI.LOR, lxor=MPI.LXOR, band=MPI.BAND, bor=MPI.BOR, bxor=MPI.BXOR)
     return _OPS[op]
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .._faults import watched
 from .._request import Pending
-from ._base import Transport
+from ._base import WIRE_OPS, Transport
 from ._control import run
 from ._mpitypes import (
     _DATATYPES,
@@ -32,6 +32,8 @@ class HostMPI(Transport):
     priority = 50
     chosen_because = "NumPy arrays use host MPI"
     in_place = True
+    #: Every wire op: MPI's logical and bitwise ones too.
+    reduce_ops = WIRE_OPS
     #: Outputs at least this large are gathered along an inner axis with MPI
     #: derived datatypes, straight into place (smaller ones pack and copy).
     strided_min_bytes = 1 << 16

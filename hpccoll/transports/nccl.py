@@ -57,7 +57,16 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, N
 import numpy as np
 
 from .._arrays import split_sizes
-from .._errors import ArgumentError, CollectiveError, DTypeError, HpccollError, MismatchError, TransportUnavailable
+from .._dtypes import BASIC_OPS, op_label
+from .._errors import (
+    ArgumentError,
+    CollectiveError,
+    DTypeError,
+    HpccollError,
+    MismatchError,
+    TransportUnavailable,
+    UnsupportedOpError,
+)
 from .._faults import dump_stacks
 from .._request import Pending
 from ._base import Transport
@@ -96,6 +105,9 @@ _NCCL_TYPES = {
     "bfloat16": "NCCL_BFLOAT16",
 }
 _NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
+# MPI's logical ops, which NCCL lacks, on the truth values (0/1 bytes): AND is the minimum, OR the
+# maximum, XOR the parity of the sum (a uint8 sum wraps modulo 256, an even number: parity survives).
+_TRUTH_OPS = {"land": "min", "lor": "max", "lxor": "sum"}
 # Integer types NCCL lacks, reduced in a wider type (wrap-around is preserved by the cast back).
 _WIDER = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.uint32)}
 
@@ -319,6 +331,9 @@ class NcclTransport(Transport):
     name = "nccl"
     array_kind = "cupy"
     priority = 10
+    #: NCCL's own four, and MPI's logical ops done exactly on 0/1 bytes (``_TRUTH_OPS``); NCCL has no
+    #: bitwise ops, which the collectives therefore refuse on integers (bool's are logical ones).
+    reduce_ops = BASIC_OPS | frozenset(_TRUTH_OPS)
     chosen_because = "NCCL is usable (one GPU per rank)"
     max_count: int = INT_MAX
 
@@ -568,6 +583,11 @@ class NcclTransport(Transport):
     # ------------------------------------------------------------------ reduce-scatter
     def _enqueue_reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
         nc = self._ready(send, recv)
+        if op not in self._ops:
+            mine = self._xp.empty(recv.size, np.uint8)
+            self._enqueue_reduce_scatter(self._truth(send, op), mine, counts, _TRUTH_OPS[op])
+            self._store_truth(mine, recv, op)
+            return
         dtype = recv.dtype
         try:
             wire = self._reduce[dtype]
@@ -643,6 +663,22 @@ class NcclTransport(Transport):
         blocks[me] = send[disps[me] : disps[me] + counts[me]]
         xp.prod(blocks, axis=0, out=recv)
 
+    # ------------------------------------------------------------------ MPI's logical ops
+    def _truth(self, a: Any, op: str) -> Any:
+        """``a``'s truth values as 0/1 bytes, for ``op`` (one of :data:`_TRUTH_OPS`; else refused)."""
+        if op not in _TRUTH_OPS:  # the collectives' plans never ask: an out-of-tree caller may
+            raise UnsupportedOpError(
+                f"op={op_label(op)}: expected one of NCCL's ops {', '.join(map(repr, self._ops))} or MPI's "
+                f"logical ones; got {op!r} (NCCL has no bitwise ops): use transport='mpi' or 'staged'"
+            )
+        return a.astype(np.bool_).view(np.uint8)
+
+    def _store_truth(self, truth: Any, recv: Any, op: str) -> None:
+        """``recv`` = the reduced truth values (parity for ``lxor``), as 0/1 of ``recv``'s dtype."""
+        if op == "lxor":
+            truth *= 128  # the sum's low bit to the top one (a uint8 product wraps): nonzero iff the sum is odd
+        self._xp.copyto(recv, truth.astype(np.bool_), casting="unsafe")
+
     # ------------------------------------------------------------------ non-blocking forms
     # NCCL calls are already asynchronous on the caller's stream: enqueue, then hand back
     # an event recorded after them (test() queries it, wait() synchronises on it).
@@ -679,6 +715,11 @@ class NcclTransport(Transport):
     # ------------------------------------------------------------------ all-reduce
     def _enqueue_allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
         nc = self._ready(send, recv)
+        if op not in self._ops:
+            truth = self._truth(recv if send is None else send, op)
+            self._enqueue_allreduce(None, truth, _TRUTH_OPS[op])
+            self._store_truth(truth, recv, op)
+            return
         dtype = recv.dtype
         try:
             wire = self._reduce[dtype]

@@ -41,7 +41,7 @@ from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError
 from .._request import Pending
-from ._base import Transport
+from ._base import WIRE_OPS, Transport
 from ._control import guarded
 from ._mpitypes import displacements as offsets
 from ._mpitypes import mpi_datatype, mpi_op
@@ -53,7 +53,20 @@ __all__ = ["SharedMemory", "SHARED", "shared_transport", "shared_empty", "holder
 #: The ``out=`` spelling of a node-shared result.
 SHARED = "shared"
 
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+# The logical ufuncs write 0/1 into an integer ``out`` (MPI's result), and read their own 0/1 back.
+_UFUNCS = {
+    "sum": np.add,
+    "prod": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "land": np.logical_and,
+    "lor": np.logical_or,
+    "lxor": np.logical_xor,
+    "band": np.bitwise_and,
+    "bor": np.bitwise_or,
+    "bxor": np.bitwise_xor,
+}
+_TRUTH_UFUNCS = (np.logical_and, np.logical_or, np.logical_xor)
 #: Descriptor kinds: the input's pieces of this round sit packed in the sender's scratch slot,
 #: or the whole input sits in a segment (offset of its element 0).
 _SCRATCH, _SEGMENT = 1, 2
@@ -69,6 +82,8 @@ class SharedMemory(Transport):
     """
 
     name = "shm"
+    #: Its own NumPy reductions (``_UFUNCS``) and host MPI's: every wire op.
+    reduce_ops = WIRE_OPS
     array_kind = "numpy"
     priority = 40  # before ``mpi``, for the messages it wins (``min_bytes`` and :attr:`wins`)
     chosen_because = (
@@ -729,7 +744,10 @@ def shared_empty(c: Any, shape: Any, dtype: Any) -> np.ndarray:
 def _combine(ufunc: Any, srcs: List[np.ndarray], out: np.ndarray) -> None:
     """``out = srcs[0] op srcs[1] op ...``, left to right."""
     if len(srcs) == 1:
-        out[...] = srcs[0]
+        if ufunc in _TRUTH_UFUNCS:  # MPI's logical ops give truth values (0/1), even of one operand
+            np.not_equal(srcs[0], 0, out=out)
+        else:
+            out[...] = srcs[0]
         return
     ufunc(srcs[0], srcs[1], out=out)
     for s in srcs[2:]:

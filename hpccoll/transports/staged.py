@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .._errors import TransportUnavailable
-from ._base import Transport
+from ._base import WIRE_OPS, Transport
 from ._cuda import capture_query, event_recorder, get_runtime, raise_if_capturing
 from .host_mpi import HostMPI
 
@@ -51,6 +51,8 @@ class Staged(Transport):
     array_kind = "cupy"
     priority = 30
     chosen_because = "CuPy arrays go through host memory"
+    #: Every wire op: MPI's logical and bitwise ones too.
+    reduce_ops = WIRE_OPS
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
