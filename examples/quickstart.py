@@ -1,7 +1,8 @@
 """hpccoll quickstart: every collective and its adjoint on real data, checked against NumPy.
 
-all_gather, reduce_scatter, all_reduce and all_to_all, each with its adjoint, then the collective dot test of
-every operator (AllGather, ReduceScatter, AllReduce, AllToAll).
+all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, reduce, gather and scatter, each with its
+adjoint, then the collective dot test of every operator (AllGather, ReduceScatter, AllReduce, AllToAll,
+Broadcast, Reduce, Gather, Scatter).
 
 Launch (4 ranks; any number works):
 
@@ -108,7 +109,33 @@ def main(argv=None) -> int:
     want = np.concatenate([own[r][lo:hi] for r in range(size)], axis=1)
     check("all_to_all_adjoint == the cotangents' blocks sent back", back, want)
 
-    # 8. collective dot tests: sum_r <F x, y> == sum_r <x, F^H y>, for every operator.
+    # 8. the rooted collectives, at the last rank as root: broadcast and reduce, gather and scatter.
+    root = size - 1
+    B = rng.standard_normal((size, 3))  # B[r] is rank r's array
+    check("broadcast == root's array", hpccoll.broadcast(xp.asarray(B[rank]), comm, root=root), B[root])
+    check(
+        "broadcast_adjoint == sum over ranks at root, zeros elsewhere",
+        hpccoll.broadcast_adjoint(xp.asarray(B[rank]), comm, root=root),
+        B.sum(0) if rank == root else np.zeros(3),
+        exact=False,
+    )
+    check(
+        "reduce(max) == B.max(0) at root, zeros elsewhere",
+        hpccoll.reduce(xp.asarray(B[rank]), comm, op="max", root=root),
+        B.max(0) if rank == root else np.zeros(3),
+    )
+    check(
+        "reduce_adjoint == root's cotangent everywhere",
+        hpccoll.reduce_adjoint(xp.asarray(B[rank]), comm, root=root),
+        B[root],
+    )
+    g = hpccoll.gather(xp.asarray(A[:, lo:hi]), comm, root=root, axis=1)  # uneven column shards
+    check("gather == the whole matrix at root, (2, 0) elsewhere", g, A if rank == root else A[:, :0])
+    part = hpccoll.scatter(xp.asarray(A if rank == root else A[:, :0]), comm, root=root, axis=1, sizes=sizes)
+    check("scatter == this rank's columns of root's matrix", part, A[:, lo:hi])
+    say("broadcast, reduce, gather, scatter at root", root, "and their adjoints: see the checks")
+
+    # 9. collective dot tests: sum_r <F x, y> == sum_r <x, F^H y>, for every operator.
     local = np.random.default_rng(rank)  # different vectors on every rank
     ops = {
         "AllGather": (hpccoll.AllGather(comm, axis=1, sizes=sizes), (2, sizes[rank]), (2, n)),
@@ -118,6 +145,18 @@ def main(argv=None) -> int:
             hpccoll.AllToAll(comm, split_axis=1, concat_axis=0, recv_sizes=sizes),
             (sizes[rank], k),
             (m, cols[rank]),
+        ),
+        "Broadcast": (hpccoll.Broadcast(comm, root=root), (3,), (3,)),
+        "Reduce": (hpccoll.Reduce(comm, root=root), (3,), (3,)),
+        "Gather": (
+            hpccoll.Gather(comm, root=root, axis=1, sizes=sizes),
+            (2, sizes[rank]),
+            (2, n if rank == root else 0),
+        ),
+        "Scatter": (
+            hpccoll.Scatter(comm, root=root, axis=1, sizes=sizes),
+            (2, n if rank == root else 0),
+            (2, sizes[rank]),
         ),
     }
     for name, (op, xs, ys) in ops.items():

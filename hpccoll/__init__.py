@@ -1,4 +1,5 @@
-"""hpccoll: array-level all-gather, reduce-scatter, all-reduce and all-to-all with forward and adjoint.
+"""hpccoll: array-level collectives (all-gather, reduce-scatter, all-reduce, all-to-all, broadcast, reduce,
+gather, scatter), each with a forward and an adjoint.
 
 Every collective takes NumPy arrays (and CuPy arrays where a GPU transport is
 available), an optional communicator (``None`` is a private duplicate of
@@ -15,8 +16,16 @@ from ._api import (
     all_reduce_adjoint,
     all_to_all,
     all_to_all_adjoint,
+    broadcast,
+    broadcast_adjoint,
+    gather,
+    gather_adjoint,
+    reduce,
+    reduce_adjoint,
     reduce_scatter,
     reduce_scatter_adjoint,
+    scatter,
+    scatter_adjoint,
     split_sizes,
 )
 from ._comm import Communicator
@@ -31,7 +40,7 @@ from ._errors import (
     UnsupportedOpError,
 )
 from ._faults import abort_on_exception
-from ._operators import AllGather, AllReduce, AllToAll, Operator, ReduceScatter
+from ._operators import AllGather, AllReduce, AllToAll, Broadcast, Gather, Operator, Reduce, ReduceScatter, Scatter
 from ._request import Request
 
 __version__ = "0.1.0"
@@ -46,6 +55,14 @@ __all__ = [
     "all_reduce_adjoint",
     "all_to_all",
     "all_to_all_adjoint",
+    "broadcast",
+    "broadcast_adjoint",
+    "reduce",
+    "reduce_adjoint",
+    "gather",
+    "gather_adjoint",
+    "scatter",
+    "scatter_adjoint",
     "adjoint_of",
     "split_sizes",
     "Request",
@@ -54,6 +71,10 @@ __all__ = [
     "ReduceScatter",
     "AllReduce",
     "AllToAll",
+    "Broadcast",
+    "Reduce",
+    "Gather",
+    "Scatter",
     "HpccollError",
     "ArgumentError",
     "DTypeError",

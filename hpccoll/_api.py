@@ -26,13 +26,18 @@ from typing import (
 
 from ._arrays import Array, ArrayT, split_sizes
 from ._comm import Communicator, as_communicator
+from ._core.agree import refuse
 from ._core.launch import then
-from ._core.validate import COTANGENTS, is_array_list, linear_op, one_array, outs_of, refuse
+from ._core.lists import is_array_list
+from ._core.validate import COTANGENTS, linear_op, one_array, outs_of
 from ._dtypes import reduce_plan
 from ._errors import ArgumentError, HpccollError
-from ._layout import divided
+from ._layout import finish_reduction
 from ._request import Request
-from .collectives import alltoall, gather, reduce, scatter, shared
+from .collectives import alltoall, rooted, shared
+from .collectives import gather as gathering
+from .collectives import reduce as reducing
+from .collectives import scatter as scattering
 
 if TYPE_CHECKING:
     from .transports._mpitypes import MPIComm, MPIOp
@@ -46,6 +51,14 @@ __all__ = [
     "all_reduce_adjoint",
     "all_to_all",
     "all_to_all_adjoint",
+    "broadcast",
+    "broadcast_adjoint",
+    "reduce",
+    "reduce_adjoint",
+    "gather",
+    "gather_adjoint",
+    "scatter",
+    "scatter_adjoint",
     "split_sizes",
     "CommLike",
     "OpLike",
@@ -177,10 +190,10 @@ def all_gather(
     """
     c = as_communicator(comm)
     if axis is None:
-        return gather.all_gather_arrays(x, c, sizes, out, "all_gather", async_op)
+        return gathering.all_gather_arrays(x, c, sizes, out, "all_gather", async_op)
     if type(out) is str:
         return shared.shared_all_gather(x, c, axis, sizes, out, "all_gather", async_op)
-    return gather.all_gather(x, c, axis, sizes, out, "all_gather", async_op)
+    return gathering.all_gather(x, c, axis, sizes, out, "all_gather", async_op)
 
 
 @overload
@@ -272,8 +285,8 @@ def all_gather_adjoint(
     """
     c = as_communicator(comm)
     if axis is None:
-        return scatter.reduce_scatter_arrays(y, c, sizes, out, "all_gather_adjoint", async_op)
-    return scatter.reduce_scatter(y, c, "sum", axis, sizes, out, "all_gather_adjoint", async_op)
+        return scattering.reduce_scatter_arrays(y, c, sizes, out, "all_gather_adjoint", async_op)
+    return scattering.reduce_scatter(y, c, "sum", axis, sizes, out, "all_gather_adjoint", async_op)
 
 
 @overload
@@ -350,7 +363,7 @@ def reduce_scatter(
     >>> # on 3 ranks, rank 1 gets array([6., 9.])
     """
     c = as_communicator(comm)
-    return scatter.reduce_scatter(x, c, op, axis, sizes, out, "reduce_scatter", async_op)
+    return scattering.reduce_scatter(x, c, op, axis, sizes, out, "reduce_scatter", async_op)
 
 
 @overload
@@ -419,23 +432,9 @@ def reduce_scatter_adjoint(
     """
     c = as_communicator(comm)
     if type(op) is str and op == "sum":
-        return gather.all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint", async_op)
-    early = None
-    try:
-        op = linear_op(op, "reduce_scatter_adjoint")
-        if op == "avg":  # avg on bool or integers raises, as in the forward
-            many = is_array_list(y)
-            for i, yi in enumerate(y if many else (y,)):
-                yi, _, _ = one_array(yi, f"y[{i}]" if many else "y")
-                reduce_plan(yi.dtype, op)
-    except HpccollError as e:
-        early = e
-    if early is not None:  # outside the except block: no "during handling" chain
-        refuse(c, "reduce_scatter_adjoint", early)
-    result = gather.all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint", async_op)
-    if op == "avg" and c.size > 1:
-        return then(result, lambda r: divided(r, c.size))
-    return result
+        return gathering.all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint", async_op)
+    linear = _linear_or_refuse(op, y, c, "reduce_scatter_adjoint")
+    return _averaged(gathering.all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint", async_op), linear, c)
 
 
 @overload
@@ -499,7 +498,7 @@ def all_reduce(
     c = as_communicator(comm)
     if type(out) is str:
         return shared.shared_all_reduce(x, c, op, out, "all_reduce", async_op)
-    return reduce.all_reduce(x, c, op, out, "all_reduce", async_op)
+    return reducing.all_reduce(x, c, op, out, "all_reduce", async_op)
 
 
 @overload
@@ -571,7 +570,7 @@ def all_reduce_adjoint(
     """
     c = as_communicator(comm)
     if cotangent == "varying" and type(op) is str and (op == "sum" or op == "avg"):
-        return reduce.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
+        return reducing.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
     early = None
     many = is_array_list(y)
     linear = "sum"  # op normalised; refuse() raises before any other value would be used
@@ -585,8 +584,8 @@ def all_reduce_adjoint(
     if early is not None:  # outside the except block: no "during handling" chain
         refuse(c, "all_reduce_adjoint", early)
     if cotangent == "varying":
-        return reduce.all_reduce(y, c, linear, out, "all_reduce_adjoint", async_op)
-    return reduce.replicated_adjoint(y if not many else list(y), c, linear, outs if many else out, async_op)
+        return reducing.all_reduce(y, c, linear, out, "all_reduce_adjoint", async_op)
+    return reducing.replicated_adjoint(y if not many else list(y), c, linear, outs if many else out, async_op)
 
 
 @overload
@@ -770,6 +769,570 @@ def all_to_all_adjoint(
     return alltoall.all_to_all(y, c, concat_axis, split_axis, recv_sizes, sizes, out, "all_to_all_adjoint", async_op)
 
 
+# --------------------------------------------------------------------------- the rooted collectives
+
+
+@overload
+def broadcast(
+    x: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[False] = False
+) -> ArrayT: ...
+@overload
+def broadcast(
+    x: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[True]
+) -> Request[ArrayT]: ...
+def broadcast(
+    x: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: bool = False
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Copy root's ``x`` to every rank.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy), or a list of arrays
+        Root's is sent; every other rank's gives the shape and dtype of its
+        result (its values are ignored). Shape and dtype must match across
+        ranks. A list moves every array in one message.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` is sent (``0 <= root < comm.size``).
+    out : array or list of arrays, optional
+        Where to write the result (``x``'s shape and dtype). ``out=x``
+        broadcasts in place: the only allowed overlap with ``x``.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Check mode's agreement still blocks.
+
+    Returns
+    -------
+    array or list of arrays
+        Root's ``x``, a new array (or ``out``) on every rank, root included.
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``root`` or ``out``.
+    DTypeError
+        Unsupported dtype.
+    MismatchError
+        In check mode: ranks disagree on the shape, dtype or ``root``.
+
+    Examples
+    --------
+    >>> hpccoll.broadcast(np.full(2, comm.rank), root=1)   # doctest: +SKIP
+    >>> # on every rank: array([1, 1])
+    """
+    c = as_communicator(comm)
+    return rooted.broadcast(x, c, root, out, "broadcast", async_op)
+
+
+@overload
+def broadcast_adjoint(
+    y: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[False] = False
+) -> ArrayT: ...
+@overload
+def broadcast_adjoint(
+    y: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[True]
+) -> Request[ArrayT]: ...
+def broadcast_adjoint(
+    y: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: bool = False
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Adjoint of :func:`broadcast`: root gets the sum over ranks of ``y``; the others get zeros.
+
+    Every rank's result of the broadcast came from root's ``x``, so the
+    cotangent of root's ``x`` is the sum of every rank's cotangent, and the
+    other ranks' ``x`` (ignored by the broadcast) have zero cotangents. It is
+    ``reduce(y, comm, op="sum", root=root)``.
+
+    Parameters
+    ----------
+    y : array_like (NumPy or CuPy), or a list of arrays
+        This rank's cotangent of the broadcast's result.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The forward's root.
+    out : array or list of arrays, optional
+        Where to write the result (``y``'s shape and dtype); ``out=y`` in place.
+    async_op : bool
+        As for :func:`broadcast`.
+
+    Returns
+    -------
+    array or list of arrays
+        The cotangent of this rank's ``x``.
+    """
+    c = as_communicator(comm)
+    return rooted.reduce(y, c, "sum", root, out, "broadcast_adjoint", async_op)
+
+
+@overload
+def reduce(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    root: int = 0,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def reduce(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    root: int = 0,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def reduce(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    root: int = 0,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Reduce ``x`` elementwise over ranks onto root; the other ranks get zeros.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy), or a list of arrays
+        The same shape and dtype on every rank (0-D allowed). A list reduces
+        the arrays of each dtype in one message.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        Any op of :func:`all_reduce` (``"avg"`` is root's sum divided by the
+        number of ranks, once).
+    root : int
+        The rank that gets the result (``0 <= root < comm.size``).
+    out : array or list of arrays, optional
+        Where to write the result (``x``'s shape and dtype). ``out=x``
+        reduces in place.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Check mode's agreement still blocks.
+
+    Returns
+    -------
+    array or list of arrays
+        At root the reduction; elsewhere zeros (what the other ranks hold of
+        a linear map onto root), in ``x``'s shape and dtype.
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``op``, ``root`` or ``out``.
+    DTypeError
+        Unsupported dtype, or a (dtype, op) no transport reduces.
+    MismatchError
+        In check mode: ranks disagree on the shape, dtype, ``op`` or ``root``.
+
+    Examples
+    --------
+    >>> hpccoll.reduce(np.ones(3), root=0)   # doctest: +SKIP
+    >>> # on 4 ranks: rank 0 gets array([4., 4., 4.]), the others array([0., 0., 0.])
+    """
+    c = as_communicator(comm)
+    return rooted.reduce(x, c, op, root, out, "reduce", async_op)
+
+
+@overload
+def reduce_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    root: int = 0,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def reduce_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    root: int = 0,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def reduce_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    op: OpLike = "sum",
+    root: int = 0,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Adjoint of :func:`reduce`: every rank gets root's ``y`` (``y / P`` for ``avg``).
+
+    The other ranks' results of the forward are constant zeros: their
+    cotangents count for nothing. It is ``broadcast(y, comm, root=root)``
+    (divided by the number of ranks for ``avg``).
+
+    Parameters
+    ----------
+    y : array_like (NumPy or CuPy), or a list of arrays
+        The cotangent of the forward's result (only root's values count).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The forward's op; only ``"sum"`` and ``"avg"`` are linear.
+    root : int
+        The forward's root.
+    out : array or list of arrays, optional
+        Where to write the result (``y``'s shape and dtype); ``out=y`` in place.
+    async_op : bool
+        As for :func:`reduce`.
+
+    Returns
+    -------
+    array or list of arrays
+        The cotangent of this rank's ``x``.
+
+    Raises
+    ------
+    UnsupportedOpError
+        For the ops that are not linear (``prod``, ``max``, ``min``, the
+        logical and bitwise ones).
+    """
+    c = as_communicator(comm)
+    if type(op) is str and op == "sum":
+        return rooted.broadcast(y, c, root, out, "reduce_adjoint", async_op)
+    linear = _linear_or_refuse(op, y, c, "reduce_adjoint")
+    return _averaged(rooted.broadcast(y, c, root, out, "reduce_adjoint", async_op), linear, c)
+
+
+def _linear_or_refuse(op: Any, y: Any, c: Communicator, what: str) -> str:
+    """``op`` normalised and known linear (``avg`` also checked against ``y``'s dtypes), or raise on every rank."""
+    early = None
+    linear = "sum"
+    try:
+        linear = linear_op(op, what)
+        if linear == "avg":  # avg on bool or integers raises, as in the forward
+            many = is_array_list(y)
+            for i, yi in enumerate(y if many else (y,)):
+                yi, _, _ = one_array(yi, f"y[{i}]" if many else "y")
+                reduce_plan(yi.dtype, linear)
+    except HpccollError as e:
+        early = e
+    if early is not None:  # outside the except block: no "during handling" chain
+        refuse(c, what, early)
+    return linear
+
+
+def _averaged(result: Any, op: str, c: Communicator) -> Any:
+    """An adjoint's ``result`` (or a Request of it), divided by the number of ranks for ``avg``."""
+    if op != "avg":
+        return result
+    return then(result, lambda r: finish_reduction(r, c.size, True))
+
+
+@overload
+def gather(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def gather(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def gather(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Concatenate every rank's ``x`` along ``axis`` onto root; the others get an empty array.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy), or a list of arrays
+        This rank's shard (at least 1-D). Extents along ``axis`` may differ
+        (0 included); the dtype and the other extents must match across
+        ranks. A list gathers each array (one transport call each, started
+        together).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank that gets the concatenation (``0 <= root < comm.size``).
+    axis : int
+        The axis to concatenate along (negative counts from the end).
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``. ``None`` discovers them with one
+        small exchange, which also checks that the ranks agree on the dtype
+        and the other extents. For a list: ``None`` or one entry per array.
+    out : array or list of arrays, optional
+        Where to write the result: at root the concatenation's shape,
+        elsewhere ``x``'s shape with extent 0 along ``axis``; ``x``'s dtype;
+        no overlap with ``x``.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
+
+    Returns
+    -------
+    array or list of arrays
+        At root the concatenation; elsewhere an array of extent 0 along
+        ``axis`` (``x``'s other extents, ``x``'s dtype).
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``root``, ``axis``, ``sizes`` or ``out``.
+    DTypeError
+        Unsupported dtype.
+    MismatchError
+        Ranks disagree on the dtype or the other extents (always checked
+        when ``sizes`` is None; in check mode also ``root``, ``axis`` and
+        ``sizes``).
+
+    Examples
+    --------
+    >>> hpccoll.gather(np.full(comm.rank + 1, comm.rank), root=0)   # doctest: +SKIP
+    >>> # on 3 ranks: rank 0 gets array([0, 1, 1, 2, 2, 2]), the others array([])
+    """
+    c = as_communicator(comm)
+    return rooted.gather(x, c, root, axis, sizes, out, "gather", async_op)
+
+
+@overload
+def gather_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def gather_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def gather_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Adjoint of :func:`gather`: root's ``y`` split along ``axis``, block r to rank r.
+
+    It is ``scatter(y, comm, root=root, axis=axis, sizes=sizes)``.
+
+    Parameters
+    ----------
+    y : array_like (NumPy or CuPy), or a list of arrays
+        At root the cotangent of the concatenation; elsewhere any array of
+        ``y``'s dtype and other extents (the forward's result there, of
+        extent 0 along ``axis``).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The forward's root.
+    axis : int
+        The forward's axis.
+    sizes : sequence of int, optional
+        The forward's extents; ``None`` means ``numpy.array_split`` of root's
+        ``y`` (give the forward's when the shards were uneven otherwise).
+    out : array or list of arrays, optional
+        Where to write the result (this rank's block).
+    async_op : bool
+        As for :func:`gather`.
+
+    Returns
+    -------
+    array or list of arrays
+        The cotangent of this rank's ``x``.
+    """
+    c = as_communicator(comm)
+    return rooted.scatter(y, c, root, axis, sizes, out, "gather_adjoint", async_op)
+
+
+@overload
+def scatter(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def scatter(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def scatter(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Split root's ``x`` along ``axis``; rank r gets block r.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy), or a list of arrays
+        At root the array to split (at least 1-D). Elsewhere only its dtype
+        and its extents other than along ``axis`` count (its extent along
+        ``axis`` may be anything, 0 included); they must match root's. A list
+        scatters each array (one transport call each, started together).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` is split (``0 <= root < comm.size``).
+    axis : int
+        The axis to split along (negative counts from the end).
+    sizes : sequence of int, optional
+        The blocks' extents, one per rank, summing to root's
+        ``x.shape[axis]``. ``None``: ``numpy.array_split`` of root's extent,
+        which the other ranks learn with one small exchange (that also
+        checks the dtype and the other extents). For a list: ``None`` or one
+        entry per array.
+    out : array or list of arrays, optional
+        Where to write this rank's block; no overlap with ``x``.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result. Any agreement exchange before the data
+        moves (``sizes=None`` discovery, check mode) still blocks.
+
+    Returns
+    -------
+    array or list of arrays
+        This rank's block of root's ``x``, a new array (or ``out``).
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``root``, ``axis``, ``sizes`` or ``out``.
+    DTypeError
+        Unsupported dtype.
+    MismatchError
+        Ranks disagree on the dtype or the other extents (always checked
+        when ``sizes`` is None; in check mode also ``root``, ``axis`` and
+        ``sizes``).
+
+    Examples
+    --------
+    >>> hpccoll.scatter(np.arange(5), root=0)   # doctest: +SKIP
+    >>> # on 2 ranks: rank 0 gets array([0, 1, 2]), rank 1 array([3, 4])
+    """
+    c = as_communicator(comm)
+    return rooted.scatter(x, c, root, axis, sizes, out, "scatter", async_op)
+
+
+@overload
+def scatter_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def scatter_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def scatter_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    root: int = 0,
+    axis: int = 0,
+    sizes: Sizes = None,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Adjoint of :func:`scatter`: every rank's ``y`` concatenated along ``axis`` onto root.
+
+    It is ``gather(y, comm, root=root, axis=axis, sizes=sizes)``: root gets
+    the cotangent of its whole ``x``; the other ranks' ``x`` (whose values the
+    scatter ignored) get an array of extent 0 along ``axis``.
+
+    Parameters
+    ----------
+    y : array_like (NumPy or CuPy), or a list of arrays
+        The cotangent of this rank's block.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The forward's root.
+    axis : int
+        The forward's axis.
+    sizes : sequence of int, optional
+        The forward's block extents; ``None`` discovers them.
+    out : array or list of arrays, optional
+        Where to write the result (as for :func:`gather`).
+    async_op : bool
+        As for :func:`scatter`.
+
+    Returns
+    -------
+    array or list of arrays
+        At root the cotangent of its ``x``; elsewhere an array of extent 0
+        along ``axis``.
+    """
+    c = as_communicator(comm)
+    return rooted.gather(y, c, root, axis, sizes, out, "scatter_adjoint", async_op)
+
+
 # --------------------------------------------------------------------------- the pairs, declared once
 
 
@@ -812,6 +1375,10 @@ PAIRS: Tuple[Pair, ...] = (
     Pair(reduce_scatter, reduce_scatter_adjoint),
     Pair(all_reduce, all_reduce_adjoint, frozenset({"cotangent"})),
     Pair(all_to_all, all_to_all_adjoint),
+    Pair(broadcast, broadcast_adjoint),
+    Pair(reduce, reduce_adjoint),
+    Pair(gather, gather_adjoint),
+    Pair(scatter, scatter_adjoint),
 )
 
 

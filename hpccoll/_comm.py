@@ -17,7 +17,15 @@ from ._errors import ArgumentError, HpccollError, MismatchError
 from ._faults import timeout_from_env
 from ._layout import buckets
 from ._log import child, configure
-from .transports import choose_transport, make_transport, registered, resolve_transport_name, transport_chain
+from .transports import (
+    choose_transport,
+    host_transport_name,
+    make_transport,
+    registered,
+    resolve_transport_name,
+    shared_transport_name,
+    transport_chain,
+)
 from .transports._control import allgather_object, exchange_extents
 from .transports.shm import shared_empty
 
@@ -180,6 +188,40 @@ class Communicator:
         if inst is None:
             inst = self._transports[name] = make_transport(name, self)
         return inst
+
+    def host_transport(self) -> Any:
+        """The host transport other transports compose for what they leave to host MPI.
+
+        The first usable registered transport that declares
+        :attr:`~hpccoll.transports.Transport.hosts` (``mpi`` unless another is
+        registered before it), made on first use.
+
+        Returns
+        -------
+        Transport
+            The instance, the same one on every later call.
+        """
+        name = self.state.get("choice:host")
+        if name is None:
+            name = self.state["choice:host"] = host_transport_name(self)
+        return self.transport_instance(name)
+
+    def shared_transport(self) -> Any:
+        """The transport that makes node-shared results (``out="shared"``, :meth:`shared_empty`).
+
+        The first usable registered transport that declares
+        :attr:`~hpccoll.transports.Transport.shared_results` (``shm``), made on
+        first use (collective), whatever ``auto`` picks for private arrays.
+
+        Returns
+        -------
+        Transport
+            The instance, the same one on every later call.
+        """
+        name = self.state.get("choice:shared")
+        if name is None:
+            name = self.state["choice:shared"] = shared_transport_name(self)
+        return self.transport_instance(name)
 
     def transport_of(self, kind: str, nbytes: int = 0) -> Any:
         """The transport instance a message of ``kind`` arrays (``"numpy"``, ``"cupy"``) uses here.
@@ -640,7 +682,10 @@ def _plan_notes(dtype: np.dtype, op: str, plan: ReducePlan, t: Any) -> List[str]
     elif plan.widen:
         said.append(f"{dtype.name} {op}: widened to {plan.wire.name} ({t.name} does not reduce {dtype.name} natively)")
     if plan.divide:
-        said.append(f"{dtype.name} avg: a sum, then divided by the number of ranks in {dtype.name}")
+        said.append(
+            f"{dtype.name} avg: a sum, then divided by the number of ranks in "
+            f"{plan.wire.name if plan.widen else dtype.name}"
+        )
     return said
 
 

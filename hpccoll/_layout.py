@@ -20,9 +20,7 @@ __all__ = [
     "wire_flat",
     "pack",
     "blocks",
-    "store",
-    "divide",
-    "divided",
+    "finish_reduction",
     "buckets",
     "concat",
     "join",
@@ -59,21 +57,44 @@ def pack(x: Any, xp: Any, ax: int, sizes: Sequence[int], wire: np.dtype, widen: 
     return as_wire(buf, wire)
 
 
-def store(out: Any, result: Any, xp: Any) -> None:
-    """Write a C-ordered flat ``result`` into ``out`` (casting from the wire dtype)."""
-    xp.copyto(out, result.reshape(out.shape), casting="unsafe")
+def finish_reduction(
+    buf: Any, parts: int, divide: bool, *, widen: bool = False, out: Any = None, dtype: Any = None, xp: Any = np
+) -> Any:
+    """A reduction's finishing step, the one place that decides it: divide for ``avg``, then store or cast.
 
+    Parameters
+    ----------
+    buf : array or list of arrays
+        The reduced values, flat and C-ordered in the wire dtype (a list: each array is only divided).
+    parts : int
+        The number of ranks reduced over; ``divide`` divides by it (a no-op for 1), in ``buf``'s own dtype.
+    divide : bool
+        The reduction is ``avg`` (``ReducePlan.divide``).
+    widen : bool
+        The values travelled converted to a wider wire dtype (``ReducePlan.widen``): they are converted
+        back; otherwise the wire bytes are reinterpreted as the result's dtype (same itemsize).
+    out : array, optional
+        Where the result goes (reshaped to ``out``'s shape, cast from the wire dtype). ``None`` when
+        ``buf`` already is the result's memory (a wire view of it) or no ``out`` exists.
+    dtype : numpy.dtype, optional
+        Without ``out``: the result's dtype (``buf`` converted, or viewed, as it).
+    xp : module
+        NumPy or CuPy (``out``'s library).
 
-def divide(arr: Any, parts: int) -> None:
-    """``arr /= parts`` in ``arr``'s own dtype (the ``avg`` step)."""
-    arr /= arr.dtype.type(parts)
-
-
-def divided(arr: Any, parts: int) -> Any:
-    """:func:`divide` an array, or each array of a list; return it."""
-    for a in arr if isinstance(arr, list) else (arr,):
-        divide(a, parts)
-    return arr
+    Returns
+    -------
+    array or list of arrays
+        ``out``; else ``buf`` as ``dtype``; else ``buf``.
+    """
+    if divide and parts > 1:
+        for a in buf if isinstance(buf, list) else (buf,):
+            a /= a.dtype.type(parts)
+    if out is not None:
+        xp.copyto(out, (buf if widen else as_wire(buf, out.dtype)).reshape(out.shape), casting="unsafe")
+        return out
+    if dtype is not None:
+        return buf.astype(dtype) if widen else as_wire(buf, dtype)
+    return buf
 
 
 def buckets(nbytes: Sequence[int], limit: int, total: Optional[int] = None) -> List[range]:

@@ -15,23 +15,27 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tupl
 from ._api import PAIR, CommLike, OpLike, Pair, Sizes
 from ._arrays import ArrayT, as_array, split_sizes
 from ._comm import Communicator, as_communicator
-from ._core.validate import (
-    COTANGENTS,
-    axis_of,
-    block_sizes,
-    list_types,
-    outs_of,
-    refuse,
-    sizes_of,
-    survey_list,
-    with_extent,
-)
+from ._core.agree import refuse
+from ._core.blocks import shape_without, with_extent
+from ._core.lists import list_types, survey_list
+from ._core.validate import COTANGENTS, axis_of, block_sizes, outs_of, sizes_of
 from ._dtypes import check_dtype, normalize_op
 from ._errors import ArgumentError, HpccollError
 from .collectives.alltoall import recv_extents
+from .collectives.rooted import root_of
 from .transports._control import exchange_extents, run
 
-__all__ = ["Operator", "AllGather", "ReduceScatter", "AllReduce", "AllToAll"]
+__all__ = [
+    "Operator",
+    "AllGather",
+    "ReduceScatter",
+    "AllReduce",
+    "AllToAll",
+    "Broadcast",
+    "Reduce",
+    "Gather",
+    "Scatter",
+]
 
 #: How many layouts (distinct shapes) an operator remembers; the least recently used is forgotten first.
 LAYOUTS = 64
@@ -285,10 +289,30 @@ class _PairOperator(Operator):
 
         return call
 
+    def _learned(
+        self,
+        call: _Call,
+        x: Any,
+        out: Any,
+        arrays: Sequence[Any],
+        axes: Sequence[int],
+        many: bool,
+        what: str,
+        extent: Callable[[Tuple[int, ...]], Tuple[int, ...]],
+    ) -> Tuple[Any, List[Tuple[int, ...]]]:
+        """``call`` on ``x`` and the extents it used (``extent`` of every rank's extents, per array)."""
+        c = self.comm
+        if c.check:  # check mode's detailed agreement first; then the extents, known to agree
+            result = call(x, None, out)
+            return result, [extent(t) for t in _extents(c, arrays, axes, what)]
+        # One exchange, as the collective's own; the data then moves with the extents known.
+        table = [extent(t) for t in _extents(c, arrays, axes, what)]
+        return _grouped(call, x, table, out, many), table
+
     def _gathering(self, x: Any, out: Any, fn: Callable[..., Any], what: str) -> Any:
         """A gathering side (AllGather's forward, ReduceScatter's adjoint): learns every rank's extents and
         remembers them by the gathered shape."""
-        call, c = self._call(fn), self.comm
+        call = self._call(fn)
         if self.sizes is not None:
             return call(x, self.sizes, out)
         found = _arrays_of(x)
@@ -296,12 +320,7 @@ class _PairOperator(Operator):
         if found is None or axes is None:
             return call(x, None, out)  # the collective refuses x, as it would have
         arrays, many = found
-        if c.check:  # check mode's detailed agreement first; then the extents, known to agree
-            result = call(x, None, out)
-            table = _extents(c, arrays, axes, what)
-        else:  # one exchange, as the collective's own; the data then moves with the extents known
-            table = _extents(c, arrays, axes, what)
-            result = _grouped(call, x, table, out, many)
+        result, table = self._learned(call, x, out, arrays, axes, many, what, tuple)
         shapes = [with_extent(a.shape, ax, sum(t)) for a, ax, t in zip(arrays, axes, table)]
         self.layouts.put(_key(shapes, many), table)
         return result
@@ -574,3 +593,185 @@ def _unknown_recv_sizes(statuses: Sequence[int], concat_axis: int) -> str:
         "given to AllToAll); got shapes that match different forward calls, or none, on different ranks (the "
         f"forward call each rank's y matches, counting from 1, 0 for none: {[max(s, 0) for s in statuses]})"
     )
+
+
+# --------------------------------------------------------------------------- the rooted collectives
+
+
+class Broadcast(_PairOperator):
+    """Broadcast from ``root``; adjoint: the sum over ranks onto ``root`` (zeros elsewhere).
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose input is sent.
+    """
+
+    def __init__(self, comm: CommLike = None, *, root: int = 0) -> None:
+        super().__init__()
+        self.comm = as_communicator(comm)
+        self.root = root_of(root, self.comm.size)
+        self.keywords = dict(root=self.root)
+
+    pair = PAIR["broadcast"]
+
+    def __repr__(self) -> str:
+        return f"Broadcast(root={self.root}, size={self.comm.size})"
+
+
+class Reduce(_PairOperator):
+    """Reduce onto ``root`` (zeros elsewhere); adjoint: the broadcast of root's cotangent (``/ P`` for ``avg``).
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; ``adjoint`` exists for ``"sum"`` and ``"avg"`` only.
+    root : int
+        The rank that gets the result.
+    """
+
+    def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> None:
+        super().__init__()
+        self.comm = as_communicator(comm)
+        self.op = normalize_op(op)
+        self.root = root_of(root, self.comm.size)
+        self.keywords = dict(op=self.op, root=self.root)
+
+    pair = PAIR["reduce"]
+
+    def __repr__(self) -> str:
+        return f"Reduce(op={self.op!r}, root={self.root}, size={self.comm.size})"
+
+
+class _Rooted(_PairOperator):
+    """Gather and Scatter: the extents of the split side, remembered by the layout every rank has alike.
+
+    The key of a layout is the arrays' shapes without the gathered (split)
+    axis, and whether they came as a list: root's and the other ranks' arrays
+    differ along the axis, but agree on the rest, so every rank finds the
+    same remembered extents (or none) and takes the same road.
+    """
+
+    def __init__(self, comm: CommLike, root: int, axis: int, sizes: Sizes) -> None:
+        super().__init__()
+        self.comm = as_communicator(comm)
+        self.root = root_of(root, self.comm.size)
+        self.axis = axis
+        self.sizes = _check_sizes(sizes, self.comm)
+        self.keywords = dict(root=self.root, axis=axis, sizes=self.sizes)
+
+    def _layout(self, x: Any) -> Optional[Tuple[List[Any], List[int], Hashable, bool]]:
+        """``x``'s arrays, axes, layout key and list-ness; ``None`` where the collective is to refuse ``x``."""
+        found = _arrays_of(x)
+        axes = None if found is None else _axes(found[0], self.axis)
+        if found is None or axes is None:
+            return None
+        arrays, many = found
+        return arrays, axes, _key([shape_without(a.shape, ax) for a, ax in zip(arrays, axes)], many), many
+
+    def _learning(self, x: Any, out: Any, fn: Callable[..., Any], what: str, extent: Callable[..., Any]) -> Any:
+        """Run ``fn`` with every array's extents learned first (one exchange) and remembered for the other side."""
+        call = self._call(fn)
+        if self.sizes is not None:
+            return call(x, self.sizes, out)
+        layout = self._layout(x)
+        if layout is None:
+            return call(x, None, out)  # the collective refuses x, as it would have
+        arrays, axes, key, many = layout
+        result, table = self._learned(call, x, out, arrays, axes, many, what, extent)
+        self.layouts.put(key, table)
+        return result
+
+    def _remembered(self, y: Any, out: Any, fn: Callable[..., Any], what: str, unknown: str) -> Any:
+        """Run ``fn`` with the extents remembered for ``y``'s layout; without them per ``unknown``."""
+        call = self._call(fn)
+        if self.sizes is not None:
+            return call(y, self.sizes, out)
+        layout = self._layout(y)
+        if layout is None:
+            return call(y, None, out)
+        table = self.layouts.get(layout[2])
+        if table is not None:
+            return _grouped(call, y, table, out, layout[3])
+        if unknown == "discover":
+            return call(y, None, out)
+        refuse(  # the layout key is the same on every rank: so is this verdict
+            self.comm,
+            what,
+            ArgumentError(
+                f"{what}: expected the extents of the shards along axis {self.axis}: sizes= given to "
+                f"{type(self).__name__}, or a forward call of this operator on arrays of this layout; got neither "
+                "(the shards' extents cannot be known from root's concatenation)"
+            ),
+        )
+
+
+class Gather(_Rooted):
+    """Gather onto ``root`` along ``axis``; adjoint: the scatter of root's cotangent with the forward's extents.
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank that gets the concatenation.
+    axis : int
+        The concatenation axis.
+    sizes : sequence of int, optional
+        Every rank's shard extent. ``None``: the forward discovers them (one
+        small exchange) and the adjoint reuses those of the latest forward
+        of the same layout (the shapes but for ``axis``); with no such
+        forward the adjoint raises :class:`~hpccoll.ArgumentError` on every
+        rank rather than guess.
+    """
+
+    def __init__(self, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Sizes = None) -> None:
+        super().__init__(comm, root, axis, sizes)
+
+    pair = PAIR["gather"]
+
+    def _forward(self, x: Any, out: Any) -> Any:
+        return self._learning(x, out, self.pair.forward, "gather", tuple)
+
+    def _adjoint(self, y: Any, out: Any) -> Any:
+        return self._remembered(y, out, self.pair.adjoint, "Gather.adjoint", "refuse")
+
+    def __repr__(self) -> str:
+        return f"Gather(root={self.root}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
+
+
+class Scatter(_Rooted):
+    """Scatter root's input along ``axis``; adjoint: the gather onto ``root`` with the forward's extents.
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose input is split.
+    axis : int
+        The split axis.
+    sizes : sequence of int, optional
+        The blocks' extents. ``None``: ``numpy.array_split`` of root's
+        extent; the adjoint reuses the forward's split of the same layout,
+        or discovers the blocks' extents (one small exchange).
+    """
+
+    def __init__(self, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Sizes = None) -> None:
+        super().__init__(comm, root, axis, sizes)
+
+    pair = PAIR["scatter"]
+
+    def _forward(self, x: Any, out: Any) -> Any:
+        parts = self.comm.size
+        return self._learning(x, out, self.pair.forward, "scatter", lambda t: split_sizes(t[self.root], parts))
+
+    def _adjoint(self, y: Any, out: Any) -> Any:
+        return self._remembered(y, out, self.pair.adjoint, "Scatter.adjoint", "discover")
+
+    def __repr__(self) -> str:
+        return f"Scatter(root={self.root}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"

@@ -13,7 +13,7 @@ from ._errors import ArgumentError
 
 __all__ = ["dottest", "default_rtol", "InnerProductWarning"]
 
-_RTOL = {2: 2e-2, 4: 1e-5, 8: 1e-12, 16: 1e-12}
+_RTOL = {1: 0.25, 2: 2e-2, 4: 1e-5, 8: 1e-12, 16: 1e-12}
 
 
 class InnerProductWarning(UserWarning):
@@ -34,13 +34,13 @@ def default_rtol(dtype: Any) -> float:
     ----------
     dtype : numpy.dtype or str or type
         The data's dtype (anything :class:`numpy.dtype` accepts, including
-        ``ml_dtypes.bfloat16``).
+        ``ml_dtypes.bfloat16`` and the float8 types).
 
     Returns
     -------
     float
         ``0.0`` for booleans and integers (exact), else by precision:
-        ``2e-2`` for 16-bit floats, ``1e-5`` for float32 and complex64,
+        ``0.25`` for the 8-bit floats (float8_e5m2's epsilon), ``2e-2`` for 16-bit floats, ``1e-5`` for float32 and complex64,
         ``1e-12`` for float64 and complex128 (and wider).
 
     Raises
@@ -57,7 +57,7 @@ def default_rtol(dtype: Any) -> float:
     dt = np.dtype(dtype)
     if dt.kind in "biu":
         return 0.0
-    if dt.kind not in "fcV" or (dt.kind == "V" and dt.itemsize != 2):  # "V": ml_dtypes' bfloat16 is a 2-byte void kind
+    if dt.kind not in "fcV" or (dt.kind == "V" and dt.itemsize > 2):  # "V": ml_dtypes' bfloat16 and float8 types
         raise ArgumentError(f"dtype: expected a boolean, integer, floating or complex dtype; got {dt}")
     return _RTOL[min(dt.itemsize // 2 if dt.kind == "c" else dt.itemsize, 16)]
 

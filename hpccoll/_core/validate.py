@@ -1,27 +1,24 @@
-"""Argument checks shared by every collective, and check mode's cross-rank agreement.
+"""Argument checks shared by every collective.
 
 Local checks raise before any communication; they depend only on the
 arguments, so a call made identically on every rank fails identically on
-every rank. In check mode :func:`settle` first shares any rank's error (and
-compares the call's descriptor) so that every rank raises the same
-exception.
+every rank. Check mode (sharing any rank's error with every rank) is
+:mod:`hpccoll._core.agree`'s; shapes, blocks and the in-place layout are
+:mod:`hpccoll._core.blocks`'s; the list forms' survey is
+:mod:`hpccoll._core.lists`'s.
 """
 
 from __future__ import annotations
 
 import operator
-import zlib
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, NoReturn, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
 from .._arrays import as_array, module_of, overlaps, split_sizes
 from .._dtypes import check_dtype, normalize_op, op_label
-from .._errors import ArgumentError, DTypeError, HpccollError, MismatchError, UnsupportedOpError
-from ..transports._mpitypes import buffer_address
-
-if TYPE_CHECKING:
-    from types import EllipsisType
+from .._errors import ArgumentError, UnsupportedOpError
+from .lists import SEQUENCES, ListOf
 
 __all__ = [
     "SEQUENCES",
@@ -34,35 +31,12 @@ __all__ = [
     "check_out",
     "outs_of",
     "plain_out",
-    "may_share",
-    "same_block",
-    "address",
-    "own_block",
-    "block",
-    "settle",
-    "refuse",
     "linear_op",
-    "shape_without",
-    "with_extent",
-    "is_array_list",
-    "list_types",
-    "ListOf",
-    "survey_list",
     "one_array",
-    "dtype_code",
-    "status_of",
-    "raise_exchanged",
 ]
 
-SEQUENCES = (list, tuple)
 COTANGENTS = ("varying", "replicated")
 _ndarray = np.ndarray
-_NDARRAY_ONLY = frozenset((_ndarray,))
-_dtype_of = operator.attrgetter("dtype")
-_shape_of = operator.attrgetter("shape")
-#: ``numpy.may_share_memory`` for exact ``numpy.ndarray`` arguments, without the ``__array_function__``
-#: dispatch (half the cost; the common-case branches' overlap test).
-may_share = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False) -> int:
@@ -130,42 +104,6 @@ def block_sizes(sizes: Any, n: int, parts: int, name: str) -> Tuple[int, ...]:
     return sizes
 
 
-def address(a: Any) -> int:
-    """The address of ``a``'s first element (NumPy or CuPy)."""
-    if type(a) is _ndarray:
-        if a.size:
-            try:
-                return buffer_address(a)
-            except (ValueError, BufferError):  # not contiguous
-                pass
-        return a.__array_interface__["data"][0]
-    return a.data.ptr
-
-
-def same_block(part: Any, whole: Any, where: Union[Tuple[Any, ...], EllipsisType]) -> bool:
-    """Whether ``part`` is exactly the view ``whole[where]`` (same address, shape and strides).
-
-    This is how an in-place collective is recognised: ``all_gather(x,
-    out=y)`` where ``x`` is this rank's block of ``y``, ``reduce_scatter(x,
-    out=b)`` where ``b`` is this rank's block of ``x``.
-    """
-    if type(part) is not type(whole) or part.dtype != whole.dtype:
-        return False
-    view = whole[where]
-    return part.shape == view.shape and part.strides == view.strides and address(part) == address(view)
-
-
-def block(ax: int, start: int, stop: int) -> tuple:
-    """The index of ``[start, stop)`` along axis ``ax``."""
-    return (slice(None),) * ax + (slice(start, stop),)
-
-
-def own_block(ax: int, sizes: Sequence[int], rank: int) -> tuple:
-    """The index of rank ``rank``'s block along ``ax`` when blocks have extents ``sizes``."""
-    start = sum(sizes[:rank])
-    return block(ax, start, start + sizes[rank])
-
-
 def check_out(
     out: Any,
     shape: Tuple[int, ...],
@@ -224,34 +162,6 @@ def outs_of(out: Any, n: int) -> list:
     return list(out)
 
 
-def settle(
-    c: Any, what: str, desc: Any, local: Any, err: Optional[HpccollError], async_op: bool = False
-) -> Optional[list]:
-    """Raise a local error, or (check mode) agree with the other ranks first; every rank's ``local``.
-
-    Check mode compares ``async_op`` with the descriptor: MPI never matches a
-    blocking collective with a non-blocking one, so one rank's
-    ``async_op=True`` among blocking calls would hang instead.
-    """
-    if c.check and c.size > 1:
-        if desc is not None:
-            desc = {**desc, "async_op": bool(async_op)}
-        return c.agree(what, desc, local, err)
-    if err is not None:
-        raise err
-    return None
-
-
-def refuse(c: Any, what: str, err: HpccollError) -> NoReturn:
-    """Raise ``err``, found before the collective's own check: in check mode on every rank.
-
-    The other ranks are then in that check (their first collective call), so
-    they learn of ``err`` there instead of waiting for this rank forever.
-    """
-    settle(c, what, None, None, err)
-    raise err  # settle raised already; this line only reassures type checkers
-
-
 def linear_op(op: Any, what: str) -> str:
     """``op`` normalised, if linear (``sum``, ``avg``); :class:`UnsupportedOpError` otherwise."""
     op = normalize_op(op)
@@ -268,119 +178,8 @@ def linear_op(op: Any, what: str) -> str:
     return op
 
 
-def shape_without(shape: Tuple[int, ...], ax: int) -> Tuple[int, ...]:
-    """``shape`` without axis ``ax``."""
-    return shape[:ax] + shape[ax + 1 :]
-
-
-def with_extent(shape: Tuple[int, ...], ax: int, n: int) -> Tuple[int, ...]:
-    """``shape`` with extent ``n`` along axis ``ax``."""
-    return shape[:ax] + (n,) + shape[ax + 1 :]
-
-
-def is_array_list(x: Any) -> bool:
-    """Whether ``x`` is a list or tuple of arrays (not an array-like of numbers)."""
-    return list_types(x) is not None
-
-
-def list_types(x: Any) -> Optional[Set[type]]:
-    """The types of ``x``'s items when ``x`` is a list or tuple of arrays (not an array-like of numbers), else ``None``.
-
-    Decided once per type, not once per array; :func:`survey_list` takes the result.
-    """
-    if type(x) not in SEQUENCES:
-        return None
-    types = set(map(type, x))
-    if types <= _NDARRAY_ONLY or all(issubclass(t, _ndarray) or t.__module__.startswith("cupy") for t in types):
-        return types
-    return None
-
-
-class ListOf(NamedTuple):
-    """A list form's arrays, surveyed once at C speed (no per-array Python loop in the common case)."""
-
-    arrays: List[Any]
-    kind: str
-    dtypes: Set[np.dtype]
-    shapes: List[Tuple[int, ...]]
-    #: The shape every array has, or ``None`` (arrays of several shapes, or none).
-    shape: Optional[Tuple[int, ...]]
-    #: Every array has one shape and one dtype: per-array quantities are one value, repeated.
-    alike: bool
-
-
-def survey_list(xs: Sequence[Any], types: Set[type], keep: bool = False) -> ListOf:
-    """A list form's arrays, their library, dtypes (each checked once) and shapes; ``types``: :func:`list_types`'s.
-
-    ``keep``: the call outlives this one (non-blocking), so the arrays are
-    held in a copy of the user's list, not in the list itself.
-    """
-    arrays, kind, dtypes = _checked(xs, types, keep)
-    shapes = list(map(_shape_of, arrays))
-    shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
-    return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)
-
-
-def _checked(xs: Sequence[Any], types: Set[type], keep: bool) -> Tuple[List[Any], str, Set[np.dtype]]:
-    if types <= _NDARRAY_ONLY:  # the common case, without per-array calls
-        arrays, kind = xs if type(xs) is list and not keep else list(xs), "numpy"
-    else:
-        pairs = [as_array(x, f"x[{i}]") for i, x in enumerate(xs)]
-        kinds = {k for _, k in pairs}
-        if len(kinds) > 1:
-            raise ArgumentError(f"x: expected arrays of one library (all NumPy or all CuPy); got {sorted(kinds)}")
-        arrays, kind = [a for a, _ in pairs], (kinds.pop() if kinds else "numpy")
-    dtypes = set(map(_dtype_of, arrays))
-    for dtype in dtypes:
-        try:
-            check_dtype(dtype)
-        except HpccollError:
-            first = next(i for i, a in enumerate(arrays) if a.dtype == dtype)
-            check_dtype(dtype, f"x[{first}]")
-    return arrays, kind, dtypes
-
-
 def one_array(x: Any, name: str = "x") -> Tuple[Any, str, Any]:
     """``(array, kind, xp)`` for a single-array call, its dtype checked."""
     x, kind = as_array(x, name)
     check_dtype(x.dtype, name)
     return x, kind, (np if kind == "numpy" else module_of(kind))
-
-
-#: The errors an exchanged status names: ``status_of(err) - 1`` indexes this tuple (0: no error).
-_EXCHANGED = (ArgumentError, DTypeError, UnsupportedOpError, MismatchError, HpccollError)
-
-
-_CODES: Dict[np.dtype, int] = {}
-
-
-def dtype_code(dtype: np.dtype) -> int:
-    """An int naming ``dtype``, the same in every process (not Python's salted string hash); cached."""
-    code = _CODES.get(dtype)
-    if code is None:
-        code = _CODES[dtype] = zlib.crc32(f"{dtype.str}|{dtype.name}".encode())
-    return code
-
-
-def status_of(err: Optional[HpccollError]) -> int:
-    """``err`` as an int for a control-plane exchange: 0 for none, else its kind (:func:`raise_exchanged`)."""
-    if err is None:
-        return 0
-    return next(i for i, cls in enumerate(_EXCHANGED) if isinstance(err, cls)) + 1
-
-
-def raise_exchanged(statuses: Sequence[int], err: Optional[HpccollError], what: str) -> None:
-    """Raise on every rank when any rank's exchanged status (:func:`status_of`) is an error.
-
-    This rank's own ``err`` is raised as it is; a rank without one raises the
-    same kind of error naming the lowest failing rank (its message stays there:
-    check mode, ``HPCCOLL_CHECK=1``, shows it on every rank).
-    """
-    if err is not None:
-        raise err
-    for rank, status in enumerate(statuses):
-        if status:
-            raise _EXCHANGED[status - 1](
-                f"{what}: rank {rank} refused its arguments ({_EXCHANGED[status - 1].__name__}); "
-                "set HPCCOLL_CHECK=1 to see its message on every rank"
-            )

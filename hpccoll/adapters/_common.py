@@ -1,4 +1,5 @@
-"""What every adapter shares: the shard sizes of an all-gather and of an all-to-all, argument checks."""
+"""What every adapter shares: the shard sizes of the gathers, scatters and all-to-all, argument checks, and
+each collective's pair of maps (forward, adjoint) bound from :data:`hpccoll._api.PAIR`."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import numpy as np
 from .._api import PAIR, all_reduce
 from .._arrays import split_sizes
 from .._comm import Communicator
+from .._core.blocks import with_extent
 from .._core.validate import COTANGENTS, axis_of, block_sizes, sizes_of
 from .._errors import ArgumentError
+from .._operators import _extents
 from ..collectives.alltoall import own_recv_sizes, recv_extents
-from ..transports._control import exchange_extents
+from ..collectives.rooted import root_of
 
 __all__ = [
     "gather_sizes",
@@ -25,26 +28,49 @@ __all__ = [
     "all_to_all_sizes",
     "all_to_all_maps",
     "replicate_maps",
+    "root_of",
+    "root_scatter_sizes",
+    "broadcast_maps",
+    "reduce_maps",
+    "gather_maps",
+    "scatter_maps",
 ]
 
 #: A collective as the adapters see it: (forward, adjoint), each a function of one array.
 Maps = Tuple[Callable[[Any], Any], Callable[[Any], Any]]
 
 
-def gather_sizes(x: Any, comm: Communicator, axis: int, sizes: Optional[Sequence[int]]) -> Tuple[int, ...]:
+def gather_sizes(
+    x: Any, comm: Communicator, axis: int, sizes: Optional[Sequence[int]], what: str = "all_gather"
+) -> Tuple[int, ...]:
     """Every rank's extent of ``x`` along ``axis`` (collective when ``sizes`` is None).
 
-    The backward pass of an all-gather needs the forward's shard sizes; when
-    the caller gave none they are discovered here with the same small
-    exchange (and signature check) that :func:`hpccoll.all_gather` does, so
-    the forward then moves the data without a second exchange.
+    The backward pass of an all-gather (or a gather, ``what``) needs the
+    forward's shard sizes; when the caller gave none they are discovered here
+    with the same small exchange (and signature check) that
+    :func:`hpccoll.all_gather` does, so the forward then moves the data
+    without a second exchange. ``x`` needs only ``shape``, ``ndim`` and ``dtype``.
     """
     if sizes is not None:
         return sizes_of(sizes, comm.size)
-    ax = axis_of(axis, np.ndim(x))
-    if comm.size == 1:
-        return (int(np.shape(x)[ax]),)
-    return exchange_extents(comm, (x,), (ax,), "all_gather")[0]
+    return _extents(comm, (x,), (axis_of(axis, np.ndim(x)),), what)[0]
+
+
+def root_scatter_sizes(
+    x: Any, comm: Communicator, root: int, axis: int, sizes: Optional[Sequence[int]]
+) -> Tuple[int, ...]:
+    """The block extents of a scatter from ``root`` (collective when ``sizes`` is None).
+
+    ``sizes=None`` splits root's extent along ``axis`` like
+    ``numpy.array_split``; the other ranks learn it here with one small
+    exchange (which also checks that the dtypes and the other extents agree),
+    so that the backward pass gathers with the same sizes. ``x`` needs only
+    ``shape``, ``ndim`` and ``dtype``.
+    """
+    if sizes is not None:
+        return sizes_of(sizes, comm.size)
+    extents = _extents(comm, (x,), (axis_of(axis, np.ndim(x)),), "scatter")[0]
+    return split_sizes(extents[root], comm.size)
 
 
 def scatter_sizes(
@@ -110,6 +136,48 @@ def all_to_all_maps(
     return PAIR["all_to_all"].bind(
         comm=comm, split_axis=split_axis, concat_axis=concat_axis, sizes=sizes, recv_sizes=recv_sizes
     )
+
+
+def broadcast_maps(comm: Communicator, root: int) -> Maps:
+    """Broadcast from ``root`` and its adjoint (the sum over ranks, to root; zeros elsewhere)."""
+    return PAIR["broadcast"].bind(comm=comm, root=root)
+
+
+def reduce_maps(comm: Communicator, op: Any, root: int) -> Maps:
+    """Reduce to ``root`` and its adjoint (root's cotangent broadcast; it raises for the non-linear ops)."""
+    return PAIR["reduce"].bind(comm=comm, op=op, root=root)
+
+
+def gather_maps(comm: Communicator, root: int, axis: int, sizes: Tuple[int, ...]) -> Maps:
+    """Gather to ``root`` and its adjoint (the scatter of root's cotangent) with the same (resolved) ``sizes``."""
+    return PAIR["gather"].bind(comm=comm, root=root, axis=axis, sizes=sizes)
+
+
+def scatter_maps(comm: Communicator, root: int, axis: int, sizes: Tuple[int, ...], extent: int) -> Maps:
+    """Scatter from ``root`` and its adjoint (the gather to root) with the same (resolved) ``sizes``.
+
+    ``extent`` is this rank's extent of the scatter's input along ``axis``. On
+    a rank other than root it may be anything (the scatter reads only root's
+    data), while the gather gives such a rank an empty array: the adjoint then
+    gives zeros of ``extent`` instead, the cotangent's shape that the
+    frameworks require (the scatter does not depend on those values).
+    """
+    forward, adjoint = PAIR["scatter"].bind(comm=comm, root=root, axis=axis, sizes=sizes)
+    if comm.rank == root or extent == 0:
+        return forward, adjoint
+    return forward, functools.partial(_gather_as, comm=comm, root=root, axis=axis, sizes=sizes, extent=extent)
+
+
+def _gather_as(
+    y: Any, comm: Communicator, *, root: int, axis: int, sizes: Tuple[int, ...], extent: int, out: Any = None
+) -> Any:
+    """``scatter_adjoint(y)`` on a rank other than root, whose input had ``extent`` along ``axis``: zeros of it."""
+    got = PAIR["scatter"].adjoint(y, comm, root=root, axis=axis, sizes=sizes)  # the gather, empty here
+    shape = with_extent(tuple(got.shape), axis_of(axis, got.ndim), extent)
+    if out is None:
+        return np.zeros_like(got, shape=shape)  # NumPy or CuPy, as got (__array_function__)
+    out[...] = 0
+    return out
 
 
 def replicate_maps(comm: Communicator) -> Maps:

@@ -1,8 +1,9 @@
 """HIPS autograd primitives for hpccoll's collectives.
 
 ``autograd.grad`` (and ``make_vjp``, ``make_jvp``, higher orders) flows
-through :func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce` and
-:func:`all_to_all`;
+through :func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`,
+:func:`all_to_all` and the rooted :func:`broadcast`, :func:`reduce`,
+:func:`gather` and :func:`scatter`;
 every rank must run the same sequence of forward and backward calls, as for
 any collective. Requires ``pip install autograd`` (``hpccoll[autograd]``).
 
@@ -36,18 +37,35 @@ from autograd.tracer import getval
 from .._api import CommLike, OpLike
 from .._arrays import Array
 from .._comm import as_communicator
+from .._core.validate import axis_of
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
     all_to_all_maps,
     all_to_all_sizes,
+    broadcast_maps,
+    gather_maps,
     gather_sizes,
+    reduce_maps,
     reduce_scatter_maps,
     replicate_maps,
+    root_of,
+    root_scatter_sizes,
+    scatter_maps,
     scatter_sizes,
 )
 
-__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate"]
+__all__ = [
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "replicate",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+]
 
 
 @primitive
@@ -203,3 +221,112 @@ def replicate(x: Array, comm: CommLike = None) -> Array:
         ``x`` itself.
     """
     return _linear(x, *replicate_maps(as_communicator(comm)))
+
+
+def broadcast(x: Array, comm: CommLike = None, *, root: int = 0) -> Array:
+    """Differentiable :func:`hpccoll.broadcast`; its VJP sums the cotangents over ranks to ``root`` (zeros elsewhere).
+
+    Parameters
+    ----------
+    x : array or autograd box
+        Root's value; every rank passes an array of the same shape and dtype
+        (the other ranks' values are ignored, and their gradient is zero).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` every rank gets.
+
+    Returns
+    -------
+    array or autograd box
+        Root's ``x``.
+    """
+    c = as_communicator(comm)
+    return _linear(x, *broadcast_maps(c, root_of(root, c.size)))
+
+
+def reduce(x: Array, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> Array:
+    """Differentiable :func:`hpccoll.reduce`; its VJP broadcasts root's cotangent (/P for ``avg``).
+
+    Parameters
+    ----------
+    x : array or autograd box
+        The same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction. Only ``"sum"`` and ``"avg"`` can be differentiated;
+        the others raise :class:`hpccoll.UnsupportedOpError` in the backward pass.
+    root : int
+        The rank that gets the reduction.
+
+    Returns
+    -------
+    array or autograd box
+        The reduction on ``root``, zeros of ``x``'s shape on the other ranks.
+    """
+    c = as_communicator(comm)
+    return _linear(x, *reduce_maps(c, op, root_of(root, c.size)))
+
+
+def gather(
+    x: Array, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> Array:
+    """Differentiable :func:`hpccoll.gather`; its VJP scatters root's cotangent with the forward's sizes.
+
+    Parameters
+    ----------
+    x : array or autograd box
+        This rank's shard.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank that gets the concatenation.
+    axis : int
+        The axis to concatenate along.
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``. ``None`` discovers them (one small
+        exchange, as :func:`hpccoll.gather` does) and the backward pass
+        reuses them, so uneven shards are handled.
+
+    Returns
+    -------
+    array or autograd box
+        On ``root`` the concatenation of every rank's ``x``; elsewhere ``x``'s
+        shape with extent 0 along ``axis``.
+    """
+    c = as_communicator(comm)
+    r = root_of(root, c.size)
+    return _linear(x, *gather_maps(c, r, axis, gather_sizes(getval(x), c, axis, sizes, "gather")))
+
+
+def scatter(
+    x: Array, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> Array:
+    """Differentiable :func:`hpccoll.scatter`; its VJP gathers the cotangents to ``root`` (zeros elsewhere).
+
+    Parameters
+    ----------
+    x : array or autograd box
+        On ``root`` the array to split; elsewhere only its dtype and extents
+        other than along ``axis`` count (its gradient there is zero).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` is split.
+    axis : int
+        The axis to split along.
+    sizes : sequence of int, optional
+        Every rank's block extent. ``None`` splits root's extent like
+        ``numpy.array_split`` (learned by the other ranks with one small
+        exchange) and the backward pass gathers with the same sizes.
+
+    Returns
+    -------
+    array or autograd box
+        This rank's block of root's ``x``.
+    """
+    c = as_communicator(comm)
+    r, v = root_of(root, c.size), getval(x)
+    s = root_scatter_sizes(v, c, r, axis, sizes)
+    return _linear(x, *scatter_maps(c, r, axis, s, int(np.shape(v)[axis_of(axis, np.ndim(v))])))

@@ -1,7 +1,8 @@
 """JAX primitives for hpccoll's collectives: eager, under ``jax.jit``, differentiable and batchable.
 
-:func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`, :func:`all_to_all`
-and :func:`replicate` are JAX primitives with the same signatures and conventions as
+:func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`, :func:`all_to_all`,
+:func:`replicate` and the rooted :func:`broadcast`, :func:`reduce`, :func:`gather` and
+:func:`scatter` are JAX primitives with the same signatures and conventions as
 ``hpccoll.adapters.autograd`` and ``hpccoll.adapters.torch``. Every map with
 ``op`` ``"sum"`` or ``"avg"`` (or none) is linear: its JVP is the map applied to the
 tangent, its transpose is the adjoint (whose transpose is the map again), so
@@ -39,10 +40,13 @@ While JAX traces without values (``jax.jit``, ``jax.vmap``, control flow), the
 result's shape must be known without communicating: ``all_gather(x)`` without
 ``sizes`` then means "every rank's extent along ``axis`` equals mine", and
 ``all_to_all(x)`` without ``recv_sizes`` "every rank sends me a block like the
-one I send myself" (every rank splits alike). The callback checks that
+one I send myself" (every rank splits alike), ``gather(x)`` without ``sizes`` the
+same as ``all_gather(x)``, and ``scatter(x)`` without ``sizes`` "root's extent
+along ``axis`` equals mine". The callback checks that
 assumption when it runs (one small exchange, in program order on every rank)
 and raises :class:`hpccoll.MismatchError` on every rank if it does not hold;
-pass ``sizes`` / ``recv_sizes`` for uneven shards.
+pass ``sizes`` / ``recv_sizes`` for uneven shards (and to ``scatter`` where
+the other ranks pass arrays of another extent than root's, such as empty ones).
 
 Every rank must run the same sequence of collectives, forward and backward, as
 for any collective. Gradients are those of the **sum over ranks** of what each
@@ -96,7 +100,9 @@ from jax.typing import ArrayLike
 
 from .._api import CommLike, OpLike
 from .._api import all_gather as _core_all_gather
+from .._arrays import split_sizes
 from .._comm import Communicator, as_communicator
+from .._core.blocks import with_extent
 from .._core.validate import axis_of as _axis
 from .._core.validate import block_sizes
 from .._core.validate import linear_op as _linear_op
@@ -107,13 +113,30 @@ from ._common import (
     all_reduce_maps,
     all_to_all_maps,
     all_to_all_sizes,
+    broadcast_maps,
+    gather_maps,
     gather_sizes,
+    reduce_maps,
     reduce_scatter_maps,
     replicate_maps,
+    root_of,
+    root_scatter_sizes,
+    scatter_maps,
     scatter_sizes,
 )
 
-__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate", "reraise"]
+__all__ = [
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "replicate",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "reraise",
+]
 
 Fn = Callable[..., Any]
 Shape = Tuple[int, ...]
@@ -482,21 +505,42 @@ def _every_rank(c: Communicator, row: Sequence[int]) -> np.ndarray:
     return _core_all_gather(np.asarray([row], dtype=np.int64), c, sizes=(1,) * c.size)
 
 
-def _gathered_sizes(x: Any, c: Communicator, ax: int, sizes: Optional[Sequence[int]]) -> Tuple[Tuple[int, ...], Any]:
+def _gathered_sizes(
+    x: Any, c: Communicator, ax: int, sizes: Optional[Sequence[int]], what: str = "all_gather"
+) -> Tuple[Tuple[int, ...], Any]:
     """Every rank's extent along ``ax``, and the check that the extents assumed while tracing hold (or None)."""
     if sizes is not None or not _staged(x):
-        return gather_sizes(x, c, ax, sizes), None
+        return gather_sizes(x, c, ax, sizes, what), None
     n = int(x.shape[ax])  # sizes=None while tracing: every rank's extent is this rank's, checked when run
 
     def verify() -> None:
         extents = _every_rank(c, (n,))[:, 0].tolist()
         if len(set(extents)) > 1:  # every rank holds the same table: the same verdict and message everywhere
             raise MismatchError(
-                f"all_gather: expected every rank's extent along axis {ax} to be the same with sizes=None {_TRACING}; "
+                f"{what}: expected every rank's extent along axis {ax} to be the same with sizes=None {_TRACING}; "
                 f"got extents {extents}: pass sizes={extents}"
             )
 
     return (n,) * c.size, verify if c.size > 1 else None
+
+
+def _scattered_sizes(
+    x: Any, c: Communicator, root: int, ax: int, sizes: Optional[Sequence[int]]
+) -> Tuple[Tuple[int, ...], Any]:
+    """A scatter's block extents, and the check that the root extent assumed while tracing holds (or None)."""
+    if sizes is not None or not _staged(x):
+        return root_scatter_sizes(x, c, root, ax, sizes), None
+    n = int(x.shape[ax])  # sizes=None while tracing: root's extent is this rank's, checked when run
+
+    def verify() -> None:
+        extents = _every_rank(c, (n,))[:, 0].tolist()
+        if len(set(extents)) > 1:  # every rank holds the same table: the same verdict and message everywhere
+            raise MismatchError(
+                f"scatter: expected every rank's extent along axis {ax} to be root {root}'s with sizes=None "
+                f"{_TRACING}; got extents {extents}: pass sizes={list(split_sizes(extents[root], c.size))}"
+            )
+
+    return split_sizes(n, c.size), verify if c.size > 1 else None
 
 
 def _assumed_recv_sizes(x: Any, c: Communicator, sa: int, ca: int, sizes: Optional[Sequence[int]]) -> Tuple[Any, Any]:
@@ -523,6 +567,16 @@ def _assumed_recv_sizes(x: Any, c: Communicator, sa: int, ca: int, sizes: Option
     return (sent[c.rank],) * c.size, verify if c.size > 1 else None
 
 
+def _joined_axis(x: Any, axis: int, what: str) -> int:
+    """``axis`` of ``x`` normalised, for a gather (a 0-D ``x`` has no axis to concatenate along)."""
+    if x.ndim == 0:
+        raise ArgumentError(
+            "x: expected an array with at least 1 dimension to concatenate along axis; got a 0-D array "
+            f"({what} joins the shards along an existing axis: pass jnp.atleast_1d(x), or x[None] to stack them)"
+        )
+    return _axis(axis, x.ndim)
+
+
 def _linear(
     x: Any,
     c: Communicator,
@@ -540,10 +594,6 @@ def _linear(
     adj = _Map(name + "_adjoint", adjoint, adjoint_op, True, verify)  # verified too: linear_transpose runs it alone
     fwd.check(x.dtype)  # eagerly too: the same exception as hpccoll's, before anything runs
     return _linear_p.bind(x, fwd=fwd, adj=adj, shape=tuple(shape))
-
-
-def _with_extent(shape: Shape, ax: int, n: int) -> Shape:
-    return shape[:ax] + (n,) + shape[ax + 1 :]
 
 
 # --------------------------------------------------------------------------- public functions
@@ -580,7 +630,7 @@ def all_gather(
     ArgumentError
         Bad ``axis`` or ``sizes``; a 0-D ``x``.
     DTypeError
-        A dtype hpccoll does not move (float8, int4, ...).
+        A dtype hpccoll does not move (int4, ...).
     MismatchError
         ``sizes=None`` while tracing, and the ranks' extents differ (when the
         call runs, on every rank; under ``jax.jit`` inside JAX's runtime error,
@@ -589,15 +639,9 @@ def all_gather(
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
     x, c = _prepare(x, comm)
-    ndim = x.ndim
-    if ndim == 0:
-        raise ArgumentError(
-            "x: expected an array with at least 1 dimension to concatenate along axis; got a 0-D array "
-            "(all_gather joins the shards along an existing axis: pass jnp.atleast_1d(x), or x[None] to stack them)"
-        )
-    ax = _axis(axis, ndim)
+    ax = _joined_axis(x, axis, "all_gather")
     s, verify = _gathered_sizes(x, c, ax, sizes)
-    shape = _with_extent(x.shape, ax, sum(s))
+    shape = with_extent(x.shape, ax, sum(s))
     return _linear(x, c, all_gather_maps(c, ax, s), shape, "all_gather", None, "sum", verify)
 
 
@@ -630,7 +674,7 @@ def reduce_scatter(
     x, c = _prepare(x, comm)
     ax = _axis(axis, x.ndim)
     s = scatter_sizes(x.shape, c, ax, sizes)
-    shape = _with_extent(x.shape, ax, s[c.rank])
+    shape = with_extent(x.shape, ax, s[c.rank])
     return _linear(x, c, reduce_scatter_maps(c, op, ax, s), shape, "reduce_scatter", op, op)
 
 
@@ -719,7 +763,7 @@ def all_to_all(
     if recv_sizes is None and _staged(x):
         recv_sizes, verify = _assumed_recv_sizes(x, c, sa, ca, sizes)
     sizes, recv_sizes = all_to_all_sizes(x, c, sa, ca, sizes, recv_sizes)
-    shape = _with_extent(_with_extent(x.shape, sa, sizes[c.rank]), ca, sum(recv_sizes))
+    shape = with_extent(with_extent(x.shape, sa, sizes[c.rank]), ca, sum(recv_sizes))
     return _linear(x, c, all_to_all_maps(c, sa, ca, sizes, recv_sizes), shape, "all_to_all", None, None, verify)
 
 
@@ -747,3 +791,156 @@ def replicate(x: ArrayLike, comm: CommLike = None) -> jax.Array:
     """
     x, c = _prepare(x, comm)
     return _linear(x, c, replicate_maps(c), x.shape, "replicate", None, "sum")
+
+
+def broadcast(x: ArrayLike, comm: CommLike = None, *, root: int = 0) -> jax.Array:
+    """Differentiable :func:`hpccoll.broadcast` of a JAX array; its transpose sums over ranks to ``root``.
+
+    Parameters
+    ----------
+    x : jax.Array
+        Root's value; every rank passes an array of the same shape and dtype
+        (the other ranks' values are ignored, and their gradient is zero).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` every rank gets.
+
+    Returns
+    -------
+    jax.Array
+        Root's ``x``.
+
+    Raises
+    ------
+    ArgumentError
+        A bad ``root``.
+    DTypeError
+        A dtype hpccoll does not move.
+    UnsupportedOpError
+        Inside ``jax.shard_map`` or ``jax.pmap``.
+    """
+    x, c = _prepare(x, comm)
+    r = root_of(root, c.size)
+    return _linear(x, c, broadcast_maps(c, r), x.shape, "broadcast", None, None)
+
+
+def reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> jax.Array:
+    """Differentiable :func:`hpccoll.reduce` of a JAX array; its transpose broadcasts root's cotangent (/P for avg).
+
+    Parameters
+    ----------
+    x : jax.Array
+        The same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated
+        (forward or reverse mode; see :func:`reduce_scatter`).
+    root : int
+        The rank that gets the reduction.
+
+    Returns
+    -------
+    jax.Array
+        The reduction on ``root``, zeros of ``x``'s shape on the other ranks.
+    """
+    x, c = _prepare(x, comm)
+    r = root_of(root, c.size)
+    return _linear(x, c, reduce_maps(c, op, r), x.shape, "reduce", op, op)
+
+
+def gather(
+    x: ArrayLike, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> jax.Array:
+    """Differentiable :func:`hpccoll.gather` of a JAX array; its transpose scatters root's cotangent.
+
+    Parameters
+    ----------
+    x : jax.Array
+        This rank's shard, at least 1-D.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank that gets the concatenation.
+    axis : int
+        The axis to concatenate along.
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``; ``None`` as for
+        :func:`all_gather`: discovered eagerly (and reused by the transpose),
+        taken to be this rank's while JAX traces without values (checked
+        when the call runs).
+
+    Returns
+    -------
+    jax.Array
+        On ``root`` the concatenation of every rank's ``x``; elsewhere ``x``'s
+        shape with extent 0 along ``axis``.
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``root``, ``axis`` or ``sizes``; a 0-D ``x``.
+    DTypeError
+        A dtype hpccoll does not move.
+    MismatchError
+        ``sizes=None`` while tracing, and the ranks' extents differ (when the
+        call runs, on every rank; see :func:`reraise`).
+    UnsupportedOpError
+        Inside ``jax.shard_map`` or ``jax.pmap``.
+    """
+    x, c = _prepare(x, comm)
+    r = root_of(root, c.size)
+    ax = _joined_axis(x, axis, "gather")
+    s, verify = _gathered_sizes(x, c, ax, sizes, "gather")
+    shape = with_extent(x.shape, ax, sum(s) if c.rank == r else 0)
+    return _linear(x, c, gather_maps(c, r, ax, s), shape, "gather", None, None, verify)
+
+
+def scatter(
+    x: ArrayLike, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> jax.Array:
+    """Differentiable :func:`hpccoll.scatter` of a JAX array; its transpose gathers the cotangents to ``root``.
+
+    Parameters
+    ----------
+    x : jax.Array
+        On ``root`` the array to split, at least 1-D; elsewhere only its dtype
+        and extents other than along ``axis`` count (its gradient there is zero).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` is split.
+    axis : int
+        The axis to split along.
+    sizes : sequence of int, optional
+        Every rank's block extent. ``None``, eagerly: root's extent split like
+        ``numpy.array_split`` (the other ranks learn it with one small
+        exchange; the transpose reuses the sizes). ``None`` while JAX traces
+        without values: root's extent is taken to be this rank's (checked
+        when the call runs); pass ``sizes`` where the ranks' extents differ.
+
+    Returns
+    -------
+    jax.Array
+        This rank's block of root's ``x``.
+
+    Raises
+    ------
+    ArgumentError
+        Bad ``root``, ``axis`` or ``sizes``.
+    DTypeError
+        A dtype hpccoll does not move.
+    MismatchError
+        ``sizes=None`` while tracing, and the ranks' extents differ (when the
+        call runs, on every rank; see :func:`reraise`).
+    UnsupportedOpError
+        Inside ``jax.shard_map`` or ``jax.pmap``.
+    """
+    x, c = _prepare(x, comm)
+    r = root_of(root, c.size)
+    ax = _axis(axis, x.ndim)
+    s, verify = _scattered_sizes(x, c, r, ax, sizes)
+    shape = with_extent(x.shape, ax, s[c.rank])
+    maps = scatter_maps(c, r, ax, s, int(x.shape[ax]))
+    return _linear(x, c, maps, shape, "scatter", None, None, verify)

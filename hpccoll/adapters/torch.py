@@ -2,7 +2,9 @@
 
 CPU tensors reach hpccoll as zero-copy NumPy views (``tensor.detach().numpy()``)
 and the results come back with ``torch.from_numpy``, also without a copy.
-``bfloat16`` travels as its bits (needs ``ml_dtypes``). CUDA tensors are handed
+``bfloat16``, ``float8_e4m3fn`` and ``float8_e5m2`` travel as their bits, viewed as
+ml_dtypes' NumPy dtypes of the same names (needs ``ml_dtypes``); a dtype NumPy
+cannot represent otherwise raises :class:`hpccoll.DTypeError` naming it. CUDA tensors are handed
 to CuPy through DLPack and the collective runs on PyTorch's current CUDA stream;
 that needs CuPy and one of hpccoll's GPU transports (NCCL, CUDA-aware MPI).
 Communication goes through mpi4py (and NCCL where the GPU transports use
@@ -30,7 +32,7 @@ The backward of the all-gather is a reduce-scatter: ``w.grad`` holds this rank's
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -38,24 +40,58 @@ import torch
 from .._api import CommLike, OpLike
 from .._arrays import Array
 from .._comm import as_communicator
+from .._core.validate import axis_of
+from .._dtypes import ml_dtype
 from .._errors import ArgumentError, DTypeError
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
     all_to_all_maps,
     all_to_all_sizes,
+    broadcast_maps,
+    gather_maps,
     gather_sizes,
+    reduce_maps,
     reduce_scatter_maps,
     replicate_maps,
+    root_of,
+    root_scatter_sizes,
+    scatter_maps,
     scatter_sizes,
 )
 
-__all__ = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "replicate", "to_array", "from_array"]
+__all__ = [
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "replicate",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "to_array",
+    "from_array",
+]
 
 Fn = Callable[[Any], Any]
 
 
 # --------------------------------------------------------------------------- tensor <-> array
+
+
+#: Torch dtypes NumPy has no type of its own for, by ml_dtypes' name: (the torch dtype, the integer dtypes of
+#: its bits in torch and in NumPy). A torch without float8 (before 2.1) lists only bfloat16.
+_BITS: Dict[str, Tuple[torch.dtype, torch.dtype, type]] = {
+    name: (getattr(torch, name), bits, np_bits)
+    for name, bits, np_bits in (
+        ("bfloat16", torch.int16, np.int16),
+        ("float8_e4m3fn", torch.uint8, np.uint8),
+        ("float8_e5m2", torch.uint8, np.uint8),
+    )
+    if hasattr(torch, name)
+}
+_BY_TORCH = {tdtype: name for name, (tdtype, _, _) in _BITS.items()}
 
 
 def to_array(t: torch.Tensor) -> Array:
@@ -64,7 +100,9 @@ def to_array(t: torch.Tensor) -> Array:
     Parameters
     ----------
     t : torch.Tensor
-        A CPU or CUDA tensor; its autograd history is ignored.
+        A CPU or CUDA tensor; its autograd history is ignored. A CPU
+        ``bfloat16``, ``float8_e4m3fn`` or ``float8_e5m2`` tensor becomes a
+        view of its bits as ml_dtypes' NumPy dtype of the same name.
 
     Returns
     -------
@@ -77,7 +115,9 @@ def to_array(t: torch.Tensor) -> Array:
     ArgumentError
         ``t`` is not a tensor, or lives on a device other than CPU or CUDA.
     DTypeError
-        ``t`` is ``bfloat16`` and ``ml_dtypes`` is not installed.
+        ``t`` is ``bfloat16`` or a float8 and ``ml_dtypes`` is not installed,
+        or a CPU tensor of a dtype NumPy cannot represent (``float8_e4m3fnuz``,
+        ``complex32``, a quantized dtype...).
     """
     if not isinstance(t, torch.Tensor):
         raise ArgumentError(f"x: expected a torch.Tensor; got {type(t).__name__}")
@@ -89,9 +129,17 @@ def to_array(t: torch.Tensor) -> Array:
             return cupy.from_dlpack(t)
     if t.device.type != "cpu":
         raise ArgumentError(f"x: expected a CPU or CUDA tensor; got one on device {t.device}")
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_bfloat16())
-    return t.numpy()
+    name = _BY_TORCH.get(t.dtype)
+    if name is not None:
+        dtype = ml_dtype(name)  # first: DTypeError without ml_dtypes
+        return t.view(_BITS[name][1]).numpy().view(dtype)
+    try:
+        return t.numpy()
+    except TypeError:  # torch's "Got unsupported ScalarType ..."
+        raise DTypeError(
+            f"x: expected a tensor dtype NumPy can represent (bool, integers, float16, bfloat16, float8_e4m3fn, "
+            f"float8_e5m2, float32, float64, complex64, complex128); got {t.dtype}"
+        ) from None
 
 
 def from_array(a: Array) -> torch.Tensor:
@@ -100,31 +148,30 @@ def from_array(a: Array) -> torch.Tensor:
     Parameters
     ----------
     a : numpy.ndarray or cupy.ndarray
-        The array; a NumPy ``bfloat16`` array (``ml_dtypes``) becomes a
-        ``torch.bfloat16`` tensor.
+        The array; a NumPy ``bfloat16``, ``float8_e4m3fn`` or ``float8_e5m2``
+        array (ml_dtypes) becomes a tensor of torch's dtype of that name.
 
     Returns
     -------
     torch.Tensor
         A CPU tensor (NumPy) or a CUDA tensor (CuPy, through DLPack) over
         ``a``'s memory, without a copy.
+
+    Raises
+    ------
+    DTypeError
+        A NumPy array of a dtype torch has no type for.
     """
     if isinstance(a, np.ndarray):
-        if a.dtype.name == "bfloat16":
-            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(a)
+        entry = _BITS.get(a.dtype.name)
+        if entry is not None:
+            tdtype, _, np_bits = entry
+            return torch.from_numpy(a.view(np_bits)).view(tdtype)
+        try:
+            return torch.from_numpy(a)
+        except TypeError:  # torch's "can't convert np.ndarray of type ..."
+            raise DTypeError(f"a: expected a NumPy dtype torch can represent; got {a.dtype}") from None
     return torch.from_dlpack(a)
-
-
-def _bfloat16() -> np.dtype:
-    try:
-        import ml_dtypes
-    except ImportError:
-        raise DTypeError(
-            "x: expected a dtype NumPy can represent; got torch.bfloat16 without ml_dtypes installed "
-            "(pip install ml_dtypes, or hpccoll[bf16])"
-        ) from None
-    return np.dtype(ml_dtypes.bfloat16)
 
 
 def _run(fn: Fn, t: torch.Tensor) -> torch.Tensor:
@@ -329,3 +376,113 @@ def replicate(x: torch.Tensor, comm: CommLike = None) -> torch.Tensor:
     """
     _shape_of(x)
     return _Linear.apply(x, *replicate_maps(as_communicator(comm)))
+
+
+def broadcast(x: torch.Tensor, comm: CommLike = None, *, root: int = 0) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.broadcast` of a tensor; backward: the sum over ranks to ``root``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Root's tensor; every rank passes one of the same shape and dtype (the
+        other ranks' values are ignored, and their gradient is zero).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` every rank gets.
+
+    Returns
+    -------
+    torch.Tensor
+        Root's ``x``, on this rank's device.
+    """
+    _shape_of(x)
+    c = as_communicator(comm)
+    return _Linear.apply(x, *broadcast_maps(c, root_of(root, c.size)))
+
+
+def reduce(x: torch.Tensor, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.reduce` of a tensor; backward: root's gradient broadcast (/P for ``avg``).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        The same shape on every rank.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    op : str or mpi4py.MPI.Op
+        The reduction; only ``"sum"`` and ``"avg"`` can be differentiated
+        (the others raise :class:`hpccoll.UnsupportedOpError` in backward).
+    root : int
+        The rank that gets the reduction.
+
+    Returns
+    -------
+    torch.Tensor
+        The reduction on ``root``, zeros of ``x``'s shape on the other ranks.
+    """
+    _shape_of(x)
+    c = as_communicator(comm)
+    return _Linear.apply(x, *reduce_maps(c, op, root_of(root, c.size)))
+
+
+def gather(
+    x: torch.Tensor, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.gather` of a tensor; backward: root's gradient scattered with the same sizes.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        This rank's shard (CPU or CUDA).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank that gets the concatenation.
+    axis : int
+        The axis to concatenate along.
+    sizes : sequence of int, optional
+        Every rank's extent along ``axis``; ``None`` discovers them (one small
+        exchange) and the backward pass reuses them, so uneven shards work.
+
+    Returns
+    -------
+    torch.Tensor
+        On ``root`` the concatenation; elsewhere an empty tensor (``x``'s
+        shape with extent 0 along ``axis``).
+    """
+    c = as_communicator(comm)
+    r = root_of(root, c.size)
+    return _Linear.apply(x, *gather_maps(c, r, axis, gather_sizes(_Meta(x), c, axis, sizes, "gather")))
+
+
+def scatter(
+    x: torch.Tensor, comm: CommLike = None, *, root: int = 0, axis: int = 0, sizes: Optional[Sequence[int]] = None
+) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.scatter` of a tensor; backward: the gradients gathered to ``root``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        On ``root`` the tensor to split; elsewhere only its dtype and extents
+        other than along ``axis`` count (its gradient there is zero).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    root : int
+        The rank whose ``x`` is split.
+    axis : int
+        The axis to split along.
+    sizes : sequence of int, optional
+        Every rank's block extent; ``None`` splits root's extent like
+        ``numpy.array_split`` (the other ranks learn it with one small
+        exchange) and the backward pass gathers with the same sizes.
+
+    Returns
+    -------
+    torch.Tensor
+        This rank's block of root's ``x``.
+    """
+    c = as_communicator(comm)
+    r, meta = root_of(root, c.size), _Meta(x)
+    s = root_scatter_sizes(meta, c, r, axis, sizes)
+    return _Linear.apply(x, *scatter_maps(c, r, axis, s, meta.shape[axis_of(axis, meta.ndim)]))

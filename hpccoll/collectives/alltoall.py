@@ -27,24 +27,11 @@ from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from .._arrays import flat, module_of, prod, split_sizes
+from .._core.agree import all_to_all_desc, late, settle
+from .._core.blocks import block, may_share, shape_without, with_extent
 from .._core.launch import done, launch
-from .._core.validate import (
-    axis_of,
-    block,
-    block_sizes,
-    check_out,
-    list_types,
-    may_share,
-    one_array,
-    outs_of,
-    plain_out,
-    plain_total,
-    settle,
-    shape_without,
-    sizes_of,
-    survey_list,
-    with_extent,
-)
+from .._core.lists import list_types, survey_list
+from .._core.validate import axis_of, block_sizes, check_out, one_array, outs_of, plain_out, plain_total, sizes_of
 from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, pack, wire_flat
@@ -134,14 +121,14 @@ def _one(
             recv_sizes = own_recv_sizes(recv_sizes, c, x, sa, ca, sizes, "x")
             out = _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes)
         if c.check:
-            desc = _descriptor([x], [sa], [ca], [sizes])
+            desc = all_to_all_desc([x], [sa], [ca], [sizes])
     except HpccollError as e:
         err = e
     table, settled = _settle(c, [x], [sa], [ca], [sizes], recv_sizes, key, desc, err, what, async_op)
     even = settled if even is None else even
     if recv_sizes is None:
         recv_sizes = table[0]
-        out = _late(c, what, lambda: _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes))
+        out = late(c, what, lambda: _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes))
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op, kind)
@@ -191,20 +178,6 @@ def _out_shape(shape: Sizes, sa: int, ca: int, mine: int, recv_sizes: Sizes) -> 
 def _out(out: Any, x: Any, xp: Any, sa: int, ca: int, mine: int, recv_sizes: Sizes) -> Any:
     """Validate (or allocate) ``out``; it may not overlap ``x`` at all (no in-place form)."""
     return check_out(out, _out_shape(x.shape, sa, ca, mine, recv_sizes), x.dtype, x, xp)
-
-
-def _late(c: Any, what: str, check: Callable[[], Any]) -> Any:
-    """Run a check that needed the exchange; in check mode share its error with every rank."""
-    err = result = None
-    try:
-        result = check()
-    except HpccollError as e:
-        err = e
-    if c.check and c.size > 1:
-        c.agree(what, None, None, err)
-    elif err is not None:
-        raise err
-    return result
 
 
 def _move(
@@ -276,24 +249,6 @@ def _exchange(
 
 def _same_key(keys: Sequence[int]) -> bool:
     return keys[0] >= 0 and keys.count(keys[0]) == len(keys)
-
-
-def _descriptor(arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes]) -> dict:
-    """Check mode's descriptor: what must match across ranks, in words."""
-    return {
-        "collective": "all_to_all",
-        "arrays": [
-            {
-                "dtype": a.dtype.name,
-                "ndim": a.ndim,
-                "split_axis": sa,
-                "concat_axis": ca,
-                "shape except concat_axis": shape_without(a.shape, ca),
-                "sizes": tuple(t) if sa != ca else "per rank",
-            }
-            for a, sa, ca, t in zip(arrays, sas, cas, table)
-        ],
-    }
 
 
 def _settle(
@@ -382,12 +337,12 @@ def _many(
         if recv_sizes is not None:
             outs = _outs(outs, arrays, sas, cas, table, [recv_sizes] * len(arrays), c.rank, xp)
         if c.check:
-            desc = _descriptor(arrays, sas, cas, table)
+            desc = all_to_all_desc(arrays, sas, cas, table)
     except HpccollError as e:
         err = e
     recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what, async_op)
     if recv_sizes is None:
-        outs = _late(c, what, lambda: _outs(outs, arrays, sas, cas, table, recv_table, c.rank, xp))
+        outs = late(c, what, lambda: _outs(outs, arrays, sas, cas, table, recv_table, c.rank, xp))
     if c.size == 1:
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)

@@ -16,36 +16,37 @@ from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from .._arrays import flat, module_of, prod
-from .._core.launch import Batch, done, launch, scratch
-from .._core.validate import (
-    ListOf,
-    axes_of,
-    axis_of,
-    block,
-    check_out,
+from .._core.agree import (
+    all_gather_desc,
+    all_gather_list_desc,
+    checking,
     dtype_code,
-    list_types,
-    may_share,
-    one_array,
-    outs_of,
-    own_block,
-    plain_out,
-    plain_total,
+    dtype_names,
+    late,
+    odd_one,
     raise_exchanged,
-    same_block,
     settle,
-    shape_without,
-    sizes_of,
     status_of,
-    survey_list,
+)
+from .._core.blocks import (
+    block,
+    in_place_send,
+    in_place_test,
+    is_in_place,
+    may_share,
+    own_block,
+    shape_without,
     with_extent,
 )
+from .._core.launch import Batch, done, launch, scratch
+from .._core.lists import ListOf, list_types, survey_list
+from .._core.validate import axes_of, axis_of, check_out, one_array, outs_of, plain_out, plain_total, sizes_of
 from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, join, wire_flat
 from ..transports._control import exchange_extents, exchange_shapes
 
-__all__ = ["all_gather", "all_gather_arrays", "own_sizes", "dtype_names"]
+__all__ = ["all_gather", "all_gather_arrays", "own_sizes"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -90,7 +91,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     elif plain_out(out, oshape, x.dtype):
         if not may_share(out, x):
             send = x
-        elif t.in_place and shape[0] and same_block(x, out, _own_rows(sizes, c.rank)):
+        elif t.in_place and shape[0] and is_in_place(out, x, own_block(0, sizes, c.rank), out_is_whole=True):
             send, in_place = x, True  # x is this rank's block of out: in place
         else:
             send = None
@@ -106,11 +107,6 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     return out
 
 
-def _own_rows(sizes: Sequence[int], rank: int) -> tuple:
-    start = sum(sizes[:rank])
-    return block(0, start, start + sizes[rank])
-
-
 def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     err, ax, xp = None, 0, np
     try:
@@ -121,7 +117,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
             out = _out(out, x, xp, ax, sizes, c.rank)
     except HpccollError as e:
         err = e
-    if c.check and c.size > 1:
+    if checking(c):
         sizes, out = _agree(x, c, xp, ax, sizes, out, what, err, async_op)
     elif err is not None:
         raise err
@@ -135,6 +131,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
 
 
 def own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
+    """``sizes`` checked: one non-negative int per rank, this rank's equal to its ``extent`` (``name``)."""
     sizes = sizes_of(sizes, c.size)
     if sizes[c.rank] != extent:
         raise ArgumentError(
@@ -151,7 +148,7 @@ def _out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) 
         x.dtype,
         x,
         xp,
-        lambda o: same_block(x, o, own_block(ax, sizes, rank)),
+        in_place_test(x, own_block(ax, sizes, rank), out_is_whole=True),
     )
 
 
@@ -159,27 +156,12 @@ def _agree(
     x: Any, c: Any, xp: Any, ax: int, sizes: Any, out: Any, what: str, err: Optional[HpccollError], async_op: bool
 ) -> Tuple[Any, Any]:
     """Check mode: compare the call across ranks (and learn the extents); the sizes and out to use."""
-    desc = (
-        None
-        if err
-        else {
-            "collective": "all_gather",
-            "dtype": x.dtype.name,
-            "ndim": x.ndim,
-            "axis": ax,
-            "shape except axis": shape_without(x.shape, ax),
-            "sizes": sizes,
-        }
-    )
+    desc = None if err else all_gather_desc(x, ax, sizes)
     extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
     if sizes is None:
         assert extents is not None, "settle returns every rank's extent when given this rank's"
         sizes = tuple(extents)
-        try:
-            out = _out(out, x, xp, ax, sizes, c.rank)
-        except HpccollError as e:
-            err = e
-        c.agree(what, None, None, err)
+        out = late(c, what, lambda: _out(out, x, xp, ax, sizes, c.rank))
     elif list(sizes) != extents:
         raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
     return sizes, out
@@ -191,10 +173,10 @@ def _move(x: Any, transport: Any, xp: Any, ax: int, sizes: Sequence[int], out: A
     lead, inner = prod(x.shape[:ax]), prod(x.shape[ax + 1 :])
     counts = [s * lead * inner for s in sizes]
     contiguous = out.flags.c_contiguous
-    if out is x or xp.may_share_memory(out, x):  # in place: x is this rank's block of out (checked)
-        if lead == 1 and contiguous and transport.in_place:
-            return launch(transport, "allgatherv", (None, as_wire(flat(out, xp), wire), counts), lambda: out, async_op)
-        x = x.copy()
+    can = lead == 1 and contiguous and transport.in_place
+    x, in_place = in_place_send(x, out, xp, own_block(ax, sizes, rank), can, out_is_whole=True)
+    if in_place:  # x is this rank's block of out
+        return launch(transport, "allgatherv", (None, as_wire(flat(out, xp), wire), counts), lambda: out, async_op)
     send = as_wire(flat(x, xp), wire)
     if lead == 1 and contiguous:
         return launch(transport, "allgatherv", (send, as_wire(flat(out, xp), wire), counts), lambda: out, async_op)
@@ -223,11 +205,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
             sizes = sizes_of(sizes, c.size)
             _check_extents(lst, axes, sizes, c)
         if c.check:
-            desc = {
-                "collective": "all_gather",
-                "sizes": sizes,
-                "arrays": [(a.dtype.name, ax, shape_without(a.shape, ax)) for a, ax in zip(lst.arrays, axes)],
-            }
+            desc = all_gather_list_desc(lst.arrays, axes, sizes)
     except HpccollError as e:
         err = e
     table = _table(lst, axes, sizes, c, desc, what, err, async_op)
@@ -437,15 +415,11 @@ def _shapes_of_ranks(
             raise err
         shapes = [x.shape]
     elif c.check:
-        desc = None if err else {"collective": "all_gather", "axis": None, "dtype": x.dtype.name}
+        desc = None if err else all_gather_desc(x, None, None)
         gathered = settle(c, what, desc, None if err else x.shape, err, async_op)
         assert gathered is not None, "settle returns every rank's shape in check mode"
         shapes = [tuple(s) for s in gathered]
-        try:
-            _check_outs(outs, shapes)
-        except HpccollError as e:
-            err = e
-        c.agree(what, None, None, err)
+        late(c, what, lambda: _check_outs(outs, shapes))
         return shapes
     else:
         signature = hash(tuple(o.shape for o in outs)) if outs is not None else 0
@@ -453,8 +427,8 @@ def _shapes_of_ranks(
         rows = exchange_shapes(c, None if err else x.shape, values, what)
         raise_exchanged([v[0] for _, v in rows], err, what)
         codes = [v[1] for _, v in rows]
-        if codes.count(codes[0]) != len(codes):
-            q = next(q for q, code in enumerate(codes) if code != codes[0])
+        q = odd_one(codes)
+        if q is not None:
             names = dtype_names()
             raise MismatchError(
                 f"x: expected one dtype on every rank with axis=None; got {names.get(codes[0], 'one dtype')} on "
@@ -474,22 +448,3 @@ def _check_outs(outs: Optional[List[Any]], shapes: List[Tuple[int, ...]]) -> Non
     for q, (o, shape) in enumerate(zip(outs or (), shapes)):
         if o.shape != shape:
             raise ArgumentError(f"out[{q}]: expected shape {shape} (rank {q}'s x); got {o.shape}")
-
-
-def dtype_names() -> dict:
-    """Names of the dtypes NumPy (and ml_dtypes, if installed) know, by :func:`dtype_code` (error messages)."""
-    kinds = set(np.sctypeDict.values())
-    try:
-        import ml_dtypes
-
-        kinds |= {getattr(ml_dtypes, n) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2") if hasattr(ml_dtypes, n)}
-    except ImportError:  # pragma: no cover - ml_dtypes is a test dependency
-        pass
-    names = {}
-    for k in kinds:
-        try:
-            d = np.dtype(k)
-        except TypeError:  # pragma: no cover
-            continue
-        names[dtype_code(d)] = d.name
-    return names

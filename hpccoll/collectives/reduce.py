@@ -10,39 +10,25 @@ and raises the errors.
 
 from __future__ import annotations
 
-import hashlib
 from operator import attrgetter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
 from .._arrays import flat, module_of
+from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, replicated_desc, settle
+from .._core.blocks import ALL, in_place_send, in_place_test, may_share
 from .._core.launch import Batch, done, launch, scratch
-from .._core.validate import (
-    check_out,
-    list_types,
-    may_share,
-    one_array,
-    outs_of,
-    plain_out,
-    same_block,
-    settle,
-    survey_list,
-)
+from .._core.lists import list_types, survey_list
+from .._core.validate import check_out, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
-from .._layout import as_wire, buckets, concat, divide, store, wire_flat
+from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
 
 __all__ = ["all_reduce", "replicated_adjoint", "into", "finisher"]
 
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
-_ALL = Ellipsis  # the whole array, any ndim (0-D included)
-
-
-def _whole_of(a: Any) -> Callable[[Any], bool]:
-    """``check_out``'s in-place test for ``out=a``: the whole of ``a``, not a part of it."""
-    return lambda o: same_block(o, a, _ALL)
 
 
 def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -67,7 +53,7 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
     if out is None:
         out = np.empty(x.shape, x.dtype)
         send = wire_flat(x, wire)
-    elif out is x and x.flags.writeable:
+    elif out is x and x.flags.writeable:  # in place; another view of all of x is the general branch's
         send = None
     elif plain_out(out, x.shape, x.dtype) and not may_share(out, x):
         send = wire_flat(x, wire)
@@ -81,12 +67,12 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
 
 
 def finisher(recv: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:
-    """The finishing step of a reduction into ``out``: divide ``recv`` by ``parts`` for ``avg``; ``out``."""
+    """The finishing step of a reduction whose ``recv`` is a wire view of ``out`` (:func:`finish_reduction`); ``out``."""
     if not plan.divide:
         return lambda: out
 
     def finish() -> Any:
-        divide(recv, parts)
+        finish_reduction(recv, parts, True)
         return out
 
     return finish
@@ -98,9 +84,9 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
         x, kind, xp = one_array(x)
         op = normalize_op(op)
         reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
-        out = check_out(out, x.shape, x.dtype, x, xp, lambda o: same_block(o, x, _ALL))
+        out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
         if c.check:
-            desc = {"collective": "all_reduce", "dtype": x.dtype.name, "shape": x.shape, "op": op}
+            desc = all_reduce_desc(x, op)
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
@@ -112,8 +98,9 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
         return done(out, async_op, kind)
     transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
-    in_place = out is x or (xp.may_share_memory(out, x) and same_block(out, x, _ALL))
-    if in_place and not plan.widen and out.flags.c_contiguous:
+    # allreduce always has the in-place form (Transport.allreduce: send None), when the buffers allow it
+    x, in_place = in_place_send(x, out, xp, ALL, not plan.widen and out.flags.c_contiguous)
+    if in_place:
         recv = as_wire(flat(out, xp), plan.wire)
         return launch(transport, "allreduce", (None, recv, plan.op), finisher(recv, out, plan, c.size), async_op)
     send = flat(x, xp)
@@ -130,10 +117,7 @@ def into(
     recv = as_wire(flat(out, xp), plan.wire) if direct else xp.empty(out.size, plan.wire)
 
     def finish() -> Any:
-        if plan.divide:
-            divide(recv, parts)
-        if not direct:
-            store(out, recv if plan.widen else recv.view(out.dtype), xp)
+        finish_reduction(recv, parts, plan.divide, widen=plan.widen, out=None if direct else out, xp=xp)
         return out
 
     if counts is None:
@@ -154,7 +138,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
         outs = None if out is None else _list_outs(arrays, out, kind)
         if c.check:
-            desc = {"collective": "all_reduce", "op": op, "arrays": [(a.dtype.name, a.shape) for a in arrays]}
+            desc = all_reduce_list_desc(arrays, op)
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
@@ -216,7 +200,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
 def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
     xp = module_of(kind)
     return [
-        check_out(o, a.shape, a.dtype, a, xp, _whole_of(a)) if o is not None else None
+        check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL)) if o is not None else None
         for a, o in zip(arrays, outs_of(out, len(arrays)))
     ]
 
@@ -234,9 +218,7 @@ def _unpacker(
     rows: bool,
 ) -> Callable[[], None]:
     def finish() -> None:
-        buf = recv
-        if plan.divide:
-            divide(buf, parts)
+        buf = finish_reduction(recv, parts, plan.divide)
         if scratched:
             buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
         if rows:  # one shape: the rows of a stack, at C speed
@@ -249,13 +231,9 @@ def _unpacker(
             offset += a.size
             if a.ndim != 1:
                 piece = piece.reshape(a.shape)
-            if outs is not None and outs[i] is not None:
-                xp.copyto(outs[i], piece, casting="unsafe")
-                results[i] = outs[i]
-            elif plan.widen:
-                results[i] = piece.astype(a.dtype)
-            else:
-                results[i] = as_wire(piece, a.dtype)  # a view into this bucket's fresh buffer
+            # out[i], or (a view into this bucket's fresh buffer, unless widened) the piece as a's dtype
+            o = outs[i] if outs is not None else None
+            results[i] = finish_reduction(piece, parts, False, widen=plan.widen, out=o, dtype=a.dtype, xp=xp)
 
     return finish
 
@@ -295,20 +273,14 @@ def replicated_adjoint(y: Any, c: Any, op: str, out: Any, async_op: bool) -> Any
             if op == "avg":
                 reduce_plan(yi.dtype, op)  # avg on bool or integers raises, as in the forward
             ys[i] = yi
-            outs[i] = check_out(oi, yi.shape, yi.dtype, yi, xp, _whole_of(yi))
+            outs[i] = check_out(oi, yi.shape, yi.dtype, yi, xp, in_place_test(yi, ALL))
             modules.append(xp)
     except HpccollError as e:
         err = e
-    desc = {"replicated cotangent": [_digest(yi) for yi in ys]} if c.check and c.size > 1 and err is None else None
+    desc = replicated_desc(ys) if checking(c) and err is None else None
     settle(c, "all_reduce_adjoint", desc, None, err)
     for yi, oi, xp in zip(ys, outs, modules):
         if oi is not yi:
             xp.copyto(oi, yi)
-        if op == "avg" and c.size > 1:
-            divide(oi, c.size)
+        finish_reduction(oi, c.size, op == "avg")
     return done(outs if many else outs[0], async_op)
-
-
-def _digest(y: Any) -> str:
-    data = y if isinstance(y, np.ndarray) else y.get()
-    return hashlib.blake2b(np.ascontiguousarray(data).tobytes(), digest_size=16).hexdigest()

@@ -17,34 +17,43 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from .._arrays import module_of, prod, split_sizes
+from .._core.agree import (
+    checking,
+    dtype_code,
+    gather_adjoint_arrays_desc,
+    odd_one,
+    raise_exchanged,
+    reduce_scatter_desc,
+    reduce_scatter_list_desc,
+    settle,
+    status_of,
+)
+from .._core.blocks import (
+    block,
+    in_place_send,
+    in_place_test,
+    is_in_place,
+    may_share,
+    own_block,
+    shape_without,
+    with_extent,
+)
 from .._core.launch import Batch, done, launch, scratch, then
+from .._core.lists import ListOf, list_types, survey_list
 from .._core.validate import (
-    ListOf,
     axes_of,
     axis_of,
-    block,
     block_sizes,
     check_out,
-    dtype_code,
-    list_types,
-    may_share,
     one_array,
     outs_of,
-    own_block,
     plain_out,
     plain_total,
-    raise_exchanged,
-    same_block,
-    settle,
-    shape_without,
     sizes_of,
-    status_of,
-    survey_list,
-    with_extent,
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import ArgumentError, HpccollError, MismatchError
-from .._layout import as_wire, blocks, buckets, divide, joined, pack, wire_flat
+from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
 from ..transports._control import exchange_shapes
 from .reduce import finisher, into
 
@@ -100,7 +109,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         elif (
             t.in_place
             and x.flags.writeable
-            and same_block(out, x, block(0, start := sum(sizes[: c.rank]), start + mine))
+            and is_in_place(out, x, block(0, start := sum(sizes[: c.rank]), start + mine))
         ):
             send = None  # out is this rank's block of x: in place
         else:
@@ -130,22 +139,10 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
         sizes = block_sizes(sizes, x.shape[ax], c.size, f"x.shape[{ax}]")
         reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
         out = check_out(
-            out,
-            with_extent(x.shape, ax, sizes[c.rank]),
-            x.dtype,
-            x,
-            xp,
-            lambda o: same_block(o, x, own_block(ax, sizes, c.rank)),
+            out, with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp, in_place_test(x, own_block(ax, sizes, c.rank))
         )
         if c.check:
-            desc = {
-                "collective": "reduce_scatter",
-                "dtype": x.dtype.name,
-                "shape": x.shape,
-                "axis": ax,
-                "op": op,
-                "sizes": sizes,
-            }
+            desc = reduce_scatter_desc(x, ax, op, sizes)
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
@@ -156,15 +153,15 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     trail = prod(shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
-    if out is x or xp.may_share_memory(out, x):  # in place: out is this rank's block of x (checked)
-        if prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen and transport.in_place:
-            full = as_wire(x.reshape(-1), plan.wire)
-            start = sum(counts[: c.rank])
-            mine = full[start : start + counts[c.rank]]
-            return launch(
-                transport, "reduce_scatter", (None, full, counts, plan.op), finisher(mine, out, plan, c.size), async_op
-            )
-        x = x.copy()
+    can = prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen and transport.in_place
+    x, in_place = in_place_send(x, out, xp, own_block(ax, sizes, c.rank), can)
+    if in_place:  # out is this rank's block of x
+        full = as_wire(x.reshape(-1), plan.wire)
+        start = sum(counts[: c.rank])
+        mine = full[start : start + counts[c.rank]]
+        return launch(
+            transport, "reduce_scatter", (None, full, counts, plan.op), finisher(mine, out, plan, c.size), async_op
+        )
     send = pack(x, xp, ax, sizes, plan.wire, plan.widen)
     return into(transport, plan, send, out, xp, counts, c.size, async_op)
 
@@ -192,12 +189,7 @@ def _many(
                 for a, ax, t, o in zip(arrays, axes, table, outs)
             ]
         if c.check:
-            desc = {
-                "collective": "reduce_scatter",
-                "op": op,
-                "sizes": sizes,
-                "arrays": [(a.dtype.name, a.shape, ax) for a, ax in zip(arrays, axes)],
-            }
+            desc = reduce_scatter_list_desc(arrays, axes, op, sizes)
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
@@ -350,9 +342,7 @@ def _unpacker(
     scratched: bool,
 ) -> Callable[[], None]:
     def finish() -> None:
-        buf = recv
-        if plan.divide:
-            divide(buf, c.size)
+        buf = finish_reduction(recv, c.size, plan.divide)
         if uniform:  # this rank's rows of k arrays: the rows of one new array
             first = arrays[idx[0]]
             mine = table[idx[0]][c.rank]
@@ -364,9 +354,9 @@ def _unpacker(
             a, ax = arrays[i], axes[i]
             count = inner[i] * table[i][c.rank]
             target = outs[i] if outs[i] is not None else xp.empty(with_extent(a.shape, ax, table[i][c.rank]), a.dtype)
-            piece = buf[offset : offset + count].reshape(target.shape)
-            xp.copyto(target, piece if plan.widen else piece.view(a.dtype), casting="unsafe")
-            results[i] = target
+            results[i] = finish_reduction(
+                buf[offset : offset + count], c.size, False, widen=plan.widen, out=target, xp=xp
+            )
             offset += count
 
     return finish
@@ -406,18 +396,15 @@ def reduce_scatter_arrays(ys: Any, c: Any, sizes: Any, out: Any, what: str, asyn
                 out = check_out(out, shapes[c.rank], dtype, a, xp)
     except HpccollError as e:
         err = e
-    if c.size > 1 and c.check:
-        desc = (
-            None if err else {"collective": "all_gather_adjoint", "axis": None, "dtype": dtype.name, "shapes": shapes}
-        )
+    if checking(c):
+        desc = None if err else gather_adjoint_arrays_desc(dtype, shapes)
         settle(c, what, desc, None, err, async_op)
     elif c.size > 1:
         signature = 0 if err else hash((dtype_code(dtype), tuple(shapes)))
         rows = exchange_shapes(c, (), [status_of(err), signature], what, dims=0)
         raise_exchanged([v[0] for _, v in rows], err, what)
-        signatures = [v[1] for _, v in rows]
-        if signatures.count(signatures[0]) != len(signatures):
-            q = next(q for q, v in enumerate(signatures) if v != signatures[0])
+        q = odd_one([v[1] for _, v in rows])
+        if q is not None:
             raise MismatchError(
                 f"y: expected the same dtype and shapes on every rank with axis=None; ranks 0 and {q} differ "
                 f"(this rank has {dtype}, shapes {shapes}); set HPCCOLL_CHECK=1 for a detailed report"

@@ -16,14 +16,16 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .._arrays import as_array, flat, prod
+from .._arrays import as_array, flat
+from .._core.agree import all_gather_desc, all_reduce_desc, settle
+from .._core.blocks import with_extent
 from .._core.launch import done
-from .._core.validate import axis_of, settle, shape_without, with_extent
+from .._core.validate import axis_of
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError
 from .._layout import as_wire
 from ..transports._control import exchange_extents
-from ..transports.shm import SHARED, holder_of, shared_transport
+from ..transports.shm import SHARED, holder_of
 from . import gather, reduce
 
 __all__ = ["shared_all_gather", "shared_all_reduce"]
@@ -72,23 +74,15 @@ def shared_all_gather(
         if sizes is not None:
             sizes = gather.own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
         if c.check:
-            desc = {
-                "collective": "all_gather",
-                "out": SHARED,
-                "dtype": x.dtype.name,
-                "ndim": x.ndim,
-                "axis": ax,
-                "shape except axis": shape_without(x.shape, ax),
-                "sizes": sizes,
-            }
+            desc = all_gather_desc(x, ax, sizes, SHARED)
     except HpccollError as exc:
         err = exc
     settle(c, what, desc, None, err)
     if sizes is None:
         sizes = exchange_extents(c, (x,), (ax,), what)[0]
-    t = shared_transport(c)
+    t = c.shared_transport()
     shape = with_extent(x.shape, ax, sum(sizes))
-    if t.node.multi and (not t.node.contiguous or prod(shape[:ax]) != 1):
+    if not t.gathers_shared(shape, ax):
         result = t.publish_shared(gather.all_gather(x, c, ax, sizes, None, what, False))
     else:
         result = t.gather_shared(x, shape, ax, sizes, exclusive)
@@ -108,11 +102,11 @@ def shared_all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bo
         op = normalize_op(op)
         plan = reduce_plan(x.dtype, op)
         if c.check:
-            desc = {"collective": "all_reduce", "out": SHARED, "dtype": x.dtype.name, "shape": x.shape, "op": op}
+            desc = all_reduce_desc(x, op, SHARED)
     except HpccollError as exc:
         err = exc
     settle(c, what, desc, None, err)
-    t = shared_transport(c)
+    t = c.shared_transport()
     plan = reduce_plan(x.dtype, op, frozenset(), t.saturates, t.reduce_ops)
     if plan.widen:
         result = t.publish_shared(reduce.all_reduce(x, c, op, None, what, False))

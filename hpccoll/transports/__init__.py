@@ -53,6 +53,8 @@ __all__ = [
     "resolve_transport_name",
     "choose_transport",
     "transport_chain",
+    "host_transport_name",
+    "shared_transport_name",
 ]
 
 _REGISTRY: List[Type[Transport]] = []
@@ -119,6 +121,41 @@ def registered(name: str) -> Type[Transport]:
         if cls.name == name:
             return cls
     raise KeyError(name)
+
+
+def host_transport_name(comm: Any) -> str:
+    """The name of the transport others compose for host MPI on ``comm``: the first usable
+    registered NumPy one that declares :attr:`Transport.hosts`, in ``auto``'s order.
+
+    Raises
+    ------
+    TransportUnavailable
+        No registered transport declares it, or none of those can run here.
+    """
+    return _first_usable(comm, lambda cls: cls.hosts and cls.array_kind == "numpy", "host transport")
+
+
+def shared_transport_name(comm: Any) -> str:
+    """The name of the transport that makes node-shared results on ``comm``: the first usable
+    registered one that declares :attr:`Transport.shared_results`, in ``auto``'s order.
+
+    Raises
+    ------
+    TransportUnavailable
+        No registered transport declares it, or none of those can run here.
+    """
+    return _first_usable(comm, lambda cls: cls.shared_results and cls.array_kind == "numpy", "shared-memory transport")
+
+
+def _first_usable(comm: Any, capable: Any, what: str) -> str:
+    reasons = []
+    for cls in _REGISTRY:
+        if capable(cls):
+            reason = cls.unavailable_reason(comm)
+            if reason is None:
+                return cls.name
+            reasons.append(f"{cls.name}: {reason}")
+    raise TransportUnavailable(f"no {what} can run here" + (f" ({'; '.join(reasons)})" if reasons else ""))
 
 
 class TransportChoice(NamedTuple):

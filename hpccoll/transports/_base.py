@@ -12,7 +12,7 @@ A transport declares what it can do: the array kind it serves, its place in
 ``auto``'s order, a collective probe, and optional capabilities the
 collectives consult (:attr:`~Transport.in_place`,
 :attr:`~Transport.native_reduce`, :attr:`~Transport.saturates`, :attr:`~Transport.reduce_ops`,
-:meth:`~Transport.allgather_into`).
+:attr:`~Transport.hosts`, :attr:`~Transport.shared_results`, :meth:`~Transport.allgather_into`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ class Transport(abc.ABC):
     """Buffer-level collectives over one :class:`~hpccoll.Communicator`.
 
     Subclasses set :attr:`name`, :attr:`array_kind`, :attr:`priority` and
-    :attr:`chosen_because`, implement the four primitives, and are made
+    :attr:`chosen_because`, implement the four abstract primitives (the rooted ones, :meth:`bcast`,
+    :meth:`reduce`, :meth:`gatherv` and :meth:`scatterv`, have defaults built
+    from them), and are made
     selectable with :func:`hpccoll.transports.register`. A primitive either
     completes (the output is ready for the caller's next operation in its
     stream order) or raises.
@@ -66,6 +68,12 @@ class Transport(abc.ABC):
     #: 16-bit sums): the collectives widen those sums to 32 bits. A set of ``numpy.dtype``; a class
     #: default that an instance may replace once it knows its library.
     saturates: FrozenSet[Any] = frozenset()
+    #: The dtype names the transport's library reduces elementwise natively, or ``None``: every dtype the
+    #: collectives hand it (as MPI does). For a dtype outside the set, :mod:`hpccoll._dtypes` decides how it is
+    #: reduced (``library_reduction``: int16/uint16 widened to 32 bits, complex sum as twice as many reals,
+    #: complex prod by whole blocks, complex max/min refused) and moved (``library_move_wire``: as itself,
+    #: as reals, or as bytes). A class default that an instance may replace once it knows its library (NCCL).
+    reduce_dtypes: Optional[FrozenSet[str]] = None
     #: The wire ops the transport reduces: :data:`BASIC_OPS` (sum, prod, max, min) by default; :data:`WIRE_OPS` adds MPI's
     #: ``land``, ``lor``, ``lxor`` (integers: nonzero is true, the result 0 or 1 in the buffer's
     #: dtype; ``lxor`` also on bool's 0/1 bytes) and ``band``, ``bor``, ``bxor`` (integers). The
@@ -75,6 +83,19 @@ class Transport(abc.ABC):
     #: Whether ``allgatherv`` and ``reduce_scatter`` accept ``send=None`` (in
     #: place); without it the caller copies the input first.
     in_place: ClassVar[bool] = False
+
+    #: Whether this transport can be the *host transport* that others compose for what they leave to
+    #: host MPI (shm's non-blocking forms, staged's host copies): a NumPy transport that implements
+    #: every primitive itself, the non-blocking ones with real asynchronous progress. The registry
+    #: hands the first such usable one out (``Communicator.host_transport``), by this capability, not
+    #: by name.
+    hosts: ClassVar[bool] = False
+
+    #: Whether this transport makes *node-shared results* (``out="shared"``, ``Communicator.shared_empty``):
+    #: a NumPy transport that provides :meth:`shared_empty`, :meth:`gathers_shared`, :meth:`gather_shared`,
+    #: :meth:`publish_shared` and :meth:`reduce_shared` (the defaults raise ``NotImplementedError``).
+    #: ``hpccoll.collectives.shared`` looks the transport up by this capability, not by name.
+    shared_results: ClassVar[bool] = False
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
@@ -192,6 +213,100 @@ class Transport(abc.ABC):
             calls would hang.
         """
 
+    # The rooted primitives. Each has a working default built from the primitives above (exact data
+    # movement, no arithmetic a rooted call would not do), so a transport written before they existed
+    # keeps working; a transport overrides them with its library's rooted calls.
+
+    def bcast(self, buf: Any, root: int) -> None:
+        """Copy root's ``buf`` into every rank's ``buf``.
+
+        The default is an all-gather in which only ``root`` contributes.
+
+        Parameters
+        ----------
+        buf : array
+            The same number of elements on every rank: sent from ``root``,
+            overwritten elsewhere.
+        root : int
+            The rank whose ``buf`` is sent.
+        """
+        counts = [0] * self.comm.size
+        counts[root] = buf.size
+        if self.comm.rank == root:  # root's block starts at offset 0: every other count is 0
+            send = None if self.in_place else buf.copy()
+        else:
+            send = buf[:0].copy()  # an empty buffer of its own: MPI forbids aliased buffers, even empty ones
+        self.allgatherv(send, buf, counts)
+
+    def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
+        """Reduce ``send`` over ranks into root's ``recv``.
+
+        The default is an all-reduce (every rank's ``recv`` then holds the
+        result, which the contract allows).
+
+        Parameters
+        ----------
+        send : array or None
+            The input, as many elements as ``recv``; ``None`` reduces ``recv``
+            in place (on every rank: ``recv`` holds this rank's input).
+        recv : array
+            As many elements on every rank; root's holds the result, the
+            others' are left undefined.
+        op : str
+            The reduction.
+        root : int
+            The rank that receives the result.
+        """
+        self.allreduce(send, recv, op)
+
+    def gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
+        """Concatenate every rank's ``send`` (``counts[rank]`` elements) into root's ``recv``.
+
+        The default is an all-to-all in which every rank sends only to ``root``.
+
+        Parameters
+        ----------
+        send : array
+            This rank's ``counts[rank]`` elements.
+        recv : array or None
+            At ``root``: ``sum(counts)`` elements, rank r's block at offset
+            ``sum(counts[:r])``. Elsewhere ``None``.
+        counts : sequence of int
+            Every rank's element count (the same on every rank).
+        root : int
+            The rank that receives.
+        """
+        parts, rank = self.comm.size, self.comm.rank
+        sends = [0] * parts
+        sends[root] = counts[rank]
+        if rank != root:
+            recv = send[:0].copy()
+        self.alltoallv(send, recv, sends, list(counts) if rank == root else [0] * parts)
+
+    def scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
+        """Send block r of root's ``send`` to rank r's ``recv``.
+
+        The default is an all-to-all in which only ``root`` sends.
+
+        Parameters
+        ----------
+        send : array or None
+            At ``root``: ``sum(counts)`` elements, rank r's block at offset
+            ``sum(counts[:r])``. Elsewhere ``None``.
+        recv : array
+            This rank's ``counts[rank]`` elements.
+        counts : sequence of int
+            Every rank's element count (the same on every rank).
+        root : int
+            The rank that sends.
+        """
+        parts, rank = self.comm.size, self.comm.rank
+        receives = [0] * parts
+        receives[root] = counts[rank]
+        if rank != root:
+            send = recv[:0].copy()
+        self.alltoallv(send, recv, list(counts) if rank == root else [0] * parts, receives)
+
     # Non-blocking forms: return a Pending (``wait()``/``test()``). The defaults
     # run the blocking primitive, for transports without asynchronous progress.
 
@@ -281,6 +396,90 @@ class Transport(abc.ABC):
         self.alltoallv(send, recv, send_counts, recv_counts, even)
         return DONE
 
+    def ibcast(self, buf: Any, root: int) -> Pending:
+        """Non-blocking :meth:`bcast`.
+
+        Parameters
+        ----------
+        buf : array
+            As for :meth:`bcast`.
+        root : int
+            As for :meth:`bcast`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
+        self.bcast(buf, root)
+        return DONE
+
+    def ireduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Pending:
+        """Non-blocking :meth:`reduce`.
+
+        Parameters
+        ----------
+        send : array or None
+            As for :meth:`reduce`.
+        recv : array
+            As for :meth:`reduce`.
+        op : str
+            As for :meth:`reduce`.
+        root : int
+            As for :meth:`reduce`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
+        self.reduce(send, recv, op, root)
+        return DONE
+
+    def igatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> Pending:
+        """Non-blocking :meth:`gatherv`.
+
+        Parameters
+        ----------
+        send : array
+            As for :meth:`gatherv`.
+        recv : array or None
+            As for :meth:`gatherv`.
+        counts : sequence of int
+            As for :meth:`gatherv`.
+        root : int
+            As for :meth:`gatherv`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
+        self.gatherv(send, recv, counts, root)
+        return DONE
+
+    def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
+        """Non-blocking :meth:`scatterv`.
+
+        Parameters
+        ----------
+        send : array or None
+            As for :meth:`scatterv`.
+        recv : array
+            As for :meth:`scatterv`.
+        counts : sequence of int
+            As for :meth:`scatterv`.
+        root : int
+            As for :meth:`scatterv`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight (``DONE`` when it completed already).
+        """
+        self.scatterv(send, recv, counts, root)
+        return DONE
+
     def bind_finish(self, finish: Callable[[], Any]) -> Callable[[], Any]:
         """The finishing step of a non-blocking call (unpacking, ``avg``'s division), fit to run at ``wait()``.
 
@@ -322,6 +521,112 @@ class Transport(abc.ABC):
             gather into a flat buffer and copy the blocks into place itself.
         """
         return False
+
+    # Node-shared results (only where :attr:`shared_results`): arrays every rank of a node maps, handed out
+    # read-only (results) or writeable (``shared_empty``); collective over the node unless said otherwise.
+
+    def shared_empty(self, shape: Optional[Any], dtype: Any, layout: Optional[Sequence[Any]] = None) -> Any:
+        """Make this rank's writeable array of ``shape`` in one new node-shared region (collective over the node).
+
+        Parameters
+        ----------
+        shape : tuple of int or None
+            This rank's shape; ``None`` from a rank whose arguments were
+            invalid (only when ``layout`` is ``None``).
+        dtype : numpy.dtype
+            The array's dtype.
+        layout : sequence of (int, int), optional
+            Every node rank's ``(nbytes, itemsize)``, in local rank order, when
+            the caller agreed it already; otherwise the ranks exchange it.
+
+        Returns
+        -------
+        numpy.ndarray or list of int
+            The array; or, when ``layout`` was ``None`` and some ranks passed
+            ``shape=None``, those node ranks (nothing is allocated).
+        """
+        raise NotImplementedError(f"{self.name}: node-shared results (shared_results) are not provided")
+
+    def gathers_shared(self, shape: Sequence[int], ax: int) -> bool:
+        """Whether :meth:`gather_shared` can gather a result of ``shape`` along ``ax`` itself (the same on every rank).
+
+        Where it cannot, the caller gathers privately and hands the result to :meth:`publish_shared`.
+
+        Parameters
+        ----------
+        shape : sequence of int
+            The gathered result's shape.
+        ax : int
+            The gathered axis.
+
+        Returns
+        -------
+        bool
+            Whether to call :meth:`gather_shared`.
+        """
+        raise NotImplementedError(f"{self.name}: node-shared results (shared_results) are not provided")
+
+    def gather_shared(self, x: Any, shape: Any, ax: int, sizes: Sequence[int], exclusive: bool) -> Any:
+        """All-gather ``x`` along ``ax`` into one read-only node-shared array of ``shape``.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            This rank's shard (``sizes[rank]`` along ``ax``).
+        shape : tuple of int
+            The result's shape.
+        ax : int
+            The gathered axis.
+        sizes : sequence of int
+            Every rank's extent along ``ax``.
+        exclusive : bool
+            No other view of ``x`` is alive on this rank (a shard of
+            :meth:`shared_empty` may then become the result's memory).
+
+        Returns
+        -------
+        numpy.ndarray
+            The read-only result, the same memory on every rank of a node.
+        """
+        raise NotImplementedError(f"{self.name}: node-shared results (shared_results) are not provided")
+
+    def publish_shared(self, result: Any) -> Any:
+        """A read-only node-shared copy of ``result`` (the same on every rank).
+
+        Parameters
+        ----------
+        result : numpy.ndarray
+            The private result, equal on every rank.
+
+        Returns
+        -------
+        numpy.ndarray
+            The read-only node-shared copy.
+        """
+        raise NotImplementedError(f"{self.name}: node-shared results (shared_results) are not provided")
+
+    def reduce_shared(self, send: Any, op: str, divide: int, shape: Any, dtype: Any) -> Any:
+        """All-reduce the flat wire buffer ``send`` into one read-only node-shared array of ``shape`` and ``dtype``.
+
+        Parameters
+        ----------
+        send : numpy.ndarray
+            This rank's input, flat, in the wire dtype (``dtype``'s bytes).
+        op : str
+            The wire op.
+        divide : int
+            Divide the result by this when > 1 (``avg``).
+        shape : tuple of int
+            The result's shape.
+        dtype : numpy.dtype
+            The result's dtype.
+
+        Returns
+        -------
+        numpy.ndarray
+            The read-only result, the same memory on every rank of a node.
+        """
+        raise NotImplementedError(f"{self.name}: node-shared results (shared_results) are not provided")
 
     def close(self) -> None:  # noqa: B027 (a default that does nothing, not an abstract method)
         """Release resources (pinned buffers, NCCL communicators)."""

@@ -156,3 +156,37 @@ class CudaMPI(HostMPI):
     ) -> Pending:
         self._sync()
         return super().ialltoallv(send, recv, send_counts, recv_counts, even)
+
+    # The rooted primitives: MPI's own (HostMPI's Bcast, Reduce, Gatherv, Scatterv and I-forms) on the
+    # device buffers, after the current stream is synchronised, as for the others.
+    def bcast(self, buf: Any, root: int) -> None:
+        self._sync()
+        super().bcast(buf, root)
+
+    def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
+        self._sync()
+        super().reduce(send, recv, op, root)
+
+    def gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
+        self._sync()
+        super().gatherv(send, recv, counts, root)
+
+    def scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
+        self._sync()
+        super().scatterv(send, recv, counts, root)
+
+    def ibcast(self, buf: Any, root: int) -> Pending:
+        self._sync()
+        return super().ibcast(buf, root)
+
+    def ireduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Pending:
+        self._sync()
+        return super().ireduce(send, recv, op, root)
+
+    def igatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> Pending:
+        self._sync()
+        return super().igatherv(send, recv, counts, root)
+
+    def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
+        self._sync()
+        return super().iscatterv(send, recv, counts, root)

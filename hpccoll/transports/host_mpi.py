@@ -25,13 +25,15 @@ __all__ = ["HostMPI", "MPIPending"]
 
 
 class HostMPI(Transport):
-    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``, ``Alltoall(v)``, pairs)."""
+    """NumPy arrays over MPI (``Allgather(v)``, ``Reduce_scatter(_block)``, ``Allreduce``, ``Alltoall(v)``, pairs,
+    ``Bcast``, ``Reduce``, ``Gather(v)``, ``Scatter(v)``)."""
 
     name = "mpi"
     array_kind = "numpy"
     priority = 50
     chosen_because = "NumPy arrays use host MPI"
     in_place = True
+    hosts = True
     #: Every wire op: MPI's logical and bitwise ones too.
     reduce_ops = WIRE_OPS
     #: Outputs at least this large are gathered along an inner axis with MPI
@@ -127,6 +129,30 @@ class HostMPI(Transport):
         if even or self.comm.size > self.pairwise_max_ranks:
             return self._started(*self._alltoallv(send, recv, send_counts, recv_counts, even))
         return self._pairwise(send, recv, send_counts, recv_counts)
+
+    def bcast(self, buf: Any, root: int) -> None:
+        self._blocking(*self._bcast(buf, root))
+
+    def ibcast(self, buf: Any, root: int) -> Pending:
+        return self._started(*self._bcast(buf, root))
+
+    def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
+        self._blocking(*self._reduce(send, recv, op, root))
+
+    def ireduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Pending:
+        return self._started(*self._reduce(send, recv, op, root))
+
+    def gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
+        self._blocking(*self._gatherv(send, recv, counts, root))
+
+    def igatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> Pending:
+        return self._started(*self._gatherv(send, recv, counts, root))
+
+    def scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
+        self._blocking(*self._scatterv(send, recv, counts, root))
+
+    def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
+        return self._started(*self._scatterv(send, recv, counts, root))
 
     def _pairwise(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
         """Start an all-to-all as point-to-point pairs: one ``Irecv`` per rank that sends this one something,
@@ -232,6 +258,35 @@ class HostMPI(Transport):
             return self._flipped(self._allreduce, send, recv, op)
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
+
+    def _bcast(self, buf: Any, root: int) -> tuple:
+        return "Bcast", ([buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)], root), None
+
+    def _reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> tuple:
+        if self._flip_extrema and recv.dtype == _UINT64 and op in _EXTREMA:
+            return self._flipped(self._reduce, send, recv, op, root)
+        t, o = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype), _OPS.get(op) or mpi_op(op)
+        if send is None:  # MPI_IN_PLACE is root's alone: elsewhere recv is the send buffer
+            if self.comm.rank == root:
+                return "Reduce", (_in_place(), [recv, t], o, root), None
+            return "Reduce", ([recv, t], None, o, root), None
+        return "Reduce", ([send, t], [recv, t], o, root), None
+
+    def _gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> tuple:
+        t = _DATATYPES.get(send.dtype) or mpi_datatype(send.dtype)
+        first = counts[0]
+        if counts.count(first) == len(counts):
+            return "Gather", ([send, first, t], None if recv is None else [recv, first, t], root), None
+        target = None if recv is None else [recv, (list(counts), displacements(counts)), t]
+        return "Gatherv", ([send, counts[self.comm.rank], t], target, root), None
+
+    def _scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> tuple:
+        t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
+        first = counts[0]
+        if counts.count(first) == len(counts):
+            return "Scatter", (None if send is None else [send, first, t], [recv, first, t], root), None
+        source = None if send is None else [send, (list(counts), displacements(counts)), t]
+        return "Scatterv", (source, [recv, counts[self.comm.rank], t], root), None
 
     def _alltoallv(
         self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool

@@ -1,16 +1,10 @@
 """NCCL transport: CuPy arrays through ``cupy.cuda.nccl.NcclCommunicator``, bootstrapped over MPI.
 
 One NCCL communicator per :class:`~hpccoll.Communicator` (a ``split()``
-gets its own), made on first GPU use:
-
-1. *Probe* (collective, once per Communicator): each rank picks its GPU (a
-   device already selected wins; else the node-local rank modulo the visible
-   device count) and reads its PCI bus id; the ranks exchange what they found
-   over MPI and agree on one verdict, so every rank raises, or falls back,
-   together. Two ranks of the communicator on one GPU are refused.
-2. *Bootstrap* (collective): rank 0 makes the NCCL unique id and broadcasts
-   it over MPI; if that fails, the error is broadcast instead and every rank
-   raises :class:`~hpccoll.TransportUnavailable`.
+gets its own), made on first GPU use by a collective probe (each rank's GPU,
+one verdict on every rank, two ranks on one GPU refused) and a bootstrap
+(rank 0's unique id broadcast over MPI): both live in
+:mod:`hpccoll.transports._ncclboot`; this module is the transport.
 
 Everything runs on the caller's current CuPy stream, with no host
 synchronisation.
@@ -40,39 +34,47 @@ stream is asked for once, and messages are split only past
 parts) is computed by an all-to-all of the blocks (grouped send/recv) and a
 local product, so it matches MPI; ``max``/``min`` on complex raise
 :class:`~hpccoll.DTypeError`. ``int16``/``uint16`` are widened to 32 bits for
-reductions; types NCCL lacks (bool, int16, uint16, bfloat16's bits) move as
+reductions. These choices are :mod:`hpccoll._dtypes`' (``library_reduction``,
+``library_move_wire``), made from the transport's ``reduce_dtypes`` (the names
+of the NCCL datatypes the binding has); types NCCL lacks (bool, int16, uint16, bfloat16's bits) move as
 bytes in an all-gather. ``float16`` reduces natively, ``bfloat16`` too when
 the NCCL library is 2.10 or newer.
+
+Rooted primitives: ``bcast`` is ``ncclBroadcast`` (in place) of the moving
+view, ``reduce`` is ``ncclReduce`` with every (dtype, op) handled as the
+all-reduce handles it (a complex ``prod`` by the same send/recv of whole
+inputs to the root and a local product); ``gatherv``/``scatterv`` are grouped
+send/recv with the root's own block copied on the device.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import time
-import weakref
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .._arrays import split_sizes
-from .._dtypes import BASIC_OPS, op_label
+from .._dtypes import BASIC_OPS, LibraryReduction, library_move_wire, library_reduce_wire, library_reduction, op_label
 from .._errors import (
     ArgumentError,
     CollectiveError,
     DTypeError,
-    HpccollError,
-    MismatchError,
     TransportUnavailable,
     UnsupportedOpError,
 )
 from .._faults import dump_stacks
 from .._request import Pending
+from . import _ncclboot
 from ._base import Transport
 from ._cuda import capture_query, get_runtime
 from ._mpitypes import displacements
-from ._state import remembered
+from ._ncclboot import LIVE, UNEVEN_DESIGNS, NcclProbe, bootstrap, check_uneven, destroy, nccl_version
+
+# Kept importable from here for the tests and tools that use them (the bootstrap now lives in _ncclboot).
+from ._ncclboot import _close_all as _close_all
+from ._ncclboot import _id_forms as _id_forms
 
 __all__ = ["NcclTransport", "NcclProbe", "probe", "UNEVEN_DESIGNS", "INT_MAX"]
 
@@ -82,16 +84,15 @@ __all__ = ["NcclTransport", "NcclProbe", "probe", "UNEVEN_DESIGNS", "INT_MAX"]
 #: conservative, and costs nothing measurable at 2**31 elements a call.
 INT_MAX = 2**31 - 1
 
-#: Values of :attr:`NcclTransport.uneven` and ``HPCCOLL_NCCL_UNEVEN``.
-UNEVEN_DESIGNS = ("auto", "grouped", "pad")
-
 #: ``"auto"`` pads when padding adds at most this fraction to the bytes moved.
 PAD_SLACK = 0.125
 
 #: NCCL 2.10.0 (the first with ``ncclBfloat16``) as ``ncclGetVersion`` reports it.
 BF16_VERSION = 21000
 
-# Array dtype name -> the cupy.cuda.nccl constant naming it (looked up by name once per dtype).
+# Array dtype name -> the cupy.cuda.nccl constant naming it (looked up by name once per dtype). The names
+# the binding has are the transport's ``reduce_dtypes``: how other dtypes are reduced and moved (int16
+# widened, complex as reals, bytes) is hpccoll._dtypes' decision (library_reduction, library_move_wire).
 _NCCL_TYPES = {
     "int8": "NCCL_INT8",
     "uint8": "NCCL_UINT8",
@@ -108,188 +109,25 @@ _NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "
 # MPI's logical ops, which NCCL lacks, on the truth values (0/1 bytes): AND is the minimum, OR the
 # maximum, XOR the parity of the sum (a uint8 sum wraps modulo 256, an even number: parity survives).
 _TRUTH_OPS = {"land": "min", "lor": "max", "lxor": "sum"}
-# Integer types NCCL lacks, reduced in a wider type (wrap-around is preserved by the cast back).
-_WIDER = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.uint32)}
 
-_PROBE_KEY = "nccl:probe"
-_CHOSEN: Optional[int] = None  # the GPU hpccoll selected for this process, once it has
-_LIVE: "weakref.WeakSet[NcclTransport]" = weakref.WeakSet()
-
-
-class NcclProbe(NamedTuple):
-    """What the collective probe found; ``reason`` and ``error`` are the same on every rank."""
-
-    #: Why NCCL cannot run for this communicator, or ``None``.
-    reason: Optional[str]
-    #: The GPU this rank would use (-1 when unknown).
-    device: int
-    #: How that GPU was chosen.
-    how: str
-    #: The uneven-shard design from ``HPCCOLL_NCCL_UNEVEN`` (default ``"auto"``).
-    uneven: str
-    #: A bad or disagreeing ``HPCCOLL_NCCL_UNEVEN``, raised by the transport on every rank.
-    error: Optional[HpccollError]
+#: The GPU hpccoll selected for this process, once it has (the probe prefers it to the node-local choice).
+_CHOSEN: Optional[int] = None
 
 
 def probe(comm: Any) -> NcclProbe:
-    """Probe NCCL for ``comm`` (collective the first time; cached on ``comm``)."""
-    return remembered(comm, _PROBE_KEY, lambda: _probe(comm))
+    """Probe NCCL for ``comm`` (collective the first time; cached on ``comm``).
 
+    Parameters
+    ----------
+    comm : Communicator
+        The communicator to probe for.
 
-def _probe(comm: Any) -> NcclProbe:
-    from mpi4py import MPI
-
-    from .._local import local_rank_from_environment
-
-    # Collective steps first and unconditionally, so no rank can skip them.
-    node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        node_rank, leader = node.Get_rank(), node.bcast(comm.rank, root=0)
-    finally:
-        node.Free()
-    uneven = os.environ.get("HPCCOLL_NCCL_UNEVEN", "").strip() or "auto"
-    why, device, how, bus = None, -1, "", None
-    try:
-        rt = get_runtime()
-        if rt.nccl is None:
-            raise TransportUnavailable(f"NCCL is missing: {rt.nccl_missing}")
-        try:
-            count = rt.device_count()
-        except Exception as exc:
-            raise TransportUnavailable(f"no GPU ({type(exc).__name__}: {exc})") from None
-        if count < 1:
-            raise TransportUnavailable("no GPU visible to this process")
-        local = local_rank_from_environment() or (node_rank, "MPI.COMM_TYPE_SHARED split")
-        device, how = _choose_device(rt, count, local)
-        bus = rt.bus_id(device)
-    except TransportUnavailable as exc:
-        why = str(exc)
-    except Exception as exc:  # a broken driver or binding: unusable, said plainly
-        why = f"{type(exc).__name__}: {exc}"
-    facts = comm.mpi.allgather((why, leader, bus, uneven))
-    return NcclProbe(_verdict(facts), device, how, uneven, _uneven_error(facts))
-
-
-def _choose_device(rt: Any, count: int, local: Tuple[int, str]) -> Tuple[int, str]:
-    """The GPU this rank uses: the user's choice, hpccoll's earlier one, or local rank mod count."""
-    current = rt.current_device()
-    if current != 0 and current != _CHOSEN:
-        return current, f"GPU {current}, the current device (selected before hpccoll's first use)"
-    if _CHOSEN is not None:
-        return _CHOSEN, f"GPU {_CHOSEN}, selected earlier by hpccoll"
-    rank, source = local
-    device = rank % count
-    return device, f"GPU {device}: node-local rank {rank} ({source}) modulo {count} visible GPUs"
-
-
-def _verdict(facts: List[tuple]) -> Optional[str]:
-    many = len(facts) > 1
-    for rank, (why, _, _, _) in enumerate(facts):
-        if why is not None:
-            return f"rank {rank}: {why}" if many else why
-    owner: Dict[tuple, int] = {}
-    for rank, (_, node, bus, _) in enumerate(facts):
-        other = owner.setdefault((node, bus), rank)
-        if other != rank:
-            return (
-                f"ranks {other} and {rank} would share one GPU (PCI bus {bus}), which NCCL does not support: "
-                "run one rank per GPU (e.g. srun --gpus-per-task=1, or mpiexec with as many ranks per node "
-                "as GPUs), or select a different GPU per rank before the first collective"
-            )
-    return None
-
-
-def _uneven_error(facts: List[tuple]) -> Optional[HpccollError]:
-    values = [f[3] for f in facts]
-    for rank, value in enumerate(values):
-        if value != values[0]:
-            return MismatchError(f"HPCCOLL_NCCL_UNEVEN: rank 0 has {values[0]!r} but rank {rank} has {value!r}")
-    try:
-        _check_uneven(values[0], "HPCCOLL_NCCL_UNEVEN")
-    except ArgumentError as exc:
-        return exc
-    return None
-
-
-def _check_uneven(value: Any, name: str = "uneven") -> str:
-    if value not in UNEVEN_DESIGNS:
-        raise ArgumentError(f"{name}: expected one of {', '.join(map(repr, UNEVEN_DESIGNS))}; got {value!r}")
-    return value
-
-
-# --------------------------------------------------------------------------- bootstrap
-
-
-def _bootstrap(comm: Any, rt: Any) -> Any:
-    """Make this rank's ``NcclCommunicator`` (collective); every rank raises together on failure."""
-    uid = err = None
-    if comm.rank == 0:
-        try:
-            uid = rt.nccl.get_unique_id()
-        except Exception as exc:
-            err = f"{type(exc).__name__}: {exc}"
-    uid, err = comm.mpi.bcast((uid, err), root=0)
-    if err is not None:
-        raise TransportUnavailable(
-            f"transport 'nccl' cannot run here: rank 0 could not make the NCCL unique id ({err})"
-        )
-    nc = err = None
-    try:
-        nc = _init_rank(rt.nccl, comm.size, uid, comm.rank)
-    except Exception as exc:
-        err = f"{type(exc).__name__}: {exc}"
-    errors = comm.mpi.allgather(err)
-    failed = [(rank, e) for rank, e in enumerate(errors) if e is not None]
-    if failed:
-        if nc is not None:
-            _destroy(nc)
-        rank, e = failed[0]
-        raise TransportUnavailable(f"transport 'nccl' cannot run here: NcclCommunicator failed on rank {rank} ({e})")
-    return nc
-
-
-def _id_forms(uid: Any) -> List[Any]:
-    """``uid`` as rank 0's binding made it, then the other forms a binding may accept.
-
-    CuPy 14 takes and returns 128 ``bytes``; older CuPy a tuple of 128 C
-    ``char`` values (signed on x86, unsigned on ARM).
+    Returns
+    -------
+    NcclProbe
+        The verdict, the same on every rank (see :mod:`hpccoll.transports._ncclboot`).
     """
-    raw = bytes(uid) if isinstance(uid, (bytes, bytearray)) else bytes(int(v) & 0xFF for v in uid)
-    native = raw if isinstance(uid, (bytes, bytearray)) else tuple(int(v) for v in uid)
-    forms: List[Any] = [native]
-    for form in (raw, tuple(b - 256 if b > 127 else b for b in raw), tuple(raw)):
-        if form not in forms:
-            forms.append(form)
-    return forms
-
-
-def _init_rank(nccl: Any, size: int, uid: Any, rank: int) -> Any:
-    last: Optional[Exception] = None
-    for form in _id_forms(uid):
-        try:
-            return nccl.NcclCommunicator(size, form, rank)
-        except (TypeError, OverflowError) as exc:  # rejected by the binding, before NCCL was called
-            last = exc
-    raise TransportUnavailable(
-        f"unique id: expected a form NcclCommunicator accepts (bytes or a tuple of 128 chars); "
-        f"got {type(uid).__name__} ({last})"
-    )
-
-
-def _destroy(nc: Any) -> None:
-    try:
-        nc.destroy()
-    except Exception:
-        with contextlib.suppress(Exception):
-            nc.abort()
-
-
-@atexit.register
-def _close_all() -> None:
-    """Destroy live NCCL communicators at exit, before mpi4py finalizes MPI."""
-    for transport in list(_LIVE):
-        with contextlib.suppress(Exception):
-            transport.close()
+    return _ncclboot.probe(comm, _CHOSEN)
 
 
 def _chunks(count: int, limit: int) -> Iterator[Tuple[int, int]]:
@@ -326,6 +164,9 @@ class NcclTransport(Transport):
         :data:`INT_MAX`); larger messages are split. Every rank must agree.
     native_reduce : frozenset of str
         ``{"float16"}``, plus ``"bfloat16"`` with NCCL >= 2.10.
+    reduce_dtypes : frozenset of str
+        The dtype names NCCL reduces natively: those of :data:`_NCCL_TYPES` the binding has
+        (``bfloat16`` only with NCCL >= 2.10).
     """
 
     name = "nccl"
@@ -336,6 +177,8 @@ class NcclTransport(Transport):
     reduce_ops = BASIC_OPS | frozenset(_TRUTH_OPS)
     chosen_because = "NCCL is usable (one GPU per rank)"
     max_count: int = INT_MAX
+    #: Replaced per instance by the names the loaded binding has.
+    reduce_dtypes: Optional[FrozenSet[str]] = frozenset(_NCCL_TYPES)
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
@@ -354,9 +197,10 @@ class NcclTransport(Transport):
         self._xp = rt.xp
         self._capturing = capture_query(rt)
         self._types = {name: getattr(rt.nccl, const) for name, const in _NCCL_TYPES.items() if hasattr(rt.nccl, const)}
-        if _version(rt.nccl) < BF16_VERSION:
+        if nccl_version(rt.nccl) < BF16_VERSION:
             self._types.pop("bfloat16", None)
         self._ops = {op: getattr(rt.nccl, const) for op, const in _NCCL_OPS.items()}
+        self.reduce_dtypes = frozenset(self._types)
         self.native_reduce: FrozenSet[str] = frozenset(n for n in ("float16", "bfloat16") if n in self._types)
         # The per-call lookups, keyed by the dtype object (hashing one is a few ns; dtype.name
         # costs about a microsecond): filled here for NumPy's own dtypes, and on first sight
@@ -370,8 +214,8 @@ class NcclTransport(Transport):
         for name in ("complex64", "complex128", "bool", "int16", "uint16"):
             self._wire_for_reduce(np.dtype(name))
             self._wire_for_move(np.dtype(name))
-        self._nc: Any = _bootstrap(comm, rt)
-        _LIVE.add(self)
+        self._nc: Any = bootstrap(comm, rt)
+        LIVE.add(self)
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -383,7 +227,7 @@ class NcclTransport(Transport):
 
     @uneven.setter
     def uneven(self, value: str) -> None:
-        self._uneven = _check_uneven(value)
+        self._uneven = check_uneven(value)
 
     @property
     def communicator(self) -> Any:
@@ -420,8 +264,8 @@ class NcclTransport(Transport):
     def close(self) -> None:
         nc, self._nc = getattr(self, "_nc", None), None
         if nc is not None:
-            _destroy(nc)
-        _LIVE.discard(self)
+            destroy(nc)
+        LIVE.discard(self)
 
     # ------------------------------------------------------------------ faults
     def _async_error(self) -> None:
@@ -433,7 +277,7 @@ class NcclTransport(Transport):
 
     def _abort(self, why: str) -> None:
         nc, self._nc = self._nc, None
-        _LIVE.discard(self)
+        LIVE.discard(self)
         if nc is not None:
             with contextlib.suppress(Exception):
                 nc.abort()
@@ -475,41 +319,29 @@ class NcclTransport(Transport):
         )
 
     def _wire_for_reduce(self, dtype: np.dtype) -> Optional[_Wire]:
-        """How NCCL reduces ``dtype`` elementwise, or ``None`` (widened, complex prod, or refused)."""
+        """How NCCL reduces ``dtype`` elementwise (:func:`~hpccoll._dtypes.library_reduce_wire`), or ``None``."""
         try:
             return self._reduce[dtype]
         except KeyError:
             pass
-        wire = None
-        if dtype.isnative:
-            name = dtype.name  # once per dtype
-            if name in self._types:
-                wire = _Wire(self._types[name], 1, dtype)
-            elif dtype.kind == "c":
-                real = np.dtype(f"f{dtype.itemsize // 2}")
-                wire = _Wire(self._types[real.name], 2, real)
+        found = library_reduce_wire(dtype, self.reduce_dtypes)
+        wire = None if found is None else _Wire(self._types[found.view.name], found.scale, found.view)
         self._reduce[dtype] = wire
         return wire
 
     def _wire_for_move(self, dtype: np.dtype) -> _Wire:
-        """How NCCL moves ``dtype``: as itself, as twice as many reals (complex), or as bytes."""
+        """How NCCL moves ``dtype`` (:func:`~hpccoll._dtypes.library_move_wire`): itself, reals, or bytes."""
         try:
             return self._move[dtype]
         except KeyError:
             pass
-        wire = self._wire_for_reduce(dtype)
-        if wire is None:
-            wire = _Wire(self._types["uint8"], dtype.itemsize, np.dtype(np.uint8))
-        self._move[dtype] = wire
+        found = library_move_wire(dtype, self.reduce_dtypes)
+        wire = self._move[dtype] = _Wire(self._types[found.view.name], found.scale, found.view)
         return wire
 
-    def _refuse(self, dtype: np.dtype, wire: Optional[_Wire], op: str) -> _Wire:
-        """``wire``; :class:`DTypeError` for a dtype NCCL cannot reduce (``wire`` None), or complex max/min."""
-        if wire is None:
-            raise DTypeError(f"x: expected a dtype NCCL reduces ({', '.join(self._types)}); got {dtype}")
-        if wire.scale != 1 and op not in ("sum", "prod"):
-            raise DTypeError(f"op={op!r}: expected 'sum' or 'prod' for complex {dtype}; got {op!r}")
-        return wire
+    def _route(self, dtype: np.dtype, op: str) -> LibraryReduction:
+        """:func:`~hpccoll._dtypes.library_reduction` for NCCL: native, reals, widened or complex prod (or refused)."""
+        return library_reduction(dtype, op, self.reduce_dtypes, "NCCL")
 
     def _view(self, a: Any, wire: _Wire) -> Any:
         return a if wire.scale == 1 else a.view(wire.view)
@@ -603,14 +435,14 @@ class NcclTransport(Transport):
                 return
         if not any(counts):
             return
-        widened = _WIDER.get(dtype)
-        if widened is not None:
-            wide = self._xp.empty(recv.size, widened)
-            self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)
+        route = self._route(dtype, op)
+        if route.how == "widen":
+            wide = self._xp.empty(recv.size, route.wire.view)
+            self._enqueue_reduce_scatter(send.astype(route.wire.view), wide, counts, op)
             self._xp.copyto(recv, wide, casting="unsafe")
             return
-        wire = self._refuse(dtype, wire, op)
-        if wire.scale != 1 and op == "prod":
+        assert wire is not None, "native and complex routes have a wire"
+        if route.how == "complex_prod":
             self._complex_prod(send, recv, list(counts))
             return
         send, recv = self._view(send, wire), self._view(recv, wire)
@@ -714,11 +546,18 @@ class NcclTransport(Transport):
 
     # ------------------------------------------------------------------ all-reduce
     def _enqueue_allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
+        self._enqueue_reduction(send, recv, op, None)
+
+    def _enqueue_reduction(self, send: Optional[Any], recv: Any, op: str, root: Optional[int]) -> None:
+        """``ncclAllReduce`` (``root`` None) or ``ncclReduce`` to ``root``, every (dtype, op) alike: MPI's logical
+        ops on truth values, and :meth:`_route`'s choice where NCCL lacks the dtype (widened, reals, blocks)."""
         nc = self._ready(send, recv)
+        keep = root is None or self.comm.rank == root  # whether this rank's recv holds the result
         if op not in self._ops:
             truth = self._truth(recv if send is None else send, op)
-            self._enqueue_allreduce(None, truth, _TRUTH_OPS[op])
-            self._store_truth(truth, recv, op)
+            self._enqueue_reduction(None, truth, _TRUTH_OPS[op], root)
+            if keep:
+                self._store_truth(truth, recv, op)
             return
         dtype = recv.dtype
         try:
@@ -727,32 +566,139 @@ class NcclTransport(Transport):
             wire = self._wire_for_reduce(dtype)
         if wire is not None and (wire.scale == 1 or op == "sum"):
             n = recv.size * wire.scale
-            if 0 < n <= self.max_count:  # the common call: one allReduce, nothing else
+            if 0 < n <= self.max_count:  # the common call: one allReduce or reduce, nothing else
                 rt = self._rt
                 rp = rt.ptr(recv)
-                nc.allReduce(rp if send is None else rt.ptr(send), rp, n, wire.type, self._ops[op], rt.stream())
+                sp = rp if send is None else rt.ptr(send)
+                if root is None:
+                    nc.allReduce(sp, rp, n, wire.type, self._ops[op], rt.stream())
+                else:
+                    nc.reduce(sp, rp, n, wire.type, self._ops[op], root, rt.stream())
                 return
         if recv.size == 0:
             return
-        widened = _WIDER.get(dtype)
-        if widened is not None:
-            wide = (recv if send is None else send).astype(widened)
-            self._enqueue_allreduce(None, wide, op)
-            self._xp.copyto(recv, wide, casting="unsafe")
+        route = self._route(dtype, op)
+        if route.how == "widen":
+            wide = (recv if send is None else send).astype(route.wire.view)
+            self._enqueue_reduction(None, wide, op, root)
+            if keep:
+                self._xp.copyto(recv, wide, casting="unsafe")
             return
-        wire = self._refuse(dtype, wire, op)
-        if wire.scale != 1 and op == "prod":
-            counts = list(split_sizes(recv.size, self.comm.size))
-            block = self._xp.empty(counts[self.comm.rank], dtype)
-            self._complex_prod(recv if send is None else send, block, counts)
-            self._enqueue_allgatherv(block, recv, counts)
+        assert wire is not None, "native and complex routes have a wire"
+        if route.how == "complex_prod":
+            if root is None:
+                counts = list(split_sizes(recv.size, self.comm.size))
+                block = self._xp.empty(counts[self.comm.rank], dtype)
+                self._complex_prod(recv if send is None else send, block, counts)
+                self._enqueue_allgatherv(block, recv, counts)
+            else:  # the root's block is everything: every other rank sends it its input, the root multiplies
+                counts = [0] * self.comm.size
+                counts[root] = recv.size
+                self._complex_prod(recv if send is None else send, recv if keep else recv[:0], counts)
             return
         # Past max_count: in pieces.
         t, o, stream, size = wire.type, self._ops[op], self._rt.stream(), wire.view.itemsize
         rp = self._rt.ptr(recv)
         sp = rp if send is None else self._rt.ptr(send)
         for off, n in _chunks(recv.size * wire.scale, self.max_count):
-            nc.allReduce(sp + off * size, rp + off * size, n, t, o, stream)
+            if root is None:
+                nc.allReduce(sp + off * size, rp + off * size, n, t, o, stream)
+            else:
+                nc.reduce(sp + off * size, rp + off * size, n, t, o, root, stream)
+
+    # ------------------------------------------------------------------ rooted primitives
+    # ncclBroadcast and ncclReduce; gatherv/scatterv as grouped send/recv with the root's own block
+    # copied on the device. Blocking and non-blocking forms as the others: enqueue, then (blocking,
+    # under HPCCOLL_TIMEOUT and not capturing) wait, watched, or hand back an event.
+    def bcast(self, buf: Any, root: int) -> None:
+        self._enqueue_bcast(buf, root)
+        self._watch()
+
+    def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
+        self._enqueue_reduce(send, recv, op, root)
+        self._watch()
+
+    def gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
+        self._enqueue_gatherv(send, recv, counts, root)
+        self._watch()
+
+    def scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
+        self._enqueue_scatterv(send, recv, counts, root)
+        self._watch()
+
+    def ibcast(self, buf: Any, root: int) -> Pending:
+        self._enqueue_bcast(buf, root)
+        return self._pending()
+
+    def ireduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Pending:
+        self._enqueue_reduce(send, recv, op, root)
+        return self._pending()
+
+    def igatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> Pending:
+        self._enqueue_gatherv(send, recv, counts, root)
+        return self._pending()
+
+    def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
+        self._enqueue_scatterv(send, recv, counts, root)
+        return self._pending()
+
+    def _watch(self) -> None:
+        """Under ``HPCCOLL_TIMEOUT`` (and not during stream capture), wait for the work just enqueued, watched."""
+        if self.comm.timeout is not None and not self._capturing():
+            self._pending().wait()
+
+    def _enqueue_bcast(self, buf: Any, root: int) -> None:
+        """Root's ``buf`` to every rank's, in place: ``ncclBroadcast`` of the moving view (complex as reals, bytes)."""
+        nc = self._ready(None, buf)
+        wire = self._move.get(buf.dtype) or self._wire_for_move(buf.dtype)
+        rt = self._rt
+        bp, t, stream, size = rt.ptr(buf), wire.type, rt.stream(), wire.view.itemsize
+        for off, n in _chunks(buf.size * wire.scale, self.max_count):
+            nc.bcast(bp + off * size, n, t, root, stream)
+
+    def _enqueue_reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
+        """``ncclReduce``, each (dtype, op) handled as :meth:`_enqueue_allreduce` handles it."""
+        self._enqueue_reduction(send, recv, op, root)
+
+    def _enqueue_gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
+        self._enqueue_blocks(send, recv, counts, root, gather=True)
+
+    def _enqueue_scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
+        self._enqueue_blocks(recv, send, counts, root, gather=False)
+
+    def _enqueue_blocks(self, mine: Any, full: Optional[Any], counts: Sequence[int], root: int, gather: bool) -> None:
+        """Gatherv (``gather``: each rank's ``mine`` into the root's ``full``) or scatterv (the root's ``full``
+        into each ``mine``): one grouped recv (send) per peer at the root, one send (recv) elsewhere; the
+        root's own block is a device copy."""
+        nc = self._ready(full, mine)
+        wire = self._move.get(mine.dtype) or self._wire_for_move(mine.dtype)
+        view, t, me = wire.view, wire.type, self.comm.rank
+        scaled = [c * wire.scale for c in counts]
+        mine = mine.view(view)
+        stream, size, limit = self._rt.stream(), view.itemsize, self.max_count
+        to_root, at_root = (nc.send, nc.recv) if gather else (nc.recv, nc.send)
+        if me != root:
+            if scaled[me]:
+                mp = self._rt.ptr(mine)
+                with self._group():
+                    for off, n in _chunks(scaled[me], limit):
+                        to_root(mp + off * size, n, t, root, stream)
+            return
+        assert full is not None, "the root holds every block"
+        full = full.view(view)
+        disps, fp = displacements(scaled), self._rt.ptr(full)
+        if any(scaled[peer] for peer in range(len(scaled)) if peer != me):
+            with self._group():
+                for peer, (count, disp) in enumerate(zip(scaled, disps)):
+                    if peer != me:
+                        for off, n in _chunks(count, limit):
+                            at_root(fp + (disp + off) * size, n, t, peer, stream)
+        if scaled[me]:
+            block = full[disps[me] : disps[me] + scaled[me]]
+            if gather:
+                block[...] = mine
+            else:
+                mine[...] = block
 
     # ------------------------------------------------------------------ all-to-all
     # ``even`` changes nothing here: grouped send/recv is NCCL's only all-to-all.
@@ -827,13 +773,3 @@ class EventPending(Pending):
         if self.transport._nc is not None:
             self.transport._async_error()
         return bool(self.event.done)
-
-
-def _version(nccl: Any) -> int:
-    """The NCCL library's version code (0 when unknown)."""
-    for getter in ("get_version", "get_build_version"):
-        fn = getattr(nccl, getter, None)
-        if fn is not None:
-            with contextlib.suppress(Exception):
-                return int(fn())
-    return 0

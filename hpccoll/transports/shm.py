@@ -40,6 +40,7 @@ import numpy as np
 from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError
+from .._layout import finish_reduction
 from .._request import Pending
 from ._base import WIRE_OPS, Transport
 from ._control import guarded
@@ -48,7 +49,7 @@ from ._mpitypes import mpi_datatype, mpi_op
 from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, round_up, split_node
 from ._state import remembered
 
-__all__ = ["SharedMemory", "SHARED", "shared_transport", "shared_empty", "holder_of"]
+__all__ = ["SharedMemory", "SHARED", "shared_empty", "holder_of"]
 
 #: The ``out=`` spelling of a node-shared result.
 SHARED = "shared"
@@ -88,16 +89,33 @@ class SharedMemory(Transport):
     priority = 40  # before ``mpi``, for the messages it wins (``min_bytes`` and :attr:`wins`)
     chosen_because = (
         "node-shared memory where it measured faster (every rank on one node; all-reduce from "
-        "256 KiB, reduce-scatter from 1 MiB, all-gather 1-4 MiB; host MPI for the rest)"
+        "256 KiB, reduce-scatter from 1 MiB, all-gather 1-4 MiB, broadcast 8 KiB-2 MiB, reduce 8 KiB-8 MiB; "
+        "host MPI for the rest)"
     )
     in_place = True
+    #: It makes node-shared results (``out="shared"``, ``shared_empty``): see :attr:`Transport.shared_results`.
+    shared_results = True
     #: Per primitive, the ``[low, high)`` message sizes where shm measured faster (docs/bench/shm.md);
     #: when ``auto`` chose shm, messages outside them, all-to-alls and the non-blocking forms go to
     #: host MPI (``HPCCOLL_TRANSPORT=shm`` moves every blocking message through shared memory). A
     #: private all-gather stops winning at 4 MiB: it copies every block once more than MPI's single-copy
     #: transfers do (into shared memory, then out by each of the P ranks: P + 1 against P), which shows
     #: once the blocks outgrow the caches.
-    wins = {"allgatherv": (1 << 20, 4 << 20), "reduce_scatter": (1 << 20, 1 << 62), "allreduce": (256 << 10, 1 << 62)}
+    #: The rooted ones (``bcast``: root writes each round once into the scratch window, every rank copies
+    #: it out; ``reduce``: root reduces, in rank order, the inputs the others put in scratch) were measured
+    #: at 2 ranks against host MPI's ``Bcast``/``Reduce`` (``benchmarks/bench_rooted_shm.py``, three runs
+    #: of 9-15 rounds on the shared 2-core machine): shm/raw 0.2-0.8 for bcast 8 KiB-1 MiB (one run lost
+    #: 32-256 KiB, 1.4-2.3), ~1 from 2 MiB; 0.2-0.7 for reduce 8 KiB-4 MiB, ~1 from 8 MiB. Within one node
+    #: only; rooted gathers and scatters always go to host MPI. Their ranges start at 256 KiB, not at the
+    #: 8 KiB where they began to win: below ``min_bytes`` every collective's messages would pass through
+    #: shm's dispatch on the way to host MPI.
+    wins = {
+        "allgatherv": (1 << 20, 4 << 20),
+        "reduce_scatter": (1 << 20, 1 << 62),
+        "allreduce": (256 << 10, 1 << 62),
+        "bcast": (256 << 10, 2 << 20),
+        "reduce": (256 << 10, 8 << 20),
+    }
     #: The smallest message (bytes of the gathered result of an all-gather, of the whole array of a
     #: reduction: a size every rank computes alike) that shm moves faster than the ``mpi`` transport,
     #: measured with private inputs and outputs at 2 and 4 ranks on this project's machine
@@ -123,8 +141,9 @@ class SharedMemory(Transport):
         #: Named (``transport="shm"``, ``HPCCOLL_TRANSPORT=shm``): every blocking message through shared
         #: memory; chosen by ``auto``: only the sizes in :attr:`wins`.
         self.everything = comm.transport == self.name
-        #: The ``mpi`` transport of the same communicator, for what shm leaves to host MPI.
-        self.host: Transport = comm.transport_instance("mpi")
+        #: The communicator's host transport (``Communicator.host_transport``: the first usable one declaring
+        #: :attr:`~Transport.hosts`, ``mpi`` by default), for what shm leaves to host MPI.
+        self.host: Transport = comm.host_transport()
         self.saturates = self.host.saturates  # what shm does not move itself, host MPI reduces
 
     @classmethod
@@ -147,7 +166,7 @@ class SharedMemory(Transport):
         """Whether shm moves this message itself (else host MPI does)."""
         if self.everything:
             return True
-        low, high = self.wins[primitive]
+        low, high = self.wins.get(primitive, (0, 0))  # not in the table: host MPI's at every size
         return low <= nbytes < high
 
     # Left to host MPI: the non-blocking forms (MPI progresses them while the caller computes; shared
@@ -171,6 +190,27 @@ class SharedMemory(Transport):
         self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
     ) -> Pending:
         return self.host.ialltoallv(send, recv, send_counts, recv_counts, even)
+
+    def ibcast(self, buf: Any, root: int) -> Pending:
+        return self.host.ibcast(buf, root)
+
+    def ireduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Pending:
+        return self.host.ireduce(send, recv, op, root)
+
+    def igatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> Pending:
+        return self.host.igatherv(send, recv, counts, root)
+
+    def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
+        return self.host.iscatterv(send, recv, counts, root)
+
+    # Rooted gathers and scatters, too: through shared memory every block would be copied twice (into the
+    # node's memory, then out by its one reader), where MPI's transfers copy it once, or twice at worst.
+
+    def gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
+        self.host.gatherv(send, recv, counts, root)
+
+    def scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
+        self.host.scatterv(send, recv, counts, root)
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         # Gathers along an inner axis: MPI's derived datatypes write each block in place, where shm
@@ -556,6 +596,86 @@ class SharedMemory(Transport):
             self.node.sync("all_reduce (waiting for the node leader)")
         return dest
 
+    # ------------------------------------------------------------------ rooted
+
+    def bcast(self, buf: Any, root: int) -> None:
+        # Within one node only: across nodes the message goes to host MPI whole (no hierarchical form).
+        if self.node.multi or not self._mine("bcast", buf.nbytes):
+            self.host.bcast(buf, root)
+            return
+        node = self.node
+        n = buf.size
+        if n == 0 or node.size == 1:
+            return
+        dt = buf.dtype
+        isz = dt.itemsize
+        sender = node.rank == root  # one node: node ranks are the communicator's ranks
+        found = self._locate(buf) if sender else None
+        u8 = self._ensure_scratch(-(-n * isz // node.size)).u8
+        room = node.size * self._slot  # root writes a whole half of the scratch window per round
+        step = room // isz
+        shared = False
+        for a in range(0, n, step):
+            hi = min(n, a + step)
+            half, line, _ = self._begin_round()
+            base = half * room
+            if sender:
+                if found is None:
+                    u8[base : base + (hi - a) * isz].view(dt)[...] = buf[a:hi]
+                    line[0], line[2] = _SCRATCH, base
+                else:
+                    line[0], line[1], line[2] = _SEGMENT, found[0].sid, found[1]
+            node.sync("bcast")
+            lines = node.lines()
+            if a == 0:
+                shared = lines[root, 0] == _SEGMENT
+            if not sender:
+                buf[a:hi] = self._piece(lines, root, 0, a, hi - a, dt)
+        if shared:  # root may write its buffer again once every rank has read it
+            node.sync("bcast (releasing root's shared input)")
+
+    def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
+        # Within one node only: across nodes the message goes to host MPI whole (no hierarchical form).
+        if self.node.multi or not self._mine("reduce", recv.nbytes):
+            self.host.reduce(send, recv, op, root)
+            return
+        node = self.node
+        size, me = node.size, node.rank
+        n = recv.size
+        if n == 0:
+            return
+        src = recv if send is None else send
+        found = self._locate(send)
+        dt = recv.dtype
+        isz = dt.itemsize
+        u8 = self._ensure_scratch(n * isz).u8
+        step = self._slot // isz
+        ufunc = _UFUNCS[op]
+        # Root reduces in rank order into its recv; in place at a root after rank 1, the partial result of
+        # the ranks before it would overwrite root's own input before it is read: root then packs it too.
+        packs = me != root or (send is None and root > 1)
+        shared = False
+        for a in range(0, n, step):
+            hi = min(n, a + step)
+            _, line, base = self._begin_round()
+            if found is None:
+                if packs:
+                    u8[base : base + (hi - a) * isz].view(dt)[...] = src[a:hi]
+                line[0], line[2] = _SCRATCH, base
+            else:
+                line[0], line[1], line[2] = _SEGMENT, found[0].sid, found[1]
+            node.sync("reduce")
+            lines = node.lines()
+            if a == 0:
+                shared = _any_segment(lines, size)
+            if me == root:
+                srcs = [self._piece(lines, q, 0, a, hi - a, dt) for q in range(size)]
+                if not packs and found is None:
+                    srcs[me] = src[a:hi]
+                _combine(ufunc, srcs, recv[a:hi])
+        if shared:  # the owners may write their inputs again once root has read them
+            node.sync("reduce (releasing shared inputs)")
+
     # ------------------------------------------------------------------ shared arrays
 
     def shared_empty(
@@ -593,6 +713,11 @@ class SharedMemory(Transport):
         assert shape is not None, "no rank failed, this one included"
         seg = self.pool.obtain(end, "shared_empty", synced)
         return seg.array(starts[node.rank], shape, dtype, writeable=True)
+
+    def gathers_shared(self, shape: Sequence[int], ax: int) -> bool:
+        """Whether :meth:`gather_shared` gathers this layout itself: one node, or nodes of consecutive ranks
+        gathered along their first non-trivial axis (else the caller gathers privately and publishes)."""
+        return not (self.node.multi and (not self.node.contiguous or prod(shape[:ax]) != 1))
 
     def gather_shared(
         self, x: np.ndarray, shape: Tuple[int, ...], ax: int, sizes: Sequence[int], exclusive: bool
@@ -681,7 +806,7 @@ class SharedMemory(Transport):
         dest = self._allreduce_into(send, self._locate(send), op, obtain=obtain)
         if divide > 1:
             part = dest[_node_block(dest.size, node, dest.itemsize)[1]]
-            part /= part.dtype.type(divide)
+            finish_reduction(part, divide, True)
             node.sync("all_reduce (shared result divided)")
         return holder[0].array(0, shape, dtype, writeable=False)
 
@@ -700,11 +825,6 @@ class SharedMemory(Transport):
         self._scratch = self._stage = None
         self.pool.close()
         self.node.free()
-
-
-def shared_transport(c: Any) -> SharedMemory:
-    """The communicator's ``shm`` transport (collective on first use), whatever ``auto`` picks for private arrays."""
-    return c.transport_instance(SharedMemory.name)
 
 
 def shared_empty(c: Any, shape: Any, dtype: Any) -> np.ndarray:
@@ -726,7 +846,7 @@ def shared_empty(c: Any, shape: Any, dtype: Any) -> np.ndarray:
         local = (prod(shape) * dtype.itemsize, dtype.itemsize)
     except HpccollError as exc:
         err = exc
-    t = shared_transport(c)
+    t = c.shared_transport()
     if c.check or t.node.multi:
         layout = c.agree("shared_empty", None, local, err)  # raises any rank's error on every rank
         return t.shared_empty(shape, dtype, [layout[g] for g in t.node.members[t.node.index]])

@@ -16,6 +16,15 @@ an H200 before this rule, waiting for that event at the start of every call
 cost a second host round trip per call (1.3-1.5x the hand-written sequence
 at 1 KiB); the rule itself is not yet measured on hardware.
 
+The rooted primitives stage in only what the host call reads (root's buffer
+for ``bcast`` and ``scatterv``, every rank's input for ``reduce`` and
+``gatherv``) and copy back only where results land (root for ``reduce`` and
+``gatherv``, every rank but root for ``bcast``, every rank for ``scatterv``);
+every rank still synchronises its stream, so that during capture every rank
+refuses alike, and so that the host call never writes a pinned buffer a
+queued copy back still reads. The host calls are those of the host
+transport (``Communicator.host_transport``), composed, not owned.
+
 Not capturable in a CUDA graph (it synchronises the host with the stream):
 called during stream capture it raises :class:`~hpccoll.TransportUnavailable`
 before any MPI call. Capture is asked about only when a CUDA call of the
@@ -25,12 +34,11 @@ check costs nothing on the normal path.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._errors import TransportUnavailable
 from ._base import WIRE_OPS, Transport
 from ._cuda import capture_query, event_recorder, get_runtime, raise_if_capturing
-from .host_mpi import HostMPI
 
 __all__ = ["Staged"]
 
@@ -58,7 +66,9 @@ class Staged(Transport):
         super().__init__(comm)
         rt = self._rt = get_runtime()
         self._capturing = capture_query(rt)
-        self._host = HostMPI(comm)
+        # The host transport by capability (HostMPI unless another is registered before it), shared with
+        # the Communicator's NumPy traffic: it keeps no per-call state, and the pinned buffers stay ours.
+        self._host = comm.host_transport()
         self.saturates = self._host.saturates  # the staged copies are reduced by host MPI
         self._pinned: Dict[str, Any] = {}
         self._views: Dict[str, Tuple[int, Any, Any]] = {}  # slot -> (nbytes, dtype, typed view), reused
@@ -156,6 +166,48 @@ class Staged(Transport):
     ) -> None:
         stream, hs, hr = self._stage_in(send, recv)
         self._host.alltoallv(hs, hr, send_counts, recv_counts, even)
+        self._up(hr, recv, stream)
+
+    def _stage_rooted(self, stages: Sequence[Tuple[str, Optional[Any], bool]]) -> Tuple[int, List[Optional[Any]]]:
+        """:meth:`_stage_in` for the rooted primitives: for each ``(slot, device array or None, copy in)``
+        a pinned stage (None for None), the ones marked copied in on the current stream; then that
+        stream is waited for on every rank, whatever it staged (capture refused alike everywhere).
+        Returns the stream and the stages."""
+        rt = self._rt
+        try:
+            stream = self._begin()
+            hosts = [None if a is None else self._stage(slot, a) for slot, a, _ in stages]
+            for (_, a, copy), h in zip(stages, hosts):
+                if copy and a is not None:
+                    rt.to_host(a, h)
+            rt.sync_stream()
+        except Exception as exc:
+            raise_if_capturing(self.name, self._capturing, exc)
+            raise
+        return stream, hosts
+
+    def bcast(self, buf: Any, root: int) -> None:
+        me = self.comm.rank
+        stream, (hb,) = self._stage_rooted([("recv", buf, me == root)])
+        self._host.bcast(hb, root)
+        if me != root:  # the root's buffer is unchanged
+            self._up(hb, buf, stream)
+
+    def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
+        stream, (hs, hr) = self._stage_rooted([("send", send, True), ("recv", recv, send is None)])
+        self._host.reduce(hs, hr, op, root)
+        if self.comm.rank == root:  # the others' recv is left undefined
+            self._up(hr, recv, stream)
+
+    def gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
+        stream, (hs, hr) = self._stage_rooted([("send", send, True), ("recv", recv, False)])
+        self._host.gatherv(hs, hr, counts, root)
+        if hr is not None:  # the root
+            self._up(hr, recv, stream)
+
+    def scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
+        stream, (hs, hr) = self._stage_rooted([("send", send, True), ("recv", recv, False)])
+        self._host.scatterv(hs, hr, counts, root)
         self._up(hr, recv, stream)
 
     def bind_finish(self, finish: Callable[[], Any]) -> Callable[[], Any]:

@@ -1,0 +1,82 @@
+"""The list forms' survey: whether ``x`` is a list of arrays, and its arrays, library, dtypes and shapes."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from .._arrays import as_array
+from .._dtypes import check_dtype
+from .._errors import ArgumentError, HpccollError
+
+__all__ = ["SEQUENCES", "is_array_list", "list_types", "ListOf", "survey_list"]
+
+SEQUENCES = (list, tuple)
+_ndarray = np.ndarray
+_NDARRAY_ONLY = frozenset((_ndarray,))
+_dtype_of = operator.attrgetter("dtype")
+_shape_of = operator.attrgetter("shape")
+
+
+def is_array_list(x: Any) -> bool:
+    """Whether ``x`` is a list or tuple of arrays (not an array-like of numbers)."""
+    return list_types(x) is not None
+
+
+def list_types(x: Any) -> Optional[Set[type]]:
+    """The types of ``x``'s items when ``x`` is a list or tuple of arrays (not an array-like of numbers), else ``None``.
+
+    Decided once per type, not once per array; :func:`survey_list` takes the result.
+    """
+    if type(x) not in SEQUENCES:
+        return None
+    types = set(map(type, x))
+    if types <= _NDARRAY_ONLY or all(issubclass(t, _ndarray) or t.__module__.startswith("cupy") for t in types):
+        return types
+    return None
+
+
+class ListOf(NamedTuple):
+    """A list form's arrays, surveyed once at C speed (no per-array Python loop in the common case)."""
+
+    arrays: List[Any]
+    kind: str
+    dtypes: Set[np.dtype]
+    shapes: List[Tuple[int, ...]]
+    #: The shape every array has, or ``None`` (arrays of several shapes, or none).
+    shape: Optional[Tuple[int, ...]]
+    #: Every array has one shape and one dtype: per-array quantities are one value, repeated.
+    alike: bool
+
+
+def survey_list(xs: Sequence[Any], types: Set[type], keep: bool = False) -> ListOf:
+    """A list form's arrays, their library, dtypes (each checked once) and shapes; ``types``: :func:`list_types`'s.
+
+    ``keep``: the call outlives this one (non-blocking), so the arrays are
+    held in a copy of the user's list, not in the list itself.
+    """
+    arrays, kind, dtypes = _checked(xs, types, keep)
+    shapes = list(map(_shape_of, arrays))
+    shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
+    return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)
+
+
+def _checked(xs: Sequence[Any], types: Set[type], keep: bool) -> Tuple[List[Any], str, Set[np.dtype]]:
+    if types <= _NDARRAY_ONLY:  # the common case, without per-array calls
+        arrays, kind = xs if type(xs) is list and not keep else list(xs), "numpy"
+    else:
+        pairs = [as_array(x, f"x[{i}]") for i, x in enumerate(xs)]
+        kinds = {k for _, k in pairs}
+        if len(kinds) > 1:
+            raise ArgumentError(f"x: expected arrays of one library (all NumPy or all CuPy); got {sorted(kinds)}")
+        arrays, kind = [a for a, _ in pairs], (kinds.pop() if kinds else "numpy")
+    dtypes = set(map(_dtype_of, arrays))
+    for dtype in dtypes:
+        try:
+            check_dtype(dtype)
+        except HpccollError:
+            first = next(i for i, a in enumerate(arrays) if a.dtype == dtype)
+            check_dtype(dtype, f"x[{first}]")
+    return arrays, kind, dtypes

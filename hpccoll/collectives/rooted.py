@@ -1,0 +1,569 @@
+"""The rooted collectives: broadcast, reduce, gather and scatter; one array or a list, blocking or not.
+
+Every path ends in the transport's ``bcast``, ``reduce``, ``gatherv`` or
+``scatterv`` (or their ``i`` forms). Every rank passes an array: where only
+root's values count (broadcast's and scatter's input), the others' still
+give the dtype and the shape the result takes. Where only root receives
+(reduce, gather), the other ranks get zeros (reduce) or an array of extent 0
+along the axis (gather): the results every rank can hold of a linear map
+whose adjoint is the other collective of its pair.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
+
+import numpy as np
+
+from .._arrays import flat, module_of, prod, split_sizes
+from .._core.agree import checking, descriptor, late, refuse, settle
+from .._core.blocks import ALL, in_place_send, in_place_test, may_share, shape_without, with_extent
+from .._core.launch import Batch, done, launch
+from .._core.lists import list_types, survey_list
+from .._core.validate import axis_of, check_out, one_array, outs_of, plain_out, sizes_of
+from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, truth_valued, wire_of
+from .._errors import ArgumentError, HpccollError, MismatchError
+from .._layout import as_wire, blocks, finish_reduction, pack, wire_flat
+from ..transports._control import exchange_extents
+
+__all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
+
+_ndarray = np.ndarray
+_BYTES = np.dtype(np.uint8)
+
+
+def root_of(root: Any, parts: int) -> int:
+    """``root`` checked: a rank of a ``parts``-rank communicator (an int, NumPy's too; not a bool)."""
+    if isinstance(root, (int, np.integer)) and not isinstance(root, (bool, np.bool_)) and 0 <= root < parts:
+        return int(root)
+    got = f"{root!r} ({type(root).__name__})" if not isinstance(root, (int, np.integer)) else repr(root)
+    raise ArgumentError(f"root: expected an int rank in [0, {parts}); got {got}")
+
+
+def _many_of(x: Any) -> Any:
+    """The set of array types of a list form's ``x``, or ``None`` for a single array."""
+    return None if type(x) is _ndarray else list_types(x)
+
+
+# --------------------------------------------------------------------------- broadcast
+
+
+def _plain(x: Any, c: Any, root: Any) -> bool:
+    """The common case's test: a non-empty C-contiguous NumPy array, a plain int root, no check mode, P > 1."""
+    return (
+        not c.check and c.size > 1 and type(root) is int and 0 <= root < c.size and x.flags.c_contiguous and x.size > 0
+    )
+
+
+def broadcast(x: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.broadcast`` (also a list of arrays); ``what`` names the public call in errors."""
+    if type(x) is _ndarray:
+        if _plain(x, c, root):
+            result = _broadcast_common(x, c, root, out, async_op)
+            if result is not None:
+                return result
+    elif (types := list_types(x)) is not None:
+        return _broadcast_many(x, types, c, root, out, what, async_op)
+    return _broadcast_one(x, c, root, out, what, async_op)
+
+
+def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool) -> Any:
+    """The common case (the general branch's transport call on the same buffers), or ``None``."""
+    wire = wire_of(x.dtype)
+    if wire is None:
+        return None
+    if out is x:
+        if not x.flags.writeable:
+            return None
+    elif out is None:
+        out = np.empty(x.shape, x.dtype)
+    elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
+        return None
+    t = c.transport_of("numpy", x.nbytes)
+    if c.rank == root and out is not x:
+        np.copyto(out, x)
+    buf = wire_flat(out, wire)
+    if async_op:
+        return launch(t, "bcast", (buf, root), lambda: out, True)
+    t.bcast(buf, root)
+    return out
+
+
+def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = None
+    kind, xp, r = "numpy", np, 0
+    try:
+        x, kind, xp = one_array(x)
+        r = root_of(root, c.size)
+        out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
+        if checking(c):
+            desc = descriptor("broadcast", dtype=x.dtype.name, shape=x.shape, root=r)
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err, async_op)
+    if c.size == 1 or not x.size:
+        if out is not x:
+            xp.copyto(out, x)
+        return done(out, async_op, kind)
+    transport = c.transport_of(kind, x.nbytes)
+    wire = movement_dtype(x.dtype)
+    mine = c.rank == r
+    if out.flags.c_contiguous:
+        if mine and out is not x:
+            xp.copyto(out, x)
+        return launch(transport, "bcast", (wire_flat(out, wire), r), lambda: out, async_op)
+    buf = as_wire(flat(x, xp), wire).copy() if mine else xp.empty(x.size, wire)
+
+    def finish() -> Any:
+        xp.copyto(out, as_wire(buf, x.dtype).reshape(out.shape))
+        return out
+
+    return launch(transport, "bcast", (buf, r), finish, async_op)
+
+
+def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
+    """A list: every array's bytes in one buffer, one broadcast, the results views of what arrived."""
+    err = desc = None
+    arrays: List[Any] = []
+    outs: List[Any] = []
+    kind, r = "numpy", 0
+    try:
+        lst = survey_list(xs, types, async_op)
+        arrays, kind = lst.arrays, lst.kind
+        r = root_of(root, c.size)
+        xp = module_of(kind)
+        outs = [
+            None if o is None else check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL))
+            for a, o in zip(arrays, outs_of(out, len(arrays)))
+        ]
+        if checking(c):
+            desc = descriptor("broadcast", root=r, arrays=[(a.dtype.name, a.shape) for a in arrays])
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err, async_op)
+    xp = module_of(kind)
+    if c.size == 1:
+        results = [a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)]
+        return done(results, async_op, kind)
+    total = sum(a.nbytes for a in arrays)
+    transport = c.transport_of(kind, total)
+    mine = c.rank == r
+    buf = xp.empty(total, _BYTES)
+    if mine:
+        offset = 0
+        for a in arrays:
+            buf[offset : offset + a.nbytes] = as_wire(flat(a, xp), movement_dtype(a.dtype)).view(_BYTES)
+            offset += a.nbytes
+
+    def finish() -> List[Any]:
+        results, offset = [], 0
+        for a, o in zip(arrays, outs):
+            piece = buf[offset : offset + a.nbytes].view(movement_dtype(a.dtype)).view(a.dtype).reshape(a.shape)
+            offset += a.nbytes
+            results.append(piece if o is None else _copied(o, piece, xp))
+        return results
+
+    return launch(transport, "bcast", (buf, r), finish, async_op)
+
+
+def _copied(out: Any, a: Any, xp: Any) -> Any:
+    if out is not a:
+        xp.copyto(out, a)
+    return out
+
+
+# --------------------------------------------------------------------------- reduce
+
+
+def reduce(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.reduce`` (also a list of arrays); ``what`` names the public call in errors."""
+    if type(x) is _ndarray:
+        if type(op) is str and _plain(x, c, root):
+            result = _reduce_common(x, c, op, root, out, async_op)
+            if result is not None:
+                return result
+    elif (types := list_types(x)) is not None:
+        return _reduce_many(x, types, c, op, root, out, what, async_op)
+    return _reduce_one(x, c, op, root, out, what, async_op)
+
+
+def _reduce_common(x: np.ndarray, c: Any, op: str, root: int, out: Any, async_op: bool) -> Any:
+    """The common case (the general branch's transport call on the same buffers), or ``None``.
+
+    Without ``out``, a non-root rank's result is a fresh array of zeros (pages the kernel zeroes when
+    first touched: no pass over memory here) and MPI gets a scratch receive buffer it never writes.
+    """
+    t = c.transport_of("numpy", x.nbytes)
+    plan = direct_plan(x.dtype, op) if not t.native_reduce else None
+    if plan is None or (t.saturates and plan.op == "sum" and x.dtype in t.saturates):
+        return None
+    wire, mine = plan.wire, c.rank == root
+    zero = not mine
+    if out is None:
+        if mine:
+            out = np.empty(x.shape, x.dtype)
+            recv = wire_flat(out, wire)
+        else:
+            out, zero = np.zeros(x.shape, x.dtype), False
+            recv = np.empty(x.size, wire)
+        send = wire_flat(x, wire)
+    elif out is x and x.flags.writeable:
+        send, recv = None, wire_flat(x, wire)
+    elif plain_out(out, x.shape, x.dtype) and not may_share(out, x):
+        send, recv = wire_flat(x, wire), wire_flat(out, wire)
+    else:
+        return None
+    if async_op or plan.divide:
+        return launch(
+            t, "reduce", (send, recv, plan.op, root), _reduced(recv, out, plan, c.size, mine, True, np, zero), async_op
+        )
+    t.reduce(send, recv, plan.op, root)
+    if zero:
+        out.fill(0)
+    return out
+
+
+def _reduce_one(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
+    err = desc = None
+    kind, xp, r = "numpy", np, 0
+    try:
+        x, kind, xp = one_array(x)
+        op = normalize_op(op)
+        reduce_plan(x.dtype, op)  # raises for an unsupported (dtype, op) before any communication
+        r = root_of(root, c.size)
+        out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
+        if checking(c):
+            desc = descriptor("reduce", dtype=x.dtype.name, shape=x.shape, op=op, root=r)
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err, async_op)
+    if c.size == 1 or not x.size:
+        return done(_alone(out, x, op, xp), async_op, kind)
+    transport = c.transport_of(kind, x.nbytes)
+    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
+    mine = c.rank == r
+    direct = not plan.widen and out.flags.c_contiguous
+    send, in_place = in_place_send(x, out, xp, ALL, direct)  # the contract's reduce takes send=None everywhere
+    recv = as_wire(flat(out, xp), plan.wire) if direct else xp.empty(x.size, plan.wire)
+    if not in_place:
+        send = flat(send, xp)
+        send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
+    return launch(
+        transport,
+        "reduce",
+        (None if in_place else send, recv, plan.op, r),
+        _reduced(recv, out, plan, c.size, mine, direct, xp),
+        async_op,
+    )
+
+
+def _reduced(
+    recv: Any, out: Any, plan: ReducePlan, parts: int, mine: bool, direct: bool, xp: Any, zero: bool = True
+) -> Callable[[], Any]:
+    """The finishing step: root's ``avg`` divided and stored once; zeros elsewhere (``zero``: ``out`` is
+    filled; else it is zeros already)."""
+
+    def finish() -> Any:
+        if not mine:
+            if zero:
+                out.fill(0)
+            return out
+        finish_reduction(recv, parts, plan.divide, widen=plan.widen, out=None if direct else out, xp=xp)
+        return out
+
+    return finish
+
+
+def _alone(out: Any, x: Any, op: str, xp: Any) -> Any:
+    """A reduction over one rank, into ``out``: ``x`` (truth values for the logical ops on integers)."""
+    if truth_valued(x.dtype, op):
+        xp.copyto(out, x.astype(np.bool_))
+    elif out is not x:
+        xp.copyto(out, x)
+    return out
+
+
+def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
+    """A list: one reduce per dtype (the arrays of a dtype packed in one buffer)."""
+    err = desc = None
+    arrays: List[Any] = []
+    outs: List[Any] = []
+    kind, r = "numpy", 0
+    try:
+        lst = survey_list(xs, types, async_op)
+        arrays, kind = lst.arrays, lst.kind
+        op = normalize_op(op)
+        for dtype in lst.dtypes:
+            reduce_plan(dtype, op)
+        r = root_of(root, c.size)
+        xp = module_of(kind)
+        outs = [
+            check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL))
+            for a, o in zip(arrays, outs_of(out, len(arrays)))
+        ]
+        if checking(c):
+            desc = descriptor("reduce", op=op, root=r, arrays=[(a.dtype.name, a.shape) for a in arrays])
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err, async_op)
+    xp = module_of(kind)
+    if c.size == 1:
+        return done([_alone(o, a, op, xp) for a, o in zip(arrays, outs)], async_op, kind)
+    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))
+    mine = c.rank == r
+    groups: dict = {}
+    for i, a in enumerate(arrays):
+        groups.setdefault(a.dtype, []).append(i)
+    batch = Batch(transport, async_op)
+    for dtype, members in groups.items():
+        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
+        parts = [flat(arrays[i], xp) for i in members]
+        send = xp.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+        send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
+        recv = xp.empty(send.size, plan.wire)
+        batch.start("reduce", (send, recv, plan.op, r), _unpacker(recv, members, arrays, outs, plan, c.size, mine, xp))
+    return batch.finish(outs)
+
+
+def _unpacker(
+    recv: Any,
+    members: Sequence[int],
+    arrays: List[Any],
+    outs: List[Any],
+    plan: ReducePlan,
+    parts: int,
+    mine: bool,
+    xp: Any,
+) -> Callable[[], None]:
+    def finish() -> None:
+        if mine:
+            finish_reduction(recv, parts, plan.divide)
+        offset = 0
+        for i in members:
+            a, o = arrays[i], outs[i]
+            if not mine:
+                o.fill(0)
+                continue
+            piece = recv[offset : offset + a.size]
+            offset += a.size
+            finish_reduction(piece, parts, False, widen=plan.widen, out=o, xp=xp)
+
+    return finish
+
+
+# --------------------------------------------------------------------------- gather and scatter
+
+
+class _Ready(NamedTuple):
+    """One array of a gather or scatter, validated and agreed, its extents known."""
+
+    x: Any
+    kind: str
+    xp: Any
+    root: int
+    ax: int
+    sizes: Tuple[int, ...]
+    out: Any
+
+
+def gather(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.gather`` (also a list of arrays); ``what`` names the public call in errors."""
+    if (types := _many_of(x)) is not None:
+        return _per_array(_gather_ready, _gather_step, x, types, c, root, axis, sizes, out, what, async_op)
+    return _one(_gather_ready(x, c, root, axis, sizes, out, what, async_op), _gather_step, c, async_op)
+
+
+def scatter(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
+    """``hpccoll.scatter`` (also a list of arrays); ``what`` names the public call in errors."""
+    if (types := _many_of(x)) is not None:
+        return _per_array(_scatter_ready, _scatter_step, x, types, c, root, axis, sizes, out, what, async_op)
+    return _one(_scatter_ready(x, c, root, axis, sizes, out, what, async_op), _scatter_step, c, async_op)
+
+
+Step = Tuple[str, tuple, Callable[[], Any]]
+
+
+def _one(a: _Ready, step: Callable[[_Ready, Any], Step], c: Any, async_op: bool) -> Any:
+    if c.size == 1:
+        a.xp.copyto(a.out, a.x)
+        return done(a.out, async_op, a.kind)
+    transport = c.transport_of(a.kind, _nbytes(a))
+    return launch(transport, *step(a, c), async_op)
+
+
+def _nbytes(a: _Ready) -> int:
+    """The message size every rank computes alike: the whole gathered (scattered) array."""
+    return sum(a.sizes) * prod(with_extent(a.x.shape, a.ax, 1)) * a.x.itemsize
+
+
+def _gather_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Ready:
+    """Validate one gather, agree in check mode, learn the extents when ``sizes`` is None."""
+    err = None
+    kind, xp, r, ax = "numpy", np, 0, 0
+    try:
+        x, kind, xp = one_array(x)
+        r = root_of(root, c.size)
+        ax = axis_of(axis, x.ndim)
+        if sizes is not None:
+            sizes = sizes_of(sizes, c.size)
+            if sizes[c.rank] != x.shape[ax]:
+                raise ArgumentError(
+                    f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]} on rank {c.rank}; "
+                    f"got {sizes[c.rank]}"
+                )
+            out = _gather_out(out, x, xp, ax, sizes, c.rank == r)
+    except HpccollError as e:
+        err = e
+    if checking(c):
+        desc = None if err else _desc("gather", x, ax, r, sizes)
+        extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
+        assert extents is not None, "settle returns every rank's extent when given this rank's"
+        if sizes is None:
+            sizes = tuple(extents)
+            out = late(c, what, lambda: _gather_out(out, x, xp, ax, sizes, c.rank == r))
+        elif list(sizes) != extents:
+            raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
+    elif err is not None:
+        raise err
+    elif sizes is None:
+        sizes = exchange_extents(c, (x,), (ax,), what)[0] if c.size > 1 else (x.shape[ax],)
+        out = _gather_out(out, x, xp, ax, sizes, c.rank == r)
+    return _Ready(x, kind, xp, r, ax, tuple(sizes), out)
+
+
+def _desc(collective: str, x: Any, ax: int, r: int, sizes: Any) -> Dict[str, Any]:
+    """Check mode's descriptor of a gather or scatter: what every rank must pass alike."""
+    return descriptor(collective, dtype=x.dtype.name, shape=shape_without(x.shape, ax), axis=ax, root=r, sizes=sizes)
+
+
+def _gather_out(out: Any, x: Any, xp: Any, ax: int, sizes: Sequence[int], mine: bool) -> Any:
+    """``out`` checked (or allocated): the concatenation at root, extent 0 along ``ax`` elsewhere."""
+    return check_out(out, with_extent(x.shape, ax, sum(sizes) if mine else 0), x.dtype, x, xp)
+
+
+def _gather_step(a: _Ready, c: Any) -> Step:
+    """The transport call of a gather, and its finishing step."""
+    x, xp, out, r = a.x, a.xp, a.out, a.root
+    lead, inner = prod(x.shape[: a.ax]), prod(x.shape[a.ax + 1 :])
+    counts = [s * lead * inner for s in a.sizes]
+    wire = movement_dtype(x.dtype)
+    send = as_wire(flat(x, xp), wire)
+    if c.rank != r:
+        return "gatherv", (send, None, counts, r), lambda: out
+    if lead == 1 and out.flags.c_contiguous:
+        return "gatherv", (send, as_wire(flat(out, xp), wire), counts, r), lambda: out
+    recv = xp.empty(sum(counts), wire)
+
+    def finish() -> Any:
+        blocks(as_wire(recv, x.dtype), out, xp, a.ax, a.sizes, to_flat=False)
+        return out
+
+    return "gatherv", (send, recv, counts, r), finish
+
+
+def _scatter_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Ready:
+    """Validate one scatter, agree in check mode, learn root's extent when ``sizes`` is None."""
+    err = None
+    kind, xp, r, ax = "numpy", np, 0, 0
+    try:
+        x, kind, xp = one_array(x)
+        r = root_of(root, c.size)
+        ax = axis_of(axis, x.ndim)
+        if sizes is not None:
+            sizes = sizes_of(sizes, c.size)
+            if c.rank == r and sum(sizes) != x.shape[ax]:
+                raise ArgumentError(
+                    f"sizes: expected a sum of x.shape[{ax}] == {x.shape[ax]} on the root (rank {r}); "
+                    f"got {list(sizes)}, summing to {sum(sizes)}"
+                )
+            out = _scatter_out(out, x, xp, ax, sizes[c.rank])
+    except HpccollError as e:
+        err = e
+    if checking(c):
+        desc = None if err else _desc("scatter", x, ax, r, sizes)
+        extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
+        assert extents is not None, "settle returns every rank's extent when given this rank's"
+        if sizes is None:
+            sizes = split_sizes(extents[r], c.size)
+            out = late(c, what, lambda: _scatter_out(out, x, xp, ax, sizes[c.rank]))
+    elif err is not None:
+        raise err
+    elif sizes is None:
+        extent = exchange_extents(c, (x,), (ax,), what)[0][r] if c.size > 1 else x.shape[ax]
+        sizes = split_sizes(extent, c.size)
+        out = _scatter_out(out, x, xp, ax, sizes[c.rank])
+    return _Ready(x, kind, xp, r, ax, tuple(sizes), out)
+
+
+def _scatter_out(out: Any, x: Any, xp: Any, ax: int, extent: int) -> Any:
+    """``out`` checked (or allocated): this rank's block of root's array."""
+    return check_out(out, with_extent(x.shape, ax, extent), x.dtype, x, xp)
+
+
+def _scatter_step(a: _Ready, c: Any) -> Step:
+    """The transport call of a scatter, and its finishing step."""
+    x, xp, out, r = a.x, a.xp, a.out, a.root
+    lead, inner = prod(x.shape[: a.ax]), prod(x.shape[a.ax + 1 :])
+    counts = [s * lead * inner for s in a.sizes]
+    wire = movement_dtype(x.dtype)
+    send = pack(x, xp, a.ax, a.sizes, wire, False) if c.rank == r else None
+    if out.flags.c_contiguous:
+        return "scatterv", (send, as_wire(flat(out, xp), wire), counts, r), lambda: out
+    recv = xp.empty(counts[c.rank], wire)
+
+    def finish() -> Any:
+        xp.copyto(out, as_wire(recv, x.dtype).reshape(out.shape))
+        return out
+
+    return "scatterv", (send, recv, counts, r), finish
+
+
+def _per_array(
+    ready: Callable[..., _Ready],
+    step: Callable[[_Ready, Any], Step],
+    xs: Any,
+    types: Any,
+    c: Any,
+    root: Any,
+    axis: Any,
+    sizes: Any,
+    out: Any,
+    what: str,
+    async_op: bool,
+) -> Any:
+    """A list of gathers or scatters: one transport call per array, started together, finished together.
+
+    ``sizes`` is ``None`` or one entry per array (each ``None`` or that
+    array's sizes); ``out`` likewise.
+    """
+    err = None
+    arrays: List[Any] = []
+    outs: List[Any] = []
+    per: List[Any] = []
+    kind = "numpy"
+    try:
+        lst = survey_list(xs, types, async_op)
+        arrays, kind = lst.arrays, lst.kind
+        outs = outs_of(out, len(arrays))
+        per = [None] * len(arrays) if sizes is None else _sizes_per_array(sizes, len(arrays))
+    except HpccollError as e:
+        err = e
+    if err is not None:
+        refuse(c, what, err)
+    items = [ready(a, c, root, axis, s, o, what, async_op) for a, s, o in zip(arrays, per, outs)]
+    if c.size == 1:
+        for a in items:
+            a.xp.copyto(a.out, a.x)
+        return done([a.out for a in items], async_op, kind)
+    batch = Batch(c.transport_of(kind, sum(map(_nbytes, items))), async_op)
+    for a in items:
+        primitive, args, finish = step(a, c)
+        batch.start(primitive, args, finish)
+    return batch.finish([a.out for a in items])
+
+
+def _sizes_per_array(sizes: Any, n: int) -> List[Any]:
+    if type(sizes) not in (list, tuple) or len(sizes) != n:
+        got = f"{type(sizes).__name__} of length {len(sizes)}" if type(sizes) in (list, tuple) else repr(sizes)
+        raise ArgumentError(f"sizes: expected None or a list of {n} entries (one per input array); got {got}")
+    return list(sizes)
