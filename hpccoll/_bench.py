@@ -1,13 +1,17 @@
 """``mpiexec -n N python -m hpccoll bench``: an nccl-tests style bandwidth table.
 
 Definitions follow nccl-tests (``doc/PERFORMANCE.md`` there): ``size`` S is the
-full buffer in bytes (the gathered output of all-gather, the input of
-reduce-scatter, the array of all-reduce, one rank's send buffer of all-to-all),
-``algbw = S / t`` with 1 GB = 1e9 B, ``busbw = algbw * 2(n-1)/n`` for
-all-reduce and ``algbw * (n-1)/n`` for all-gather, reduce-scatter and
-all-to-all, and ``#wrong`` the number of wrong elements found by checking the
-result on every rank. ``time`` is microseconds per call on the slowest rank,
-the median over ``--rounds`` interleaved rounds (``hpccoll._timing``).
+full buffer in bytes (the gathered output of all-gather and gather, the input of
+reduce-scatter, root's input of scatter, the array of all-reduce, broadcast and
+reduce, one rank's send buffer of all-to-all), ``algbw = S / t`` with
+1 GB = 1e9 B, ``busbw = algbw * 2(n-1)/n`` for all-reduce, ``algbw`` for
+broadcast and reduce, and ``algbw * (n-1)/n`` for all-gather, reduce-scatter,
+all-to-all, gather and scatter, and ``#wrong`` the number of wrong elements
+found by checking the result on every rank (root's alone for reduce and
+gather, as nccl-tests). The rooted collectives (broadcast, reduce, gather,
+scatter) use ``-r ROOT``; the others' rows show root -1. ``time`` is
+microseconds per call on the slowest rank, the median over ``--rounds``
+interleaved rounds (``hpccoll._timing``).
 ``--baseline`` times raw mpi4py buffer calls moving the same bytes in the same
 run, interleaved, and adds their time and the ratio hpccoll / raw.
 """
@@ -25,15 +29,23 @@ import numpy as np
 from . import _timing
 from ._dtypes import OPS
 
-__all__ = ["COLLECTIVES", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
+__all__ = ["COLLECTIVES", "ROOTED", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
 
-COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
+COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
+#: The collectives with a root (``-r``); the others' rows show root -1.
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+#: The collectives with no reduction op (their rows show redop none).
+_MOVING = ("allgather", "alltoall", "broadcast", "gather", "scatter")
 #: nccl-tests' bus bandwidth factors, n ranks.
 _BUS: Dict[str, Callable[[int], float]] = {
     "allgather": lambda n: (n - 1) / n,
     "reducescatter": lambda n: (n - 1) / n,
     "allreduce": lambda n: 2 * (n - 1) / n,
     "alltoall": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
 }
 #: nccl-tests' datatype names, and short ones, for NumPy's.
 _ALIASES = {
@@ -53,9 +65,12 @@ what differs from nccl-tests:
   -z 0|1      default 1: hpccoll's calls are blocking by default. 0 times async_op=True followed by
               the request's wait(), one call at a time (nothing overlaps it); nccl-tests' default
               -z 0 launches every iteration on the stream and waits once.
-  -r ROOT     accepted and checked (0 <= ROOT < ranks) for the rooted collectives (broadcast,
-              reduce, gather, scatter) when hpccoll has them; it has none yet, so -r changes no
-              row today and every row's root column is -1.
+  -r ROOT     the root of broadcast, reduce, gather and scatter (default 0, as there), checked
+              0 <= ROOT < ranks; one root per run (nccl-tests' -r -1, every root in turn, is
+              refused). The other collectives' rows show root -1.
+  in-place    broadcast, reduce, all-gather, reduce-scatter and all-reduce have an in-place form
+              (out=x, or x a block of out); gather, scatter and all-to-all have none in hpccoll (out
+              may not overlap x), so their in-place cells show n/a.
   -d, -o      one dtype and one op per run (no "all"); NumPy dtype names or nccl-tests' own.
   time        the slowest rank's time per call (nccl-tests -a 3), median over --rounds
               interleaved rounds; nccl-tests' default (-a 1) averages over ranks, one round.
@@ -199,7 +214,7 @@ class Case:
     nbytes : int
         The size S asked for (rounded down to whole blocks, at least one element per rank and array).
     args : argparse.Namespace
-        The ``bench`` options (dtype, op, axis, uneven, list, blocking, baseline).
+        The ``bench`` options (dtype, op, root, axis, uneven, list, blocking, baseline).
     comm : hpccoll.Communicator
         The ranks.
     xp : module
@@ -209,12 +224,15 @@ class Case:
     def __init__(self, coll: str, nbytes: int, args: argparse.Namespace, comm: Any, xp: Any) -> None:
         import hpccoll
 
-        dtype, op, axis = args.datatype, args.op, args.axis
+        dtype, op, axis, root = args.datatype, args.op, args.axis, args.root
         self.coll, self.dtype, self.op, self.comm, self.xp = coll, dtype, op, comm, xp
         P, r = comm.size, comm.rank
+        self.root = root if coll in ROOTED else -1
+        #: whether this rank's result is checked: every rank's, except root's alone for reduce and gather
+        self.checked = coll not in ("reduce", "gather") or r == root
         n = max(args.list, 1)
         lead = 8 if axis == 1 else 1
-        if coll == "allreduce":
+        if coll in ("allreduce", "broadcast", "reduce"):
             units, per = 0, max(nbytes // dtype.itemsize // n, 1)
         else:
             units = max(nbytes // dtype.itemsize // lead // P // n, 1) * P
@@ -274,26 +292,59 @@ class Case:
             self.in_place = lambda: f(S, comm, op=op, out=S)
             self.reset = lambda: [xp.copyto(s, x) for s, x in zip(scratches, xs)]
             self.got_in_place = lambda: scratches
-        else:  # all-to-all: no in-place form (out may not overlap x)
+        elif coll == "alltoall":  # no in-place form (out may not overlap x)
             f = _finish(hpccoll.all_to_all, blocking)
             recv = [sizes[r]] * P
             self.hpc = lambda: f(X, comm, split_axis=axis, concat_axis=axis, sizes=sizes, recv_sizes=recv, out=OUT)
+        elif coll in ("broadcast", "reduce"):
+            # in place: out=x; root's x is its input, the others' hold what they had (broadcast: every
+            # element wrong, so a rank left unwritten is counted; reduce: their own inputs)
+            if coll == "broadcast":
+                f = _finish(hpccoll.broadcast, blocking)
+                self.hpc = lambda: f(X, comm, root=root, out=OUT)
+                fill = xs if r == root else [on_device(_poison(a.want)) for a in self.arrays]
+            else:
+                f = _finish(hpccoll.reduce, blocking)
+                self.hpc = lambda: f(X, comm, op=op, root=root, out=OUT)
+                fill = xs
+            scratches = [x.copy() for x in fill]
+            S = scratches if many else scratches[0]
+            extra = {} if coll == "broadcast" else {"op": op}
+            self.in_place = lambda: f(S, comm, root=root, out=S, **extra)
+            self.reset = lambda: [xp.copyto(s, x) for s, x in zip(scratches, fill)]
+            self.got_in_place = lambda: scratches
+        else:  # gather, scatter: no in-place form (out may not overlap x)
+            f = _finish(hpccoll.gather if coll == "gather" else hpccoll.scatter, blocking)
+            each = [sizes] * n if many else sizes  # a list takes one entry per array
+            self.hpc = lambda: f(X, comm, root=root, axis=axis, sizes=each, out=OUT)
         self.raw: Optional[Callable[[], Any]] = None  # raw MPI on host buffers, only when asked for
         if args.baseline and xp is np:
-            self.raw = _raw(coll, comm.mpi, dtype, op, [n * lead * s for s in sizes], n * per, blocking)
+            counts = [n * lead * s for s in sizes]
+            self.raw = _raw(coll, comm.mpi, dtype, op, counts, n * per, blocking, self.root)
 
     def _host(
         self, coll: str, i: int, P: int, r: int, axis: int, lead: int, shape: Any, block: Any, units: int, per: int
     ) -> _Array:
-        """Array ``i`` of the call: rank ``q``'s data is ``_values(..., q + 3 i)``, so every array differs."""
-        dtype, op, sizes = self.dtype, self.op, self.sizes
-        if coll == "allgather":
+        """Array ``i`` of the call: rank ``q``'s data is ``_values(..., q + 3 i)``, so every array differs.
+
+        The expected results depend on the root: a call that ignores ``-r`` is counted wrong.
+        """
+        dtype, op, sizes, root = self.dtype, self.op, self.sizes, self.root
+        if coll in ("allgather", "gather"):
             blocks = [_values(lead * s, q + 3 * i, dtype, op).reshape(shape(s)) for q, s in enumerate(sizes)]
-            return _Array(blocks[r], np.concatenate(blocks, axis=axis), block(r))
-        if coll == "allreduce":
+            whole = np.concatenate(blocks, axis=axis)
+            if coll == "allgather":
+                return _Array(blocks[r], whole, block(r))
+            # gather: root gets the concatenation, the others an empty array of x's other extents
+            return _Array(blocks[r], whole if r == root else np.empty(shape(0), dtype), None)
+        if coll in ("allreduce", "broadcast", "reduce"):
             parts = [_values(per, q + 3 * i, dtype, op) for q in range(P)]
-            return _Array(parts[r], _reduce(parts, op, dtype), None)
+            if coll == "broadcast":  # every rank gets root's (the others' inputs differ from it)
+                return _Array(parts[r], parts[root].copy(), None)
+            return _Array(parts[r], _reduce(parts, op, dtype), None)  # reduce: only root's result is checked
         full = [_values(per, q + 3 * i, dtype, op).reshape(shape(units)) for q in range(P)]
+        if coll == "scatter":  # root's array split; the others pass an empty one (its extent along axis is free)
+            return _Array(full[r] if r == root else np.empty(shape(0), dtype), full[root][block(r)], None)
         if coll == "reducescatter":
             return _Array(full[r], _reduce(full, op, dtype)[block(r)], block(r))
         # all-to-all: block r of every rank's x, in rank order
@@ -303,7 +354,8 @@ class Case:
         """Run once on fresh data and count this rank's wrong elements (over every array of the call).
 
         Outputs first hold every element wrong (:func:`_poison`), so a call that leaves one
-        untouched is counted; in-place inputs are restored.
+        untouched is counted; in-place inputs are restored. Every rank makes the call; a rank
+        whose result is not checked (reduce and gather away from root) counts 0.
         """
         on_device = (lambda a: a) if self.xp is np else self.xp.asarray
         if in_place and self.in_place is not None:
@@ -316,7 +368,10 @@ class Case:
             self.hpc()
             got = self.outs
         host = (lambda a: a) if self.xp is np else self.xp.asnumpy
-        return sum(_wrong(host(g), a.want) for g, a in zip(got, self.arrays))
+        results = [host(g) for g in got]  # on every rank: the call has finished (a device stream synchronised)
+        if not self.checked:
+            return 0
+        return sum(_wrong(g, a.want) for g, a in zip(results, self.arrays))
 
 
 def _raw_plan(op: str, dtype: np.dtype) -> Optional[tuple]:
@@ -329,12 +384,14 @@ def _raw_plan(op: str, dtype: np.dtype) -> Optional[tuple]:
 
 
 def _raw(
-    coll: str, mpi: Any, dtype: np.dtype, op: str, counts: List[int], total: int, blocking: bool
+    coll: str, mpi: Any, dtype: np.dtype, op: str, counts: List[int], total: int, blocking: bool, root: int = -1
 ) -> Optional[Callable[[], Any]]:
     """The raw mpi4py call moving the same bytes as the case (its I-form and Wait for ``-z 0``), on flat buffers.
 
-    ``counts`` are the elements of each rank's block (all-gather, reduce-scatter) or sent to
-    each rank (all-to-all); ``total`` the elements of one rank's input of a reduction.
+    ``counts`` are the elements of each rank's block (all-gather, reduce-scatter, gather,
+    scatter) or sent to each rank (all-to-all); ``total`` the elements of one rank's array of
+    all-reduce, broadcast and reduce; ``root`` the root of the rooted ones (buffers that MPI
+    reads only at root are None elsewhere).
     """
     from ._dtypes import movement_dtype
     from .transports._mpitypes import displacements, mpi_datatype
@@ -349,9 +406,24 @@ def _raw(
         ifn = getattr(mpi, "I" + name[0].lower() + name[1:])
         return lambda: ifn(*a).Wait()
 
-    if coll in ("allgather", "alltoall"):
+    if coll in _MOVING:
         wire = movement_dtype(dtype)
         t = mpi_datatype(wire)
+        at_root = r == root
+        if coll == "broadcast":
+            return call("Bcast", [np.zeros(total, wire), t], root)
+        if coll == "gather":
+            send = np.zeros(counts[r], wire)
+            whole = np.zeros(sum(counts), wire) if at_root else None
+            if even:
+                return call("Gather", [send, t], [whole, t] if at_root else None, root)
+            return call("Gatherv", [send, t], [whole, (counts, displacements(counts)), t] if at_root else None, root)
+        if coll == "scatter":
+            whole = np.zeros(sum(counts), wire) if at_root else None
+            recv = np.zeros(counts[r], wire)
+            if even:
+                return call("Scatter", [whole, t] if at_root else None, [recv, t], root)
+            return call("Scatterv", [whole, (counts, displacements(counts)), t] if at_root else None, [recv, t], root)
         if coll == "allgather":
             send, recv = np.zeros(counts[r], wire), np.zeros(sum(counts), wire)
             if even:
@@ -372,6 +444,8 @@ def _raw(
             return call("Reduce_scatter_block", [send, t], [recv, t], o)
         return call("Reduce_scatter", [send, t], [recv, t], counts, o)
     x, out = np.zeros(total, dtype), np.zeros(total, dtype)
+    if coll == "reduce":
+        return call("Reduce", [x, t], [out, t] if r == root else None, o, root)
     return call("Allreduce", [x, t], [out, t], o)
 
 
@@ -413,7 +487,8 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
     Returns
     -------
     list of dict
-        One entry per row: ``collective``, ``size``, ``count``, ``type``, ``redop``, ``root``,
+        One entry per row: ``collective``, ``size``, ``count``, ``type``, ``redop``, ``root`` (``-r``
+        for the rooted collectives, -1 for the others),
         ``oop`` and ``ip`` (``time_us``, ``algbw``, ``busbw``, ``wrong``; ``ip`` is None for a
         form with no in-place layout, ``wrong`` None under ``-c 0``), and with ``--baseline``
         ``baseline_us`` and ``ratio`` where raw MPI has the call.
@@ -425,10 +500,12 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
     P = comm.size
     rows: List[Dict[str, Any]] = []
     for coll in colls:
-        op = args.op if coll not in ("allgather", "alltoall") else "none"
+        op = args.op if coll not in _MOVING else "none"
+        root = args.root if coll in ROOTED else -1
         form = f", lists of {args.list} arrays" if args.list else ""
+        at = f", root {root}" if coll in ROOTED else ""
         say(
-            f"#\n# {coll}: {P} ranks, dtype {args.datatype.name}, op {op}, axis {args.axis}, "
+            f"#\n# {coll}: {P} ranks{at}, dtype {args.datatype.name}, op {op}, axis {args.axis}, "
             f"{'uneven' if args.uneven else 'even'} shards, {args.device} buffers{form}, transport {comm.transport}"
         )
         head = f"#{'size':>11}{'count':>13}{'type':>10}{'redop':>8}{'root':>6}" + "".join(
@@ -464,10 +541,10 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
                 "count": case.count,
                 "type": args.datatype.name,
                 "redop": op,
-                "root": -1,
+                "root": root,
             }
             # every field starts with a space, so a wide value never runs into its neighbour
-            text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {-1:>5}"
+            text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {root:>5}"
             for key in ("oop", "ip"):
                 cells, row[key] = _cells(times.get(key), case.nbytes, _BUS[coll](P), wrong.get(key))
                 text += cells
@@ -562,8 +639,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--root",
         type=int,
         default=0,
-        help="root rank of the rooted collectives, when hpccoll has them (none yet: no row uses it); "
-        "checked to be in [0, ranks) (default 0)",
+        help="root rank of broadcast, reduce, gather and scatter, in [0, ranks) (default 0)",
     )
     p.add_argument(
         "-z",
@@ -686,7 +762,7 @@ def run_command(args: argparse.Namespace, p: argparse.ArgumentParser, shown: Seq
         f"blocking: {args.blocking} device: {args.device} arrays per call: {args.list or 1}"
         + (" (list form)" if args.list else "")
     )
-    say(f"# root {args.root}: for rooted collectives, which hpccoll does not have yet (every row's root is -1)")
+    say(f"# root {args.root}: of the rooted collectives ({', '.join(ROOTED)}); the others' rows show -1")
     say("# time: the slowest rank's time per call, median over interleaved rounds")
     rows = run(args, comm, say)
     if comm.rank == 0 and args.json:

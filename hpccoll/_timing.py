@@ -7,7 +7,9 @@ Every benchmark of this project times the same way:
   callables take turns (interleaved), so all of them see the same machine
   load, and each round starts one callable further along, so none always runs
   first (the first after another's large allocations and frees can be faster
-  or slower).
+  or slower); every other round runs in the reverse order, so none always
+  follows the same one either (one that follows a callable whose buffers
+  evicted its own from the caches is slower than one that follows itself).
 * Every batch starts behind a barrier, and its time per call is the
   **maximum over ranks**: a collective is as slow as its slowest rank.
 * A callable's time is the **median over rounds**; a comparison of two is the
@@ -109,7 +111,8 @@ def interleave(
     for r in range(rounds):
         start = r % len(names)
         mine: Dict[str, float] = {}
-        for name in names[start:] + names[:start]:
+        order = names[start:] + names[:start]
+        for name in order if r % 2 == 0 else order[::-1]:
             fn, n = fns[name], counts[name]
             if sync is not None:
                 sync()

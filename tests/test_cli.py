@@ -3,7 +3,8 @@
 The bench tests parse the table (data rows are the lines not starting with '#')
 and check each nccl-tests flag's meaning by its effect: ``-c`` on how often the
 results are checked, ``-z`` on the ``async_op`` the collectives get, ``-r`` on
-what is refused, ``--list`` on the arrays a call gets.
+what is refused and on the root the rooted collectives get (and are checked
+against), ``--list`` on the arrays a call gets.
 """
 
 import json
@@ -28,11 +29,35 @@ pytestmark = pytest.mark.mpi
 
 WORLD = MPI.COMM_WORLD
 SMALL = ["-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "--rounds", "1"]  # sizes 8 B, 64 B, 512 B, 4 KiB
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+NO_IN_PLACE = ("alltoall", "gather", "scatter")  # out may not overlap x
+#: the hpccoll function each bench collective times
+FUNCTIONS = {
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "allreduce": "all_reduce",
+    "alltoall": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+}
 
 
 def rows_of(text):
     """The data rows of a bench table: every line not starting with '#'."""
     return [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def table_of(text):
+    """``(collective, row)`` for every data row, the collective from the section header above it."""
+    found, coll = [], None
+    for line in text.splitlines():
+        if line.startswith("# ") and ": " in line and line[2:].split(":")[0] in FUNCTIONS:
+            coll = line[2:].split(":")[0]
+        elif line.strip() and not line.startswith("#"):
+            found.append((coll, line.split()))
+    return found
 
 
 def bench(capsys, *args):
@@ -43,14 +68,21 @@ def bench(capsys, *args):
 
 
 class Calls:
-    """Wraps ``hpccoll.<name>`` and records, per call, the type of ``x`` and the ``async_op`` it got."""
+    """Wraps ``hpccoll.<name>`` and records, per call, ``x``, the ``async_op`` and the ``root`` it got.
 
-    def __init__(self, monkeypatch, name, corrupt=False):
+    ``root``, if given, replaces the root the call asked for (a bench that ignored ``-r``).
+    """
+
+    def __init__(self, monkeypatch, name, corrupt=False, root=None):
         self.seen = []
+        self.roots = []
         real = getattr(hpccoll, name)
 
         def wrapped(x, *args, **kwargs):
             self.seen.append((x, kwargs.get("async_op", False)))
+            self.roots.append(kwargs.get("root"))
+            if root is not None:
+                kwargs["root"] = root
             result = real(x, *args, **kwargs)
             first = result[0] if isinstance(result, list) else result
             if corrupt and first.size:  # one wrong element in every non-empty result (the first array of a list)
@@ -106,7 +138,7 @@ def test_bad_arguments_exit_2_with_the_reason(capsys):
         (["--list", "x"], "expected an int >= 0"),
         (["--rounds", "0"], "expected an int >= 1"),
         (["-b", "64", "-e", "8"], "expected 1 <= minbytes <= maxbytes"),
-        (["--collective", "broadcast"], "invalid choice: 'broadcast'"),
+        (["--collective", "sendrecv"], "invalid choice: 'sendrecv'"),
     ):
         status, out, err = bench(capsys, *args)
         assert status == 2 and reason in err, (args, err)
@@ -133,44 +165,60 @@ def test_bench_table(capsys, extra):
     if WORLD.rank != 0:
         assert out == ""
         return
-    rows = rows_of(out)
-    assert len(rows) == 4 * 4  # four collectives (all-to-all too), sizes 8 B, 64 B, 512 B, 4 KiB
+    rows = table_of(out)
+    assert len(rows) == 8 * 4  # eight collectives (the rooted ones too), sizes 8 B, 64 B, 512 B, 4 KiB
+    assert [c for c, _ in rows] == [c for c in _bench.COLLECTIVES for _ in range(4)]
+    assert set(_bench.COLLECTIVES) == set(FUNCTIONS) and set(_bench.ROOTED) == set(ROOTED)
     width = 5 + 8 + (2 if "--baseline" in extra else 0)
-    sections = [line.split(":")[0][2:] for line in out.splitlines() if line.startswith("# ") and ": " in line]
-    assert [s for s in sections if s in _bench.COLLECTIVES] == list(_bench.COLLECTIVES)
-    for i, row in enumerate(rows):
+    for coll, row in rows:
         assert len(row) == width, row
-        assert row[8] == "0", f"out-of-place #wrong must be 0: {row}"
+        assert row[8] == "0", f"out-of-place #wrong must be 0: {coll} {row}"
         assert float(row[5]) > 0
+        assert row[4] == ("0" if coll in ROOTED else "-1"), (coll, row)  # -r defaults to 0
+        if coll in ("allgather", "alltoall", "broadcast", "gather", "scatter"):
+            assert row[3] == "none", (coll, row)
         if "--baseline" in extra:  # raw MPI has every one of these calls: its time and the ratio
-            assert float(row[13]) > 0 and float(row[14]) > 0, row
-        if i >= 12:  # all-to-all: no in-place form
-            assert row[9:13] == ["n/a"] * 4, row
+            assert float(row[13]) > 0 and float(row[14]) > 0, (coll, row)
+        if coll in NO_IN_PLACE:
+            assert row[9:13] == ["n/a"] * 4, (coll, row)
         else:
-            assert row[12] == "0" and float(row[9]) > 0, row
+            assert row[12] == "0" and float(row[9]) > 0, (coll, row)
     assert "# Out of bounds values : 0 OK" in out
     assert "# Avg bus bandwidth" in out
 
 
 def test_bench_json_and_bus_bandwidth(tmp_path, capsys):
     n = WORLD.size
+    root = n - 1
     path = WORLD.bcast(str(tmp_path / "bench.json"))
-    for coll, factor in (("allreduce", 2 * (n - 1) / n), ("alltoall", (n - 1) / n)):
+    for coll, factor in (
+        ("allreduce", 2 * (n - 1) / n),
+        ("alltoall", (n - 1) / n),
+        ("broadcast", 1.0),  # nccl-tests: busbw = algbw for broadcast and reduce
+        ("reduce", 1.0),
+        ("gather", (n - 1) / n),
+        ("scatter", (n - 1) / n),
+    ):
         status, _, _ = bench(
-            capsys, "--collective", coll, "-b", "1K", "-e", "1K", "-n", "2", "--rounds", "1", "--json", path
-        )
+            capsys, "--collective", coll, "-b", "1K", "-e", "1K", "-n", "2", "--rounds", "1", "-r", str(root),
+            "--json", path,
+        )  # fmt: skip
         assert status == 0
         WORLD.Barrier()
         data = json.loads(pathlib.Path(path).read_text())
         WORLD.Barrier()  # every rank has read it before rank 0 writes the next
         (row,) = data["rows"]
-        assert data["ranks"] == n and row["collective"] == coll and row["root"] == -1
-        count = 256 if coll == "allreduce" else 256 // n * n  # one rank's send buffer: whole blocks of one per rank
+        assert data["ranks"] == n and row["collective"] == coll
+        assert row["root"] == (root if coll in ROOTED else -1), row
+        # the whole array (all-reduce, broadcast, reduce), else whole blocks of one per rank (one rank's send
+        # buffer of all-to-all, the gathered output of gather, root's input of scatter)
+        count = 256 if coll in ("allreduce", "broadcast", "reduce") else 256 // n * n
         assert row["count"] == count and row["size"] == 4 * count
+        assert row["redop"] == ("sum" if coll in ("allreduce", "reduce") else "none")
         assert row["oop"]["busbw"] == pytest.approx(row["oop"]["algbw"] * factor)
         assert row["oop"]["algbw"] == pytest.approx(row["size"] / 1e9 / (row["oop"]["time_us"] / 1e6))
         assert row["oop"]["wrong"] == 0
-        assert (row["ip"] is None) == (coll == "alltoall")
+        assert (row["ip"] is None) == (coll in NO_IN_PLACE)
 
 
 @pytest.mark.parametrize("extra", [[], ["--uneven", "--axis", "1"], ["--uneven", "--list", "2"]])
@@ -187,15 +235,52 @@ def test_alltoall_rows_are_checked(monkeypatch, capsys, extra):
         assert "FAILED" in out
 
 
-@pytest.mark.parametrize("name,coll", [("all_gather", "allgather"), ("all_to_all", "alltoall")])
-def test_check_sees_a_result_never_written(monkeypatch, capsys, name, coll):
+@pytest.mark.parametrize("extra", [[], ["--uneven", "--axis", "1"], ["--uneven", "--list", "2"], ["-r", "last"]])
+@pytest.mark.parametrize("coll", ROOTED)
+def test_rooted_rows_are_checked(monkeypatch, capsys, coll, extra):
+    extra = [str(WORLD.size - 1) if a == "last" else a for a in extra]
+    status, out, _ = bench(capsys, "--collective", coll, *SMALL, *extra)
+    assert status == 0
+    if WORLD.rank == 0:
+        rows = rows_of(out)
+        assert [r[8] for r in rows] == ["0"] * 4 and "# Out of bounds values : 0 OK" in out
+        assert [r[12] for r in rows] == (["n/a"] * 4 if coll in NO_IN_PLACE else ["0"] * 4), out
+    Calls(monkeypatch, coll, corrupt=True)  # the check must see a wrong element (root's, at least)
+    status, out, _ = bench(capsys, "--collective", coll, *SMALL, *extra)
+    assert status == 1
+    if WORLD.rank == 0:
+        assert all(int(r[8]) >= 1 for r in rows_of(out)), out
+        assert "FAILED" in out
+
+
+@pytest.mark.parametrize(
+    "name,coll,ranks",  # ranks: how many ranks' results are checked (every element of each is wrong)
+    [
+        ("all_gather", "allgather", "all"),
+        ("all_to_all", "alltoall", "all"),
+        ("broadcast", "broadcast", "all"),
+        ("scatter", "scatter", "all"),  # every rank's block: count over all ranks together
+        ("reduce", "reduce", "root"),
+        ("gather", "gather", "root"),
+    ],
+)
+def test_check_sees_a_result_never_written(monkeypatch, capsys, name, coll, ranks):
     monkeypatch.setattr(hpccoll, name, lambda x, comm=None, **kw: kw["out"])  # moves nothing, returns out
     status, out, _ = bench(capsys, "--collective", coll, "-b", "64", "-e", "64", "-n", "1", "--rounds", "1")
     assert status == 1
     if WORLD.rank == 0:
         (row,) = rows_of(out)
-        assert int(row[8]) == int(row[1]) * WORLD.size  # every element of every rank's result: count per rank
+        if coll == "scatter":
+            want = int(row[1])  # the blocks of root's array, one per rank
+        else:
+            want = int(row[1]) * (WORLD.size if ranks == "all" else 1)
+        assert int(row[8]) == want, row
         assert "FAILED" in out
+        # in place (out=x): root's x is already its broadcast; its reduction only at one rank
+        if coll == "broadcast":
+            assert int(row[12]) == int(row[1]) * (WORLD.size - 1), row
+        if coll == "reduce":
+            assert int(row[12]) == (int(row[1]) if WORLD.size > 1 else 0), row
 
 
 def test_check_flag_counts_checked_calls(monkeypatch, capsys):
@@ -216,9 +301,34 @@ def test_check_flag_counts_checked_calls(monkeypatch, capsys):
         assert row[8] == "0" and row[12] == "0"
 
 
+@pytest.mark.parametrize("coll", ROOTED)
+def test_check_flag_on_the_rooted_rows(monkeypatch, capsys, coll):
+    root = WORLD.size - 1
+    checked = []
+    real = _bench._wrong
+    monkeypatch.setattr(_bench, "_wrong", lambda got, want: checked.append(1) or real(got, want))
+    calls = Calls(monkeypatch, coll)
+    one_size = ["--collective", coll, "-b", "64", "-e", "64", "-n", "2", "--rounds", "1", "-r", str(root)]
+    status, out, _ = bench(capsys, *one_size, "-c", "0")
+    assert status == 0 and checked == []
+    if WORLD.rank == 0:
+        (row,) = rows_of(out)
+        assert row[8] == "N/A" and row[12] == ("n/a" if coll in NO_IN_PLACE else "N/A")
+    before = len(calls.seen)
+    status, out, _ = bench(capsys, *one_size, "-c", "3")
+    assert status == 0
+    forms = 1 if coll in NO_IN_PLACE else 2
+    assert len(calls.seen) - before >= 3 * forms  # every rank makes every checked call
+    mine = 0 if coll in ("reduce", "gather") and WORLD.rank != root else 3 * forms  # reduce, gather: root's alone
+    assert len(checked) == mine
+    if WORLD.rank == 0:
+        (row,) = rows_of(out)
+        assert row[8] == "0"
+
+
 @pytest.mark.parametrize("blocking", ["0", "1"])
 def test_blocking_flag_picks_async_op(monkeypatch, capsys, blocking):
-    calls = {name: Calls(monkeypatch, name) for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")}
+    calls = {name: Calls(monkeypatch, name) for name in FUNCTIONS.values()}
     status, out, _ = bench(capsys, *SMALL, "-z", blocking)
     assert status == 0
     for name, c in calls.items():
@@ -234,27 +344,56 @@ def test_root_flag_is_checked_against_the_ranks(capsys):
         status, out, err = bench(capsys, *SMALL, "-r", str(bad))
         assert status == 2 and rows_of(out) == []
         assert f"argument -r/--root: expected a rank in [0, {n}); got {bad}" in err
+    for coll in ROOTED:  # refused for a rooted collective alone too, before anything is measured
+        status, out, err = bench(capsys, "--collective", coll, "-r", str(n))
+        assert status == 2 and rows_of(out) == [] and "argument -r/--root: expected a rank in [0," in err
     status, out, _ = bench(capsys, "--collective", "allreduce", "-b", "8", "-e", "8", "-r", str(n - 1), "--rounds", "1")
     assert status == 0
     if WORLD.rank == 0:
-        assert f"# root {n - 1}: for rooted collectives" in out
-        assert [r[4] for r in rows_of(out)] == ["-1"]  # no rooted collective yet: no row has a root
+        assert f"# root {n - 1}: of the rooted collectives (broadcast, reduce, gather, scatter)" in out
+        assert [r[4] for r in rows_of(out)] == ["-1"]  # all-reduce has no root
+
+
+def test_root_flag_is_honoured(monkeypatch, capsys):
+    n = WORLD.size
+    root = n - 1
+    calls = {coll: Calls(monkeypatch, coll) for coll in ROOTED}
+    status, out, _ = bench(capsys, *SMALL, "-r", str(root), "--baseline")
+    assert status == 0
+    for coll, c in calls.items():
+        assert c.roots and set(c.roots) == {root}, coll  # every call, timed and checked, got -r
+    if WORLD.rank == 0:
+        rows = table_of(out)
+        assert len(rows) == 32 and all(r[8] == "0" for _, r in rows), out
+        assert [r[4] for _, r in rows] == [str(root) if c in ROOTED else "-1" for c, _ in rows]
+        assert all(f"# {c}: {n} ranks, root {root}," in out for c in ROOTED), out
+
+
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])  # gather's and scatter's buffers differ at root
+def test_a_call_that_ignores_the_root_is_counted_wrong(monkeypatch, capsys, coll):
+    n = WORLD.size
+    Calls(monkeypatch, coll, root=0)  # every call runs at root 0 whatever -r says
+    status, out, _ = bench(capsys, "--collective", coll, *SMALL, "-r", str(n - 1))
+    assert status == (1 if n > 1 else 0)  # at one rank, root 0 is the only root
+    if WORLD.rank == 0:
+        rows = rows_of(out)
+        assert all((int(r[8]) >= 1) == (n > 1) for r in rows), out
 
 
 def test_list_form(monkeypatch, capsys):
-    calls = {name: Calls(monkeypatch, name) for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")}
+    calls = {name: Calls(monkeypatch, name) for name in FUNCTIONS.values()}
     status, out, _ = bench(capsys, *SMALL, "--list", "3")
     assert status == 0
     for name, c in calls.items():
-        assert all(isinstance(x, list) and len(x) == 3 for x, _ in c.seen), name
+        assert c.seen and all(isinstance(x, list) and len(x) == 3 for x, _ in c.seen), name
     if WORLD.rank != 0:
         return
-    rows = rows_of(out)
-    assert len(rows) == 16 and "arrays per call: 3 (list form)" in out
-    for i, row in enumerate(rows):
-        assert row[8] == "0", row
-        in_place = 8 <= i < 12  # of the list forms only all-reduce has one
-        assert (row[12] == "0") if in_place else (row[9:13] == ["n/a"] * 4), row
+    rows = table_of(out)
+    assert len(rows) == 32 and "arrays per call: 3 (list form)" in out
+    for coll, row in rows:
+        assert row[8] == "0", (coll, row)
+        in_place = coll in ("allreduce", "broadcast", "reduce")  # the list forms with an in-place form (out=x)
+        assert (row[12] == "0") if in_place else (row[9:13] == ["n/a"] * 4), (coll, row)
         assert int(row[1]) % 3 == 0  # the count is split among 3 arrays of one size
 
 
@@ -279,10 +418,13 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, capsys, tmp
     assert not (tmp_path / "b.png").exists()
 
 
-def test_plot_draws(capsys, tmp_path):
+@pytest.mark.parametrize("coll", ["alltoall", "gather"])
+def test_plot_draws(capsys, tmp_path, coll):
     pytest.importorskip("matplotlib")
     path = WORLD.bcast(str(tmp_path / "b.png"))
-    status, _, _ = bench(capsys, "--collective", "alltoall", "-b", "8", "-e", "64", "--rounds", "1", "--plot", path)
+    status, _, _ = bench(
+        capsys, "--collective", coll, "-b", "8", "-e", "64", "--rounds", "1", "--baseline", "--plot", path
+    )
     assert status == 0
     WORLD.Barrier()
     assert pathlib.Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -312,14 +454,15 @@ def standin_gpu(monkeypatch):
 
 @pytest.mark.parametrize("extra", [[], ["-z", "0", "--uneven", "--list", "2"]])
 def test_device_cupy_on_the_gpu_standin(monkeypatch, capsys, standin_gpu, extra):
-    calls = Calls(monkeypatch, "all_reduce")
+    calls = [Calls(monkeypatch, name) for name in ("all_reduce", *ROOTED)]
     status, out, _ = bench(capsys, *SMALL, "--device", "cupy", *extra)
     assert status == 0
-    xs = [x for x, _ in calls.seen]
-    assert xs and all(type(a) is standin_cupy.ndarray for x in xs for a in (x if isinstance(x, list) else [x]))
+    for c in calls:
+        xs = [x for x, _ in c.seen]
+        assert xs and all(type(a) is standin_cupy.ndarray for x in xs for a in (x if isinstance(x, list) else [x]))
     if WORLD.rank == 0:
         rows = rows_of(out)
-        assert len(rows) == 16 and all(r[8] == "0" for r in rows), out
+        assert len(rows) == 32 and all(r[8] == "0" for r in rows), out
         assert "cupy buffers" in out and "# Out of bounds values : 0 OK" in out
 
 
@@ -345,7 +488,8 @@ def test_timer_takes_the_max_rotates_and_syncs():
     samples = _timing.interleave(
         comm, fns, iters=2, rounds=3, warmup={"a": 1, "b": 0, "c": 0}, sync=lambda: syncs.append(1)
     )
-    assert log == ["a"] + ["a", "a", "b", "b", "c", "c"] + ["b", "b", "c", "c", "a", "a"] + [
+    # round 0 from a, round 1 from b backwards (the reverse of b, c, a), round 2 from c
+    assert log == ["a"] + ["a", "a", "b", "b", "c", "c"] + ["a", "a", "c", "c", "b", "b"] + [
         "c",
         "c",
         "a",
