@@ -20,6 +20,8 @@ from ._api import (
     broadcast_adjoint,
     gather,
     gather_adjoint,
+    halo_exchange,
+    halo_exchange_adjoint,
     reduce,
     reduce_adjoint,
     reduce_scatter,
@@ -40,7 +42,18 @@ from ._errors import (
     UnsupportedOpError,
 )
 from ._faults import abort_on_exception
-from ._operators import AllGather, AllReduce, AllToAll, Broadcast, Gather, Operator, Reduce, ReduceScatter, Scatter
+from ._operators import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Broadcast,
+    Gather,
+    HaloExchange,
+    Operator,
+    Reduce,
+    ReduceScatter,
+    Scatter,
+)
 from ._request import Request
 
 __version__ = "0.1.0"
@@ -63,6 +76,8 @@ __all__ = [
     "gather_adjoint",
     "scatter",
     "scatter_adjoint",
+    "halo_exchange",
+    "halo_exchange_adjoint",
     "adjoint_of",
     "split_sizes",
     "Request",
@@ -75,6 +90,7 @@ __all__ = [
     "Reduce",
     "Gather",
     "Scatter",
+    "HaloExchange",
     "HpccollError",
     "ArgumentError",
     "DTypeError",

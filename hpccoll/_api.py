@@ -38,6 +38,7 @@ from .collectives import alltoall, rooted, shared
 from .collectives import gather as gathering
 from .collectives import reduce as reducing
 from .collectives import scatter as scattering
+from .collectives.halo import halo_exchange as _halo
 
 if TYPE_CHECKING:
     from .transports._mpitypes import MPIComm, MPIOp
@@ -59,6 +60,8 @@ __all__ = [
     "gather_adjoint",
     "scatter",
     "scatter_adjoint",
+    "halo_exchange",
+    "halo_exchange_adjoint",
     "split_sizes",
     "CommLike",
     "OpLike",
@@ -1333,6 +1336,151 @@ def scatter_adjoint(
     return rooted.gather(y, c, root, axis, sizes, out, "scatter_adjoint", async_op)
 
 
+# --------------------------------------------------------------------------- halo exchange
+
+
+@overload
+def halo_exchange(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    halo: Union[int, Sequence[int]],
+    corners: bool = False,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def halo_exchange(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    halo: Union[int, Sequence[int]],
+    corners: bool = False,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def halo_exchange(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    halo: Union[int, Sequence[int]],
+    corners: bool = False,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Fill this rank's ghost cells from the neighbours that own them, on a Cartesian process grid.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy), or a list of arrays
+        This rank's block *including* its ghost layers: ``halo[i]`` layers on
+        each side of the first ``len(comm.dims)`` axes (one per grid axis);
+        later axes (fields, components) are carried along. Blocks may be
+        uneven; neighbours across one grid axis must own the same extents
+        along the others (as a block decomposition of a global array does).
+        A list exchanges every array in one message per neighbour.
+    comm : Communicator
+        A Cartesian Communicator (:meth:`Communicator.cartesian`).
+    halo : int or sequence of int
+        The ghost layers on each side, one width for every grid axis or one
+        per axis (0: that axis exchanges nothing).
+    corners : bool
+        Also fill the ghosts outside the owned extent along two or more axes
+        (from the diagonal neighbours), for 9- and 27-point stencils.
+    out : array or list of arrays, optional
+        Where to write the result (``x``'s shape and dtype); ``out=x``
+        exchanges in place.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result (compute the interior meanwhile). The
+        small agreement exchange before the data moves still blocks.
+
+    Returns
+    -------
+    array or list of arrays
+        A copy of ``x`` (or ``out``) in which every ghost that stands for a
+        global cell inside the domain (after the periodic wrap) holds that
+        cell's value; ghosts beyond a non-periodic edge, and with
+        ``corners=False`` the corner ghosts, keep ``x``'s values.
+
+    Raises
+    ------
+    ArgumentError
+        ``comm`` without a process grid; bad ``halo`` (negative, wider than
+        ``x`` allows, or wider than a neighbour's owned cells, on every rank),
+        ``corners`` or ``out``; ``x`` with fewer dimensions than the grid.
+    MismatchError
+        Ranks disagree on the dtype, the number of dimensions, ``halo`` or
+        ``corners``, or neighbours' faces do not match (on every rank).
+
+    Examples
+    --------
+    >>> grid = hpccoll.Communicator().cartesian([0, 0], periodic=True)   # doctest: +SKIP
+    >>> u = hpccoll.halo_exchange(u, grid, halo=1, out=u)                   # doctest: +SKIP
+    """
+    c = as_communicator(comm)
+    return _halo(x, c, halo, corners, out, "halo_exchange", async_op, False)
+
+
+@overload
+def halo_exchange_adjoint(
+    g: ArrayT,
+    comm: CommLike = None,
+    *,
+    halo: Union[int, Sequence[int]],
+    corners: bool = False,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def halo_exchange_adjoint(
+    g: ArrayT,
+    comm: CommLike = None,
+    *,
+    halo: Union[int, Sequence[int]],
+    corners: bool = False,
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+def halo_exchange_adjoint(
+    g: ArrayT,
+    comm: CommLike = None,
+    *,
+    halo: Union[int, Sequence[int]],
+    corners: bool = False,
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Adjoint of :func:`halo_exchange`: each filled ghost's cotangent added into the owned cell it came from.
+
+    The ghosts the forward filled become 0; every other cell keeps ``g``'s
+    value. Under the inner product summed over ranks this is the exact
+    transpose, for every grid, periodicity and ``corners``.
+
+    Parameters
+    ----------
+    g : array_like (NumPy or CuPy), or a list of arrays
+        The cotangent of the forward's result (ghost layers included).
+    comm : Communicator
+        The forward's Cartesian Communicator.
+    halo : int or sequence of int
+        The forward's ``halo``.
+    corners : bool
+        The forward's ``corners``.
+    out : array or list of arrays, optional
+        Where to write the result (``g``'s shape and dtype); ``out=g`` in place.
+    async_op : bool
+        As for :func:`halo_exchange`.
+
+    Returns
+    -------
+    array or list of arrays
+        The cotangent of this rank's ``x``.
+    """
+    c = as_communicator(comm)
+    return _halo(g, c, halo, corners, out, "halo_exchange_adjoint", async_op, True)
+
+
 # --------------------------------------------------------------------------- the pairs, declared once
 
 
@@ -1379,6 +1527,7 @@ PAIRS: Tuple[Pair, ...] = (
     Pair(reduce, reduce_adjoint),
     Pair(gather, gather_adjoint),
     Pair(scatter, scatter_adjoint),
+    Pair(halo_exchange, halo_exchange_adjoint),
 )
 
 

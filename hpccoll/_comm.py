@@ -6,7 +6,7 @@ import operator
 import os
 from dataclasses import dataclass, field
 from logging import DEBUG
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from .transports import (
 from .transports._control import allgather_object, exchange_extents
 from .transports.shm import shared_empty
 
-__all__ = ["Communicator", "Explanation", "Bucket", "as_communicator", "DEFAULT_BUCKET_BYTES", "EXPLAINED"]
+__all__ = ["Communicator", "Grid", "Explanation", "Bucket", "as_communicator", "DEFAULT_BUCKET_BYTES", "EXPLAINED"]
 
 #: Largest message the list forms pack arrays into (``HPCCOLL_BUCKET_BYTES`` overrides).
 DEFAULT_BUCKET_BYTES = 64 << 20
@@ -109,6 +109,7 @@ class Communicator:
         "_transports",
         "_by_kind",
         "_owned",
+        "_grid",
     )
 
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
@@ -137,6 +138,7 @@ class Communicator:
         # array kind -> (floor, ((min_bytes, instance or name), ...)): tried in order, see transport_of
         self._by_kind: Dict[str, Any] = {}
         self.state: Dict[str, Any] = {}
+        self._grid: Optional[Grid] = None
 
     @property
     def mpi(self) -> Any:
@@ -170,6 +172,115 @@ class Communicator:
         child = Communicator._adopt(sub, self.transport, self.check, self.timeout)
         child.bucket_bytes = self.bucket_bytes
         return child
+
+    def cartesian(self, dims: Sequence[int], periodic: Union[bool, Sequence[bool]] = False) -> "Communicator":
+        """A Communicator over the same ranks with a Cartesian process grid (``MPI_Cart_create``; collective).
+
+        Ranks keep their numbers (no reordering): rank r's grid coordinates are
+        ``MPI_Cart_coords`` of r, in C order (the last axis varies fastest).
+
+        Parameters
+        ----------
+        dims : sequence of int
+            The grid's extent along each axis; zeros are filled by
+            ``MPI_Dims_create`` (``[0, 0]``: a 2-D grid as square as the rank
+            count allows). The product must be the communicator's size.
+        periodic : bool or sequence of bool
+            Whether each axis wraps around (one bool for every axis).
+
+        Returns
+        -------
+        Communicator
+            The grid, with the same ``transport`` and ``check`` settings, and
+            :attr:`dims`, :attr:`coords`, :attr:`periodic`, :meth:`neighbours`.
+
+        Raises
+        ------
+        ArgumentError
+            Bad ``dims`` or ``periodic``, or ``dims`` whose product is not the size.
+        """
+        from mpi4py import MPI
+
+        size = self.size
+        if (
+            type(dims) not in (list, tuple)
+            or not dims
+            or any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in dims)
+        ):
+            raise ArgumentError(f"dims: expected a non-empty sequence of ints >= 0; got {dims!r}")
+        known = int(np.prod([d for d in dims if d])) if any(dims) else 1
+        if size % known:
+            raise ArgumentError(f"dims: expected extents whose product divides the {size} ranks; got {list(dims)}")
+        filled = tuple(int(d) for d in MPI.Compute_dims(size, [int(d) for d in dims]))
+        if int(np.prod(filled)) != size:
+            raise ArgumentError(f"dims: expected extents whose product is the {size} ranks; got {list(dims)}")
+        if isinstance(periodic, (bool, np.bool_)):
+            periods = (bool(periodic),) * len(filled)
+        elif (
+            type(periodic) in (list, tuple)
+            and len(periodic) == len(filled)
+            and all(isinstance(p, (bool, np.bool_)) for p in periodic)
+        ):
+            periods = tuple(bool(p) for p in periodic)
+        else:
+            raise ArgumentError(f"periodic: expected a bool or {len(filled)} bools (one per axis); got {periodic!r}")
+        cart = self._mpi.Create_cart(list(filled), list(periods), reorder=False)
+        child = Communicator._adopt(cart, self.transport, self.check, self.timeout)
+        child.bucket_bytes = self.bucket_bytes
+        child._grid = Grid.of(cart, filled, periods)
+        return child
+
+    @property
+    def grid(self) -> "Grid":
+        """The Cartesian process grid (see :meth:`cartesian`).
+
+        Raises
+        ------
+        ArgumentError
+            The communicator has no Cartesian topology.
+        """
+        if self._grid is None:
+            raise ArgumentError(
+                "comm: expected a Cartesian Communicator (from comm.cartesian(dims)); got one without a process grid"
+            )
+        return self._grid
+
+    @property
+    def dims(self) -> Tuple[int, ...]:
+        """The grid's extents (a Cartesian Communicator's; :meth:`cartesian`)."""
+        return self.grid.dims
+
+    @property
+    def coords(self) -> Tuple[int, ...]:
+        """This rank's grid coordinates (a Cartesian Communicator's; :meth:`cartesian`)."""
+        return self.grid.coords[self.rank]
+
+    @property
+    def periodic(self) -> Tuple[bool, ...]:
+        """Whether each grid axis wraps around (a Cartesian Communicator's; :meth:`cartesian`)."""
+        return self.grid.periodic
+
+    def neighbours(self, axis: int) -> Tuple[Optional[int], Optional[int]]:
+        """Return this rank's neighbours along grid ``axis``: ``(lower, upper)``, ``None`` beyond a non-periodic edge.
+
+        Parameters
+        ----------
+        axis : int
+            A grid axis, ``0 <= axis < len(dims)``.
+
+        Returns
+        -------
+        tuple of (int or None, int or None)
+            The ranks at coordinate ``-1`` and ``+1`` along ``axis``.
+        """
+        g = self.grid
+        if not isinstance(axis, int) or isinstance(axis, bool) or not 0 <= axis < len(g.dims):
+            raise ArgumentError(f"axis: expected an int in [0, {len(g.dims)}); got {axis!r}")
+        step = [0] * len(g.dims)
+        step[axis] = -1
+        lower = g.neighbour(self.rank, tuple(step))
+        step[axis] = 1
+        return lower, g.neighbour(self.rank, tuple(step))
 
     def transport_instance(self, name: str) -> Any:
         """The transport ``name`` bound to this communicator (made on first use).
@@ -566,6 +677,44 @@ class Communicator:
 
     def __repr__(self) -> str:
         return f"Communicator(rank={self.rank}, size={self.size}, transport={self.transport!r}, check={self.check})"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A Cartesian process grid: every rank's coordinates, and neighbour lookups (local, no communication).
+
+    Attributes
+    ----------
+    dims : tuple of int
+        The grid's extents.
+    periodic : tuple of bool
+        Whether each axis wraps around.
+    coords : tuple of tuple of int
+        Every rank's coordinates, by rank.
+    """
+
+    dims: Tuple[int, ...]
+    periodic: Tuple[bool, ...]
+    coords: Tuple[Tuple[int, ...], ...]
+    ranks: Dict[Tuple[int, ...], int] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, cart: Any, dims: Tuple[int, ...], periodic: Tuple[bool, ...]) -> "Grid":
+        """The grid of an MPI Cartesian communicator (``Get_coords`` of every rank: local calls)."""
+        coords = tuple(tuple(int(v) for v in cart.Get_coords(r)) for r in range(cart.Get_size()))
+        return cls(dims, periodic, coords, {c: r for r, c in enumerate(coords)})
+
+    def neighbour(self, rank: int, step: Tuple[int, ...]) -> Optional[int]:
+        """The rank at ``rank``'s coordinates plus ``step`` (wrapped on periodic axes), ``None`` off the grid."""
+        at = []
+        for c, s, n, wrap in zip(self.coords[rank], step, self.dims, self.periodic):
+            v = c + s
+            if not 0 <= v < n:
+                if not wrap:
+                    return None
+                v %= n
+            at.append(v)
+        return self.ranks[tuple(at)]
 
 
 @dataclass(frozen=True)

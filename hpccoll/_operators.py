@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 from ._api import PAIR, CommLike, OpLike, Pair, Sizes
 from ._arrays import ArrayT, as_array, split_sizes
@@ -22,6 +22,7 @@ from ._core.validate import COTANGENTS, axis_of, block_sizes, outs_of, sizes_of
 from ._dtypes import check_dtype, normalize_op
 from ._errors import ArgumentError, HpccollError
 from .collectives.alltoall import recv_extents
+from .collectives.halo import halo_of
 from .collectives.rooted import root_of
 from .transports._control import exchange_extents, run
 
@@ -35,6 +36,7 @@ __all__ = [
     "Reduce",
     "Gather",
     "Scatter",
+    "HaloExchange",
 ]
 
 #: How many layouts (distinct shapes) an operator remembers; the least recently used is forgotten first.
@@ -775,3 +777,32 @@ class Scatter(_Rooted):
 
     def __repr__(self) -> str:
         return f"Scatter(root={self.root}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
+
+
+class HaloExchange(_PairOperator):
+    """Halo exchange on a Cartesian grid; adjoint: the ghosts' cotangents added back into their owners' cells.
+
+    Its result has its input's shape, so it has no extents to remember.
+
+    Parameters
+    ----------
+    comm : Communicator
+        A Cartesian Communicator (:meth:`Communicator.cartesian`).
+    halo : int or sequence of int
+        The ghost layers on each side of every grid axis (or per axis).
+    corners : bool
+        Also fill the corner ghosts (see :func:`hpccoll.halo_exchange`).
+    """
+
+    def __init__(self, comm: CommLike = None, *, halo: Union[int, Sequence[int]], corners: bool = False) -> None:
+        super().__init__()
+        self.comm = as_communicator(comm)
+        self.comm.grid  # noqa: B018 (raises ArgumentError for a communicator without a process grid)
+        self.halo = halo_of(halo, len(self.comm.dims))
+        self.corners = corners
+        self.keywords = dict(halo=self.halo, corners=corners)
+
+    pair = PAIR["halo_exchange"]
+
+    def __repr__(self) -> str:
+        return f"HaloExchange(halo={self.halo}, corners={self.corners}, dims={self.comm.dims})"

@@ -381,3 +381,44 @@ def pytest_timeout_set_timer(item, settings):
     item.cancel_timeout = cancel
     timer.start()
     return True
+
+
+class Verdict:
+    """Collects this rank's failed comparisons; on leaving the block, one collective verdict (:func:`agree`).
+
+    Every rank runs the same collectives whatever its comparisons say, so a wrong value on one rank fails
+    the test on every rank instead of leaving the others waiting.
+    """
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.errors = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is not None and not issubclass(kind, AssertionError):
+            return False  # an exception from hpccoll: let it propagate
+        if kind is not None:
+            self.errors.append(f"{value}")
+        agree(self.comm, not self.errors, lambda: "\n".join(self.errors[:12]))
+        return True
+
+    def _run(self, what, check):
+        try:
+            check()
+        except AssertionError as exc:
+            self.errors.append(f"{what}: {exc}"[:1500])
+
+    def same(self, got, want, what):
+        self._run(what, lambda: assert_same(np.asarray(got), want))
+
+    def close(self, got, want, what, slack=0.0):
+        if np.dtype(want.dtype).kind in "biu":  # integers and bools compare exactly
+            return self.same(got, want, what)
+        self._run(what, lambda: assert_close(np.asarray(got), want, slack=slack))
+
+    def true(self, ok, what):
+        if not ok:
+            self.errors.append(what)

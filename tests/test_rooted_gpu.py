@@ -325,3 +325,79 @@ def test_rooted_refuse_capture_on_every_rank(transport, rt, name):
     # the refused calls left their copies into the pinned buffers queued: let them finish before close() frees them
     cp.get_current_stream().synchronize()
     agree(c, seen == ["capture"] * len(calls_), f"{seen}")
+
+
+# --------------------------------------------------------------------------- the public functions on the stand-in
+
+
+@pytest.mark.parametrize("name", GPU_TRANSPORTS)
+def test_public_rooted_collectives_on_cupy_arrays(transport, name):
+    """hpccoll.broadcast/reduce/gather/scatter and their adjoints with CuPy (stand-in) arrays, every root,
+    blocking and not, against NumPy: the road from the public functions to each GPU transport."""
+    c, _ = transport
+    P, me = c.size, c.rank
+    rng = np.random.default_rng(5)
+    stack = rng.standard_normal((P, 4, 3)).astype(np.float32)
+    ints = rng.integers(-50, 50, (P, 5)).astype(np.int16)
+    sizes = [(q + 1) % 3 for q in range(P)]  # uneven, with a 0 where P >= 3
+    whole = rng.standard_normal((sum(sizes), 2))
+    got, want = [], []
+    for root in range(P):
+        mine = root == me
+        got.append(hpccoll.broadcast(dev(stack[me]), c, root=root).get())
+        want.append(stack[root])
+        got.append(hpccoll.broadcast(dev(stack[me]), c, root=root, async_op=True).wait().get())
+        want.append(stack[root])
+        got.append(hpccoll.reduce(dev(ints[me]), c, root=root).get())
+        want.append(ints.sum(0, dtype=np.int16) if mine else np.zeros(5, np.int16))
+        got.append(hpccoll.reduce(dev(ints[me]), c, op="max", root=root, async_op=True).wait().get())
+        want.append(ints.max(0) if mine else np.zeros(5, np.int16))
+        got.append(hpccoll.broadcast_adjoint(dev(stack[me]), c, root=root).get())
+        want.append(reference(stack, "sum") if mine else np.zeros((4, 3), np.float32))
+        lo = sum(sizes[:me])
+        own = whole[lo : lo + sizes[me]]
+        got.append(hpccoll.gather(dev(own), c, root=root).get())
+        want.append(whole if mine else whole[:0])
+        src = whole if mine else whole[:0]
+        got.append(hpccoll.scatter(dev(src), c, root=root, sizes=sizes).get())
+        want.append(own)
+        got.append(hpccoll.gather_adjoint(dev(src), c, root=root, sizes=sizes, async_op=True).wait().get())
+        want.append(own)
+        got.append(hpccoll.gather(dev(own.T.copy()), c, root=root, axis=1).get())  # an inner axis: unpacked
+        want.append(whole.T if mine else whole.T[:, :0])
+    results = [(g.dtype == w.dtype and g.shape == w.shape) for g, w in zip(got, want)]
+    agree(c, all(results), f"dtype or shape differs in case(s) {[i for i, ok in enumerate(results) if not ok]}")
+    for g, w in zip(got, want):
+        if w.dtype == np.float32 and w.shape == (4, 3):
+            assert_close(g, w, c, slack=np.abs(stack).sum(0) * 2e-7)
+        else:
+            assert_same(g, w, c)
+
+
+@pytest.mark.parametrize("name", GPU_TRANSPORTS)
+def test_halo_exchange_on_cupy_arrays(transport, name):
+    """halo_exchange and its adjoint with CuPy (stand-in) arrays on each GPU transport: the contract's sendrecv
+    (NCCL and staged: its default, one all-to-all of packed bytes; cuda_mpi: host MPI's messages on device
+    buffers), against the same exchange of NumPy arrays over host MPI."""
+    c, _ = transport
+    grid = c.cartesian([c.size], periodic=True)
+    host = hpccoll.Communicator(c.mpi, transport="mpi").cartesian([c.size], periodic=True)
+    try:
+        rng = np.random.default_rng(c.rank)
+        x = rng.standard_normal((6, 3)).astype(np.float32)
+        g = rng.standard_normal((6, 3)).astype(np.float32)
+        got = [
+            hpccoll.halo_exchange(dev(x), grid, halo=2).get(),
+            hpccoll.halo_exchange(dev(x.T.copy()).T, grid, halo=2).get(),  # non-contiguous faces: packed
+            hpccoll.halo_exchange_adjoint(dev(g), grid, halo=2, async_op=True).wait().get(),
+        ]
+        want = [
+            hpccoll.halo_exchange(x, host, halo=2),
+            hpccoll.halo_exchange(x, host, halo=2),
+            hpccoll.halo_exchange_adjoint(g, host, halo=2),
+        ]
+    finally:
+        grid.free()
+        host.free()
+    for a, b in zip(got, want):
+        assert_same(a, b, c)

@@ -1,5 +1,5 @@
 """What every adapter shares: the shard sizes of the gathers, scatters and all-to-all, argument checks, and
-each collective's pair of maps (forward, adjoint) bound from :data:`hpccoll._api.PAIR`."""
+each collective's pair of maps (forward, adjoint) bound from :data:`hpccoll._api.PAIR` (the halo exchange's too)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .._core.validate import COTANGENTS, axis_of, block_sizes, sizes_of
 from .._errors import ArgumentError
 from .._operators import _extents
 from ..collectives.alltoall import own_recv_sizes, recv_extents
+from ..collectives.halo import halo_of
 from ..collectives.rooted import root_of
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "reduce_maps",
     "gather_maps",
     "scatter_maps",
+    "halo_exchange_maps",
 ]
 
 #: A collective as the adapters see it: (forward, adjoint), each a function of one array.
@@ -178,6 +180,25 @@ def _gather_as(
         return np.zeros_like(got, shape=shape)  # NumPy or CuPy, as got (__array_function__)
     out[...] = 0
     return out
+
+
+def halo_exchange_maps(comm: Communicator, halo: Any, corners: Any) -> Maps:
+    """Halo exchange on ``comm``'s process grid and its adjoint, with the same ``halo`` and ``corners``.
+
+    Both maps are linear and keep the array's shape; the adjoint adds each
+    filled ghost's cotangent into the owned cell it came from (on the
+    neighbour that owns it) and zeroes that ghost. The arguments are checked
+    here, locally, before anything is traced or communicates: ``comm`` must
+    have a Cartesian grid (:meth:`hpccoll.Communicator.cartesian`), ``halo``
+    be one width >= 0 or one per grid axis, ``corners`` a bool. What depends
+    on the arrays (their dimensions, a halo wider than a neighbour's owned
+    cells, the ranks' agreement) is checked by the exchange itself, on every
+    rank alike.
+    """
+    widths = halo_of(halo, len(comm.grid.dims))  # comm.grid: ArgumentError naming comm without a grid
+    if not isinstance(corners, (bool, np.bool_)):
+        raise ArgumentError(f"corners: expected a bool; got {corners!r}")
+    return PAIR["halo_exchange"].bind(comm=comm, halo=widths, corners=bool(corners))
 
 
 def replicate_maps(comm: Communicator) -> Maps:

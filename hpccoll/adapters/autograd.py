@@ -2,8 +2,8 @@
 
 ``autograd.grad`` (and ``make_vjp``, ``make_jvp``, higher orders) flows
 through :func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`,
-:func:`all_to_all` and the rooted :func:`broadcast`, :func:`reduce`,
-:func:`gather` and :func:`scatter`;
+:func:`all_to_all`, the rooted :func:`broadcast`, :func:`reduce`,
+:func:`gather` and :func:`scatter`, and :func:`halo_exchange`;
 every rank must run the same sequence of forward and backward calls, as for
 any collective. Requires ``pip install autograd`` (``hpccoll[autograd]``).
 
@@ -28,7 +28,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 from autograd.extend import defjvp, defvjp, primitive
@@ -46,6 +46,7 @@ from ._common import (
     broadcast_maps,
     gather_maps,
     gather_sizes,
+    halo_exchange_maps,
     reduce_maps,
     reduce_scatter_maps,
     replicate_maps,
@@ -65,6 +66,7 @@ __all__ = [
     "reduce",
     "gather",
     "scatter",
+    "halo_exchange",
 ]
 
 
@@ -330,3 +332,29 @@ def scatter(
     r, v = root_of(root, c.size), getval(x)
     s = root_scatter_sizes(v, c, r, axis, sizes)
     return _linear(x, *scatter_maps(c, r, axis, s, int(np.shape(v)[axis_of(axis, np.ndim(v))])))
+
+
+def halo_exchange(x: Array, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> Array:
+    """Differentiable :func:`hpccoll.halo_exchange`; its VJP is :func:`hpccoll.halo_exchange_adjoint`.
+
+    Parameters
+    ----------
+    x : array or autograd box
+        This rank's block *including* its ghost layers: ``halo[i]`` on each
+        side of the first ``len(comm.dims)`` axes; later axes are carried along.
+    comm : Communicator
+        A Cartesian Communicator (:meth:`hpccoll.Communicator.cartesian`).
+    halo : int or sequence of int
+        The ghost layers on each side, one width for every grid axis or one per axis.
+    corners : bool
+        Also fill the ghosts outside the owned extent along two or more axes
+        (from the diagonal neighbours).
+
+    Returns
+    -------
+    array or autograd box
+        ``x`` with every ghost that stands for a cell inside the domain filled
+        from the neighbour that owns it. The VJP adds each filled ghost's
+        cotangent into that owned cell (on its owner) and zeroes the ghost.
+    """
+    return _linear(x, *halo_exchange_maps(as_communicator(comm), halo, corners))

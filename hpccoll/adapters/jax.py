@@ -1,8 +1,8 @@
 """JAX primitives for hpccoll's collectives: eager, under ``jax.jit``, differentiable and batchable.
 
 :func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`, :func:`all_to_all`,
-:func:`replicate` and the rooted :func:`broadcast`, :func:`reduce`, :func:`gather` and
-:func:`scatter` are JAX primitives with the same signatures and conventions as
+:func:`replicate`, the rooted :func:`broadcast`, :func:`reduce`, :func:`gather` and
+:func:`scatter`, and :func:`halo_exchange` are JAX primitives with the same signatures and conventions as
 ``hpccoll.adapters.autograd`` and ``hpccoll.adapters.torch``. Every map with
 ``op`` ``"sum"`` or ``"avg"`` (or none) is linear: its JVP is the map applied to the
 tangent, its transpose is the adjoint (whose transpose is the map again), so
@@ -15,7 +15,8 @@ mode raises :class:`hpccoll.UnsupportedOpError`.
 collective into one collective on arrays with one more axis: vmap runs the same
 way on every rank, so the batch axis is one more axis of every rank's array.
 A reduction reduces the stacked array, a gather or all-to-all moves its axes
-one further. A batch size that differs between ranks is a cross-rank mismatch
+one further, a halo exchange carries the batch axis after the others (its
+leading axes are the process grid's). A batch size that differs between ranks is a cross-rank mismatch
 like any other (check mode reports it).
 
 How a collective runs:
@@ -47,6 +48,7 @@ assumption when it runs (one small exchange, in program order on every rank)
 and raises :class:`hpccoll.MismatchError` on every rank if it does not hold;
 pass ``sizes`` / ``recv_sizes`` for uneven shards (and to ``scatter`` where
 the other ranks pass arrays of another extent than root's, such as empty ones).
+A halo exchange's result has its input's shape: it assumes nothing.
 
 Every rank must run the same sequence of collectives, forward and backward, as
 for any collective. Gradients are those of the **sum over ranks** of what each
@@ -88,7 +90,7 @@ import contextlib
 import functools
 import inspect
 import threading
-from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -116,6 +118,7 @@ from ._common import (
     broadcast_maps,
     gather_maps,
     gather_sizes,
+    halo_exchange_maps,
     reduce_maps,
     reduce_scatter_maps,
     replicate_maps,
@@ -135,6 +138,7 @@ __all__ = [
     "reduce",
     "gather",
     "scatter",
+    "halo_exchange",
     "reraise",
 ]
 
@@ -143,6 +147,10 @@ Shape = Tuple[int, ...]
 
 #: The keywords of ``_common``'s maps that name an axis (normalised, non-negative): what ``jax.vmap`` shifts.
 _AXES = ("axis", "split_axis", "concat_axis")
+
+#: The keyword of ``_common``'s maps whose leading axes are a process grid's (the halo exchange): ``jax.vmap``
+#: puts its batch axis after them instead, where the map carries it along.
+_GRID = "halo"
 
 
 # --------------------------------------------------------------------------- one direction of a collective
@@ -350,6 +358,12 @@ def _refuse_mapped_axes(ctx: Any, name: str) -> None:
 def _batching(args: Any, dims: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
     """vmap: one collective on the stacked array (every rank batches alike), its axes one further from ``b``."""
     (x,), (b,) = args, dims
+    keywords = getattr(fwd.fn, "keywords", {})
+    if _GRID in keywords:  # the leading axes are the grid's: the batch axis is carried after them
+        d = len(keywords["comm"].dims)
+        if b < d:
+            x, b = jnp.moveaxis(x, b, d), d
+        return _linear_p.bind(x, fwd=fwd, adj=adj, shape=x.shape), b
     batched = shape[:b] + (x.shape[b],) + shape[b:]
     return _linear_p.bind(x, fwd=fwd.shifted(b), adj=adj.shifted(b), shape=batched), b
 
@@ -944,3 +958,48 @@ def scatter(
     shape = with_extent(x.shape, ax, s[c.rank])
     maps = scatter_maps(c, r, ax, s, int(x.shape[ax]))
     return _linear(x, c, maps, shape, "scatter", None, None, verify)
+
+
+def halo_exchange(x: ArrayLike, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> jax.Array:
+    """Differentiable :func:`hpccoll.halo_exchange` of a JAX array; its transpose: the exchange's adjoint.
+
+    Parameters
+    ----------
+    x : jax.Array
+        This rank's block *including* its ghost layers: ``halo[i]`` on each
+        side of the first ``len(comm.dims)`` axes; later axes are carried
+        along (``jax.vmap``'s batch axis too). The result has ``x``'s shape,
+        under ``jax.jit`` as eagerly.
+    comm : Communicator
+        A Cartesian Communicator (:meth:`hpccoll.Communicator.cartesian`).
+    halo : int or sequence of int
+        The ghost layers on each side, one width for every grid axis or one per axis.
+    corners : bool
+        Also fill the ghosts outside the owned extent along two or more axes
+        (from the diagonal neighbours).
+
+    Returns
+    -------
+    jax.Array
+        ``x`` with every ghost that stands for a cell inside the domain filled
+        from the neighbour that owns it. The transpose adds each filled
+        ghost's cotangent into that owned cell (on its owner) and zeroes the ghost.
+
+    Raises
+    ------
+    ArgumentError
+        ``comm`` without a process grid, a bad ``halo`` or ``corners`` (when
+        called or traced); ``x`` with fewer dimensions than the grid, or a
+        halo wider than ``x`` or a neighbour's owned cells allow (when the
+        exchange runs, on every rank; under ``jax.jit`` inside JAX's runtime
+        error, see :func:`reraise`).
+    DTypeError
+        A dtype hpccoll does not move.
+    MismatchError
+        The ranks disagree on the dtype, the number of dimensions, ``halo``
+        or ``corners`` (when the exchange runs, on every rank).
+    UnsupportedOpError
+        Inside ``jax.shard_map`` or ``jax.pmap``.
+    """
+    x, c = _prepare(x, comm)
+    return _linear(x, c, halo_exchange_maps(c, halo, corners), x.shape, "halo_exchange", None, None)

@@ -32,7 +32,7 @@ The backward of the all-gather is a reduce-scatter: ``w.grad`` holds this rank's
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ from ._common import (
     broadcast_maps,
     gather_maps,
     gather_sizes,
+    halo_exchange_maps,
     reduce_maps,
     reduce_scatter_maps,
     replicate_maps,
@@ -70,6 +71,7 @@ __all__ = [
     "reduce",
     "gather",
     "scatter",
+    "halo_exchange",
     "to_array",
     "from_array",
 ]
@@ -486,3 +488,33 @@ def scatter(
     r, meta = root_of(root, c.size), _Meta(x)
     s = root_scatter_sizes(meta, c, r, axis, sizes)
     return _Linear.apply(x, *scatter_maps(c, r, axis, s, meta.shape[axis_of(axis, meta.ndim)]))
+
+
+def halo_exchange(
+    x: torch.Tensor, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False
+) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.halo_exchange` of a tensor; backward: :func:`hpccoll.halo_exchange_adjoint`.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        This rank's block *including* its ghost layers: ``halo[i]`` on each
+        side of the first ``len(comm.dims)`` axes; later axes are carried along.
+    comm : Communicator
+        A Cartesian Communicator (:meth:`hpccoll.Communicator.cartesian`).
+    halo : int or sequence of int
+        The ghost layers on each side, one width for every grid axis or one per axis.
+    corners : bool
+        Also fill the ghosts outside the owned extent along two or more axes
+        (from the diagonal neighbours).
+
+    Returns
+    -------
+    torch.Tensor
+        A new tensor: ``x`` with every ghost that stands for a cell inside the
+        domain filled from the neighbour that owns it. Backward adds each
+        filled ghost's gradient into that owned cell (on its owner) and zeroes
+        the ghost.
+    """
+    _shape_of(x)
+    return _Linear.apply(x, *halo_exchange_maps(as_communicator(comm), halo, corners))

@@ -18,12 +18,50 @@ collectives consult (:attr:`~Transport.in_place`,
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, ClassVar, FrozenSet, Optional, Sequence
+from typing import Any, Callable, ClassVar, FrozenSet, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from .._dtypes import BASIC_OPS, WIRE_OPS
 from .._request import DONE, Pending
 
 __all__ = ["Transport", "BASIC_OPS", "WIRE_OPS"]
+
+
+def _bytes_like(like: Any, n: int) -> Any:
+    """``n`` fresh bytes in ``like``'s array library (NumPy, or CuPy for a CuPy buffer)."""
+    if isinstance(like, np.ndarray):
+        return np.empty(n, np.uint8)
+    import cupy  # the buffer is one of its arrays, so it is importable
+
+    return cupy.empty(n, np.uint8)
+
+
+class _Then(Pending):
+    """A pending operation, then a step once it completed (the default ``isendrecv``'s unpacking)."""
+
+    __slots__ = ("pending", "step", "owned")
+
+    def __init__(self, pending: Pending, step: Callable[[], None], owned: Any) -> None:
+        self.pending = pending
+        self.step: Optional[Callable[[], None]] = step
+        self.owned = owned
+
+    def _finish(self) -> None:
+        if self.step is not None:
+            self.step()
+            self.step = None
+            self.owned = None
+
+    def wait(self) -> None:
+        self.pending.wait()
+        self._finish()
+
+    def test(self) -> bool:
+        if self.pending.test():
+            self._finish()
+            return True
+        return False
 
 
 class Transport(abc.ABC):
@@ -306,6 +344,74 @@ class Transport(abc.ABC):
         if rank != root:
             send = recv[:0].copy()
         self.alltoallv(send, recv, list(counts) if rank == root else [0] * parts, receives)
+
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+        """Send each ``(buffer, rank)`` of ``sends`` and receive each ``(buffer, rank)`` of ``recvs`` (collective).
+
+        The messages between one pair of ranks match in order: the k-th send
+        to rank q fills q's k-th receive from this rank, which has the same
+        number of bytes. Every rank calls it, with empty lists where it has
+        nothing to move. The default is one all-to-all of bytes (each pair's
+        messages packed in order, then unpacked); a transport with
+        point-to-point messages sends the buffers themselves.
+
+        Parameters
+        ----------
+        sends, recvs : sequence of (array, int)
+            1-D C-contiguous buffers (any dtype; they move as bytes) and the
+            ranks they go to or come from (this rank included).
+        """
+        self._sendrecv(sends, recvs, False).wait()
+
+    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+        """Non-blocking :meth:`sendrecv`.
+
+        Parameters
+        ----------
+        sends, recvs : sequence of (array, int)
+            As for :meth:`sendrecv`.
+
+        Returns
+        -------
+        Pending
+            The operation in flight; the receive buffers are filled once it completes.
+        """
+        return self._sendrecv(sends, recvs, True)
+
+    def _sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], started: bool) -> Pending:
+        """The default :meth:`sendrecv`: one ``alltoallv`` of bytes, packed per peer in message order."""
+        parts = self.comm.size
+        send_counts, recv_counts = [0] * parts, [0] * parts
+        outgoing: List[List[Any]] = [[] for _ in range(parts)]
+        for buf, q in sends:
+            outgoing[q].append(buf)
+            send_counts[q] += buf.nbytes
+        incoming: List[List[Any]] = [[] for _ in range(parts)]
+        for buf, q in recvs:
+            incoming[q].append(buf)
+            recv_counts[q] += buf.nbytes
+        like = (list(sends) + list(recvs))[0][0] if (sends or recvs) else np.empty(0, np.uint8)
+        packed = _bytes_like(like, sum(send_counts))
+        at = 0
+        for bufs in outgoing:
+            for buf in bufs:
+                packed[at : at + buf.nbytes] = buf.view(np.uint8)
+                at += buf.nbytes
+        received = _bytes_like(like, sum(recv_counts))
+
+        def unpack() -> None:
+            at = 0
+            for bufs in incoming:
+                for buf in bufs:
+                    buf.view(np.uint8)[...] = received[at : at + buf.nbytes]
+                    at += buf.nbytes
+
+        if started:
+            pending = self.ialltoallv(packed, received, send_counts, recv_counts)
+            return _Then(pending, unpack, (packed, received))
+        self.alltoallv(packed, received, send_counts, recv_counts)
+        unpack()
+        return DONE
 
     # Non-blocking forms: return a Pending (``wait()``/``test()``). The defaults
     # run the blocking primitive, for transports without asynchronous progress.

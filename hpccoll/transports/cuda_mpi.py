@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from .._env import env_flag
 from .._errors import MismatchError, TransportUnavailable
@@ -159,6 +159,14 @@ class CudaMPI(HostMPI):
 
     # The rooted primitives: MPI's own (HostMPI's Bcast, Reduce, Gatherv, Scatterv and I-forms) on the
     # device buffers, after the current stream is synchronised, as for the others.
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+        self._sync()
+        super().sendrecv(sends, recvs)
+
+    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+        self._sync()
+        return super().isendrecv(sends, recvs)
+
     def bcast(self, buf: Any, root: int) -> None:
         self._sync()
         super().bcast(buf, root)

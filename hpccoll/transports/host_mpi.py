@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -154,6 +154,31 @@ class HostMPI(Transport):
     def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
         return self._started(*self._scatterv(send, recv, counts, root))
 
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+        self._messages(sends, recvs).wait()
+
+    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+        return self._messages(sends, recvs)
+
+    def _messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+        """The buffers themselves as ``Irecv``/``Isend`` pairs (every receive posted first), as bytes.
+
+        The k-th message between a pair of ranks has tag ``_MESSAGE_TAG + k`` at both ends, so a pair that
+        exchanges several (a periodic axis of extent 2: both faces go to the one neighbour) matches them
+        in order; the private duplicate carries no other point-to-point traffic on these tags.
+        """
+        mpi, byte = self._mpi, _DATATYPES.get(_BYTE) or mpi_datatype(_BYTE)
+        requests = []
+        seen: dict = {}
+        for buf, q in recvs:
+            k = seen[q] = seen.get(q, -1) + 1
+            requests.append(mpi.Irecv([buf.view(_BYTE), buf.nbytes, byte], q, _MESSAGE_TAG + k))
+        seen.clear()
+        for buf, q in sends:
+            k = seen[q] = seen.get(q, -1) + 1
+            requests.append(mpi.Isend([buf.view(_BYTE), buf.nbytes, byte], q, _MESSAGE_TAG + k))
+        return MPIPending(_Requests(requests), None, self.comm, "the point-to-point messages")
+
     def _pairwise(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
         """Start an all-to-all as point-to-point pairs: one ``Irecv`` per rank that sends this one something,
         one ``Isend`` per rank this one sends something, this rank's own block copied locally.
@@ -297,6 +322,10 @@ class HostMPI(Transport):
         source = [send, (list(send_counts), displacements(send_counts)), t]
         return "Alltoallv", (source, [recv, (list(recv_counts), displacements(recv_counts)), t]), None
 
+
+#: The first tag of :meth:`HostMPI._messages` (the k-th message between a pair has this plus k).
+_MESSAGE_TAG = 1000
+_BYTE = np.dtype(np.uint8)
 
 #: The tag of :meth:`HostMPI._pairwise`'s messages (any fixed tag would do: nothing else is sent point to point).
 _PAIRWISE_TAG = 11

@@ -181,6 +181,12 @@ class SharedMemory(Transport):
     def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
         return self.host.iallreduce(send, recv, op)
 
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+        self.host.sendrecv(sends, recvs)
+
+    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+        return self.host.isendrecv(sends, recvs)
+
     def alltoallv(
         self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
     ) -> None:
