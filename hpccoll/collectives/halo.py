@@ -193,15 +193,6 @@ def _flat(piece: Any, xp: Any, copy: bool) -> Any:
     return xp.ascontiguousarray(piece).reshape(-1) if not copy else piece.copy().reshape(-1)
 
 
-def _bytes(a: Any, r: Region) -> int:
-    n = a.itemsize
-    for s, extent in zip(r, a.shape):
-        n *= len(range(*s.indices(extent)))
-    for extent in a.shape[len(r) :]:
-        n *= extent
-    return n
-
-
 def _agree(c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool, what: str, err: Any) -> None:
     """One all-gather of every rank's arguments: errors, dtypes, shapes, ``halo`` and ``corners`` checked alike."""
     shape: List[int] = []

@@ -23,7 +23,7 @@ from .._core.lists import list_types, survey_list
 from .._core.validate import axis_of, check_out, one_array, outs_of, plain_out, sizes_of
 from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, truth_valued, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
-from .._layout import as_wire, blocks, finish_reduction, pack, wire_flat
+from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from ..transports._control import exchange_extents
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
@@ -317,9 +317,7 @@ def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what
     batch = Batch(transport, async_op)
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
-        parts = [flat(arrays[i], xp) for i in members]
-        send = xp.concatenate(parts) if len(parts) > 1 else parts[0].copy()
-        send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
+        send = concat([arrays[i] for i in members], plan.wire, plan.widen, xp)
         recv = xp.empty(send.size, plan.wire)
         batch.start("reduce", (send, recv, plan.op, r), _unpacker(recv, members, arrays, outs, plan, c.size, mine, xp))
     return batch.finish(outs)
