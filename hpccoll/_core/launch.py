@@ -9,7 +9,23 @@ import numpy as np
 from .._request import Pending, Request
 from ..transports._cuda import get_runtime
 
-__all__ = ["launch", "Batch", "done", "then", "scratch", "SCRATCH_BYTES"]
+__all__ = ["launch", "Batch", "Ready", "done", "then", "scratch", "SCRATCH_BYTES"]
+
+
+class Ready:
+    """A finishing step with nothing left to do: the result is ``out`` once the transport call completed.
+
+    A callable like any other finishing step; a plan (:func:`hpccoll.plan`)
+    that sees one returns ``out`` straight after the call, with no step between.
+    """
+
+    __slots__ = ("out",)
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    def __call__(self) -> Any:
+        return self.out
 
 
 def launch(transport: Any, primitive: str, args: tuple, finish: Callable[[], Any], async_op: bool) -> Any:

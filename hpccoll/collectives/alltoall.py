@@ -29,7 +29,7 @@ import numpy as np
 from .._arrays import flat, module_of, prod, split_sizes
 from .._core.agree import all_to_all_desc, late, settle
 from .._core.blocks import block, may_share, shape_without, with_extent
-from .._core.launch import done, launch
+from .._core.launch import Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import axis_of, block_sizes, check_out, one_array, outs_of, plain_out, plain_total, sizes_of
 from .._dtypes import movement_dtype, wire_of
@@ -93,7 +93,7 @@ def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: 
     t = c.transport_of("numpy", nbytes)
     args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts, even)
     if async_op:
-        return launch(t, "alltoallv", args, lambda: out, True)
+        return launch(t, "alltoallv", args, Ready(out), True)
     t.alltoallv(*args)
     return out
 

@@ -38,7 +38,7 @@ from .._core.blocks import (
     shape_without,
     with_extent,
 )
-from .._core.launch import Batch, done, launch, scratch
+from .._core.launch import Batch, Ready, done, launch, scratch
 from .._core.lists import ListOf, list_types, survey_list
 from .._core.validate import axes_of, axis_of, check_out, one_array, outs_of, plain_out, plain_total, sizes_of
 from .._dtypes import movement_dtype, wire_of
@@ -102,7 +102,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     counts = sizes if inner == 1 else [s * inner for s in sizes]
     send = None if in_place else wire_flat(send, wire)
     if async_op:
-        return launch(t, "allgatherv", (send, wire_flat(out, wire), counts), lambda: out, True)
+        return launch(t, "allgatherv", (send, wire_flat(out, wire), counts), Ready(out), True)
     t.allgatherv(send, wire_flat(out, wire), counts)
     return out
 
@@ -176,10 +176,10 @@ def _move(x: Any, transport: Any, xp: Any, ax: int, sizes: Sequence[int], out: A
     can = lead == 1 and contiguous and transport.in_place
     x, in_place = in_place_send(x, out, xp, own_block(ax, sizes, rank), can, out_is_whole=True)
     if in_place:  # x is this rank's block of out
-        return launch(transport, "allgatherv", (None, as_wire(flat(out, xp), wire), counts), lambda: out, async_op)
+        return launch(transport, "allgatherv", (None, as_wire(flat(out, xp), wire), counts), Ready(out), async_op)
     send = as_wire(flat(x, xp), wire)
     if lead == 1 and contiguous:
-        return launch(transport, "allgatherv", (send, as_wire(flat(out, xp), wire), counts), lambda: out, async_op)
+        return launch(transport, "allgatherv", (send, as_wire(flat(out, xp), wire), counts), Ready(out), async_op)
     if not async_op and contiguous and transport.allgather_into(send, as_wire(flat(out, xp), wire), lead, inner, sizes):
         return out
     recv = xp.empty(sum(counts), wire)

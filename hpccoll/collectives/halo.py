@@ -28,14 +28,14 @@ owned cells raises on every rank, never a hang or garbage.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
 from .._arrays import module_of
 from .._core.agree import dtype_code, raise_exchanged, status_of
 from .._core.blocks import ALL, in_place_test
-from .._core.launch import done, launch
+from .._core.launch import Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import check_out, one_array, outs_of
 from .._errors import ArgumentError, HpccollError, MismatchError
@@ -183,7 +183,9 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     if not outgoing and not incoming:
         return done(finish(), async_op, kind)
     transport = c.transport_of(kind)  # the smallest messages' transport: a choice every rank makes alike
-    return launch(transport, "sendrecv", (outgoing, incoming), finish, async_op)
+    # Every ghost received straight into place: nothing is left to finish.
+    step: Callable[[], Any] = Ready(results[0]) if not landing and not many else finish
+    return launch(transport, "sendrecv", (outgoing, incoming), step, async_op)
 
 
 def _flat(piece: Any, xp: Any, copy: bool) -> Any:

@@ -18,7 +18,7 @@ import numpy as np
 from .._arrays import flat, module_of
 from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, replicated_desc, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share
-from .._core.launch import Batch, done, launch, scratch
+from .._core.launch import Batch, Ready, done, launch, scratch
 from .._core.lists import list_types, survey_list
 from .._core.validate import check_out, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
@@ -69,7 +69,7 @@ def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
 def finisher(recv: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], Any]:
     """The finishing step of a reduction whose ``recv`` is a wire view of ``out`` (:func:`finish_reduction`); ``out``."""
     if not plan.divide:
-        return lambda: out
+        return Ready(out)
 
     def finish() -> Any:
         finish_reduction(recv, parts, True)
@@ -120,9 +120,11 @@ def into(
         finish_reduction(recv, parts, plan.divide, widen=plan.widen, out=None if direct else out, xp=xp)
         return out
 
+    # Where the transport writes the result in place, nothing is left to finish.
+    step: Callable[[], Any] = Ready(out) if direct and not plan.divide else finish
     if counts is None:
-        return launch(transport, "allreduce", (send, recv, plan.op), finish, async_op)
-    return launch(transport, "reduce_scatter", (send, recv, counts, plan.op), finish, async_op)
+        return launch(transport, "allreduce", (send, recv, plan.op), step, async_op)
+    return launch(transport, "reduce_scatter", (send, recv, counts, plan.op), step, async_op)
 
 
 # --------------------------------------------------------------------------- lists

@@ -18,7 +18,7 @@ import numpy as np
 from .._arrays import flat, module_of, prod, split_sizes
 from .._core.agree import checking, descriptor, late, refuse, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share, shape_without, with_extent
-from .._core.launch import Batch, done, launch
+from .._core.launch import Batch, Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import axis_of, check_out, one_array, outs_of, plain_out, sizes_of
 from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, truth_valued, wire_of
@@ -80,13 +80,25 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     t = c.transport_of("numpy", x.nbytes)
-    if c.rank == root and out is not x:
-        np.copyto(out, x)
+    if c.rank == root and out is not x and x.flags.writeable:
+        # root sends straight from x, then copies it (a transport's default bcast may write root's own
+        # values back: only into a writeable x)
+        return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), async_op)
     buf = wire_flat(out, wire)
     if async_op:
-        return launch(t, "bcast", (buf, root), lambda: out, True)
+        return launch(t, "bcast", (buf, root), Ready(out), True)
     t.bcast(buf, root)
     return out
+
+
+def _copier(out: Any, x: Any, xp: Any) -> Callable[[], Any]:
+    """A finishing step that copies ``x`` into ``out``; ``out``."""
+
+    def copy() -> Any:
+        xp.copyto(out, x)
+        return out
+
+    return copy
 
 
 def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -108,10 +120,14 @@ def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: boo
     transport = c.transport_of(kind, x.nbytes)
     wire = movement_dtype(x.dtype)
     mine = c.rank == r
+    if mine and out is not x and x.flags.c_contiguous and getattr(x.flags, "writeable", True):
+        # root sends straight from x, then copies it (a transport's default bcast may write root's own
+        # values back: only into a writeable x)
+        return launch(transport, "bcast", (as_wire(flat(x, xp), wire), r), _copier(out, x, xp), async_op)
     if out.flags.c_contiguous:
         if mine and out is not x:
             xp.copyto(out, x)
-        return launch(transport, "bcast", (wire_flat(out, wire), r), lambda: out, async_op)
+        return launch(transport, "bcast", (wire_flat(out, wire), r), Ready(out), async_op)
     buf = as_wire(flat(x, xp), wire).copy() if mine else xp.empty(x.size, wire)
 
     def finish() -> Any:
@@ -447,9 +463,9 @@ def _gather_step(a: _Ready, c: Any) -> Step:
     wire = movement_dtype(x.dtype)
     send = as_wire(flat(x, xp), wire)
     if c.rank != r:
-        return "gatherv", (send, None, counts, r), lambda: out
+        return "gatherv", (send, None, counts, r), Ready(out)
     if lead == 1 and out.flags.c_contiguous:
-        return "gatherv", (send, as_wire(flat(out, xp), wire), counts, r), lambda: out
+        return "gatherv", (send, as_wire(flat(out, xp), wire), counts, r), Ready(out)
     recv = xp.empty(sum(counts), wire)
 
     def finish() -> Any:
@@ -506,7 +522,7 @@ def _scatter_step(a: _Ready, c: Any) -> Step:
     wire = movement_dtype(x.dtype)
     send = pack(x, xp, a.ax, a.sizes, wire, False) if c.rank == r else None
     if out.flags.c_contiguous:
-        return "scatterv", (send, as_wire(flat(out, xp), wire), counts, r), lambda: out
+        return "scatterv", (send, as_wire(flat(out, xp), wire), counts, r), Ready(out)
     recv = xp.empty(counts[c.rank], wire)
 
     def finish() -> Any:
