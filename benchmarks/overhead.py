@@ -253,6 +253,11 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
             hr=hr,
             D=MPI.FLOAT,
             S=MPI.SUM,
+            fixed=t.prepare("allreduce", (x, r, "sum")),  # what a plan of a 1 KiB all_reduce runs per call
+        )
+        # the Plan a replayed all_reduce of x into r is (hpccoll.plan's result when its finishing step is Ready)
+        env["planned"] = hpccoll.Plan(
+            "all_reduce", r, ("blocking",), None, None, None, lambda: None, env["fixed"].steps
         )
         cases = [
             (
@@ -274,6 +279,16 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
                 "nccl allreduce, in place",
                 "nc.allReduce(rt.ptr(r), rt.ptr(r), n, F32, SUM, rt.stream())",
                 "t.allreduce(None, r, 'sum')",
+            ),
+            (
+                "nccl allreduce, planned",
+                "nc.allReduce(rt.ptr(x), rt.ptr(r), n, F32, SUM, rt.stream())",
+                "fixed.run()",
+            ),
+            (
+                "nccl allreduce, Plan call",
+                "nc.allReduce(rt.ptr(x), rt.ptr(r), n, F32, SUM, rt.stream())",
+                "planned()",
             ),
             (
                 "staged allreduce",

@@ -54,6 +54,7 @@ from ._operators import (
     ReduceScatter,
     Scatter,
 )
+from ._plan import Plan, plan
 from ._request import Request
 
 __version__ = "0.1.0"
@@ -80,6 +81,8 @@ __all__ = [
     "halo_exchange_adjoint",
     "adjoint_of",
     "split_sizes",
+    "plan",
+    "Plan",
     "Request",
     "Operator",
     "AllGather",

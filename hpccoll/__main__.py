@@ -1,4 +1,4 @@
-"""Command line: ``python -m hpccoll info`` and ``mpiexec -n N python -m hpccoll bench``.
+"""Command line: ``python -m hpccoll info``, ``mpiexec -n N python -m hpccoll bench`` and ``... tune``.
 
 Run it under ``python -m mpi4py -m hpccoll ...`` (or through the ``hpccoll``
 console script) to have an error on one rank abort the whole job.
@@ -11,13 +11,13 @@ import os
 import sys
 from typing import List, Optional
 
-from . import __version__, _bench, _info
+from . import __version__, _bench, _info, _tune
 
 __all__ = ["main", "parser"]
 
 
 def parser(prog: str = "python -m hpccoll") -> argparse.ArgumentParser:
-    """The command line: ``--version`` and the ``info`` and ``bench`` subcommands.
+    """The command line: ``--version`` and the ``info``, ``bench`` and ``tune`` subcommands.
 
     Parameters
     ----------
@@ -59,6 +59,16 @@ def parser(prog: str = "python -m hpccoll") -> argparse.ArgumentParser:
     )
     _bench.add_arguments(bench)
     bench.set_defaults(run=_bench.run_command, subparser=bench)
+    tune = sub.add_parser(
+        "tune",
+        help="measure the transports and MPI's call forms here; write the profile auto and plans use",
+        description=_tune.__doc__,
+        epilog="Run it under mpiexec with the job's rank count and node layout, once per allocation, e.g.\n"
+        "  mpiexec -n 4 python -m mpi4py -m hpccoll tune",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _tune.add_arguments(tune)
+    tune.set_defaults(run=_tune.run_command, subparser=tune)
     return p
 
 

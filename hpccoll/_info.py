@@ -58,6 +58,7 @@ def collect(comm: Any) -> Dict[str, Any]:
 
     from .transports import transport_classes
     from .transports._mpitypes import quirks
+    from .transports._tuned import load
 
     levels = {
         MPI.THREAD_SINGLE: "single",
@@ -83,6 +84,7 @@ def collect(comm: Any) -> Dict[str, Any]:
             except Exception as exc:
                 auto = f"{type(exc).__name__}: {exc}"
         transports[name] = {"arrays": cls.array_kind, "usable": reason is None, "reason": reason, "auto": auto}
+    profile = load(comm)
     return {
         "hpccoll": hpccoll.__version__,
         "python": platform.python_version(),
@@ -97,6 +99,12 @@ def collect(comm: Any) -> Dict[str, Any]:
         "gpu": _gpu(),
         "transports": transports,
         "numpy_arrays": comm.transport_for(numpy.zeros(0)).reason,
+        "tune_profile": {
+            "path": profile["path"],
+            "in_force": profile["profile"] is not None,
+            "why_not": profile["why"],
+            "created": (profile["profile"] or {}).get("created"),
+        },
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
         "settings": {"transport": comm.transport, "check": comm.check, "bucket_bytes": comm.bucket_bytes},
     }
@@ -128,6 +136,9 @@ def report(info: Dict[str, Any]) -> str:
             state += f", but not by auto: {t['auto']}"
         lines.append(f"  {name:<9} ({t['arrays']} arrays) {state}")
     lines.append(f"  NumPy arrays take: {info['numpy_arrays']}")
+    tuned = info["tune_profile"]
+    state = f"in force (made {tuned['created']})" if tuned["in_force"] else f"not in force: {tuned['why_not']}"
+    lines.append(f"  tuning profile: {tuned['path']}, {state}")
     lines.append("settings")
     for key, value in info["settings"].items():
         lines.append(f"  {key} = {value}")

@@ -21,6 +21,8 @@ from ._core.lists import list_types, survey_list
 from ._core.validate import COTANGENTS, axis_of, block_sizes, outs_of, sizes_of
 from ._dtypes import check_dtype, normalize_op
 from ._errors import ArgumentError, HpccollError
+from ._plan import Plan
+from ._plan import plan as make_plan
 from .collectives.alltoall import recv_extents
 from .collectives.halo import halo_of
 from .collectives.rooted import root_of
@@ -110,6 +112,40 @@ class Operator:
     def __call__(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         return self.forward(x, out=out)
 
+    def plan(self, x: Any, out: Any = None) -> Plan:  # pragma: no cover - abstract
+        """A :class:`~hpccoll.Plan` of :meth:`forward` on the buffer ``x`` (collective).
+
+        Parameters
+        ----------
+        x : array or list of arrays
+            The input buffer(s), read again on every call.
+        out : array or list of arrays, optional
+            Where every call writes (allocated once when not given).
+
+        Returns
+        -------
+        Plan
+            See :func:`hpccoll.plan`.
+        """
+        raise NotImplementedError
+
+    def plan_adjoint(self, y: Any, out: Any = None) -> Plan:  # pragma: no cover - abstract
+        """A :class:`~hpccoll.Plan` of :meth:`adjoint` on the buffer ``y`` (collective).
+
+        Parameters
+        ----------
+        y : array or list of arrays
+            The cotangent buffer(s), read again on every call.
+        out : array or list of arrays, optional
+            Where every call writes (allocated once when not given).
+
+        Returns
+        -------
+        Plan
+            See :func:`hpccoll.plan`.
+        """
+        raise NotImplementedError
+
     @property
     def H(self) -> "Operator":
         """The adjoint operator (its ``forward`` is this ``adjoint``)."""
@@ -126,6 +162,12 @@ class _Adjoint(Operator):
 
     def adjoint(self, y: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         return self.base.forward(y, out=out)
+
+    def plan(self, x: Any, out: Any = None) -> Plan:
+        return self.base.plan_adjoint(x, out=out)
+
+    def plan_adjoint(self, y: Any, out: Any = None) -> Plan:
+        return self.base.plan(y, out=out)
 
     @property
     def H(self) -> Operator:
@@ -273,6 +315,45 @@ class _PairOperator(Operator):
         result: ArrayT = self._adjoint(y, out)
         return result
 
+    def plan(self, x: Any, out: Any = None) -> Plan:
+        """A :class:`~hpccoll.Plan` of :meth:`forward` on ``x`` (collective): ``p()`` runs it on ``x``'s contents.
+
+        Parameters
+        ----------
+        x : array or list of arrays
+            The input buffer(s), read again on every call.
+        out : array or list of arrays, optional
+            Where every call writes (allocated once when not given).
+
+        Returns
+        -------
+        Plan
+            See :func:`hpccoll.plan`.
+        """
+        keywords = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
+        return make_plan(self.pair.forward, x, self.comm, out=out, **self._planned(x, keywords, True))
+
+    def plan_adjoint(self, y: Any, out: Any = None) -> Plan:
+        """A :class:`~hpccoll.Plan` of :meth:`adjoint` on ``y`` (collective), with the extents a forward learned.
+
+        Parameters
+        ----------
+        y : array or list of arrays
+            The cotangent buffer(s), read again on every call.
+        out : array or list of arrays, optional
+            Where every call writes (allocated once when not given).
+
+        Returns
+        -------
+        Plan
+            See :func:`hpccoll.plan`.
+        """
+        return make_plan(self.pair.adjoint, y, self.comm, out=out, **self._planned(y, dict(self.keywords), False))
+
+    def _planned(self, a: Any, keywords: Dict[str, Any], forward: bool) -> Dict[str, Any]:
+        """The keywords a plan of one side gets (an operator that learns extents adds them)."""
+        return keywords
+
     def _forward(self, x: Any, out: Any) -> Any:
         fwd = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
         return self.pair.forward(x, self.comm, out=out, **fwd)
@@ -326,6 +407,25 @@ class _PairOperator(Operator):
         shapes = [with_extent(a.shape, ax, sum(t)) for a, ax, t in zip(arrays, axes, table)]
         self.layouts.put(_key(shapes, many), table)
         return result
+
+    def _sides(self, a: Any, keywords: Dict[str, Any], gathering: bool, what: str) -> Dict[str, Any]:
+        """A plan's keywords on one side of an all-gather pair without ``sizes``: the gathering side learns
+        every rank's extents now (one small exchange, as its call would), the scattering side reuses them."""
+        found = _arrays_of(a)
+        if self.sizes is not None or found is None or found[1]:
+            return keywords  # sizes given, or a list (the collective exchanges the extents itself)
+        arrays = found[0]
+        axes = _axes(arrays, self.axis, joins=gathering)
+        if axes is None:
+            return keywords  # the collective refuses a, as it would have
+        if gathering:
+            table = [tuple(t) for t in _extents(self.comm, arrays, axes, what)]
+            self.layouts.put(_key([with_extent(arrays[0].shape, axes[0], sum(table[0]))], False), table)
+        else:
+            table = self.layouts.get(_key([arrays[0].shape], False))
+            if table is None:
+                return keywords
+        return {**keywords, "sizes": tuple(table[0])}
 
     def _scattering(self, y: Any, out: Any, fn: Callable[..., Any], what: str, guess: bool) -> Any:
         """A scattering side (AllGather's adjoint, ReduceScatter's forward): splits as the gathering side did for
@@ -395,6 +495,9 @@ class AllGather(_PairOperator):
     def _adjoint(self, y: Any, out: Any) -> Any:
         return self._scattering(y, out, self.pair.adjoint, "AllGather.adjoint", guess=False)
 
+    def _planned(self, a: Any, keywords: Dict[str, Any], forward: bool) -> Dict[str, Any]:
+        return self._sides(a, keywords, forward, "AllGather.plan")
+
     def __repr__(self) -> str:
         return f"AllGather(axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
 
@@ -434,6 +537,9 @@ class ReduceScatter(_PairOperator):
         if self.op not in ("sum", "avg"):  # no adjoint: the collective says so, before any exchange
             return super()._adjoint(y, out)
         return self._gathering(y, out, self.pair.adjoint, "reduce_scatter_adjoint")
+
+    def _planned(self, a: Any, keywords: Dict[str, Any], forward: bool) -> Dict[str, Any]:
+        return self._sides(a, keywords, not forward, "ReduceScatter.plan")
 
     def __repr__(self) -> str:
         return f"ReduceScatter(op={self.op!r}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"

@@ -55,6 +55,9 @@ def pytest_configure(config):
         if not seed.isdigit():
             raise pytest.UsageError(f"{name}: expected a non-negative int; got {seed!r}")
     os.environ.update(seeds)
+    # A profile of `python -m hpccoll tune` in the developer's cache would change what auto and plans choose:
+    # the suite runs on no profile unless a test names one.
+    os.environ["HPCCOLL_TUNE_FILE"] = os.path.join(tempfile.gettempdir(), "hpccoll-tests-no-profile.json")
 
 
 def pytest_report_header(config):

@@ -1057,3 +1057,50 @@ def test_logical_primitives_directly(gpu, op):
     with pytest.raises(hpccoll.UnsupportedOpError, match=r"op='band' \(MPI\.BAND\).*NCCL has no bitwise ops"):
         t.allreduce(dev(stack[gpu.rank]), recv, "band")
     assert "band" not in t.reduce_ops and {"land", "lor", "lxor"} <= t.reduce_ops
+
+
+# --------------------------------------------------------------------------- plans over NCCL
+
+
+@pytest.mark.parametrize("fn", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+def test_plans_on_cupy_arrays(gpu, fn):
+    """A plan of a CuPy collective, called again on new contents, matches the unplanned call."""
+    collective = getattr(hpccoll, fn)
+    x = cp.empty((4 * gpu.size, 3))
+    with hpccoll.plan(collective, x, gpu) as planned:
+        for k in range(3):
+            x[...] = dev(make(x.shape, np.float64, seed=10 * k + gpu.rank))
+            want = host(collective(x.copy(), gpu))
+            got = planned()
+            planned.start()
+            again = planned.wait()
+            agree(gpu, lambda: assert_close(host(got), want) and assert_close(host(again), want))
+
+
+def test_planned_allreduce_is_one_nccl_call_on_the_callers_stream(gpu, runtime):
+    """The prepared all-reduce: pointers fixed, one allReduce per run, on the stream current at the run."""
+    if gpu.size == 1:
+        pytest.skip("one rank moves nothing")
+    stack, mine = stack_for(gpu, (6,), np.float64, seed=3)
+    x = dev(mine)
+    planned = hpccoll.plan(hpccoll.all_reduce, x, gpu)
+    before = len(calls(gpu, "allReduce"))
+    cp.cuda.get_current_stream().synchronize()  # x's copy to the device, before another stream reads it
+    other = cp.cuda.Stream()
+    with other:
+        got = planned()
+        log = calls(gpu, "allReduce")[before:]
+        agree(gpu, len(log) == 1 and log[0][-1] == other.ptr, f"one allReduce on the current stream, got {log}")
+        agree(gpu, lambda: assert_close(host(got), stack.sum(axis=0)))
+    planned.free()
+    with pytest.raises(hpccoll.HpccollError, match="freed"):
+        planned()
+
+
+def test_prepared_allreduce_refuses_a_closed_transport(gpu):
+    t = nccl_of(gpu)
+    y = cp.empty(4)
+    fixed = t.prepare("allreduce", (None, y, "sum"))
+    t.close()
+    with pytest.raises(hpccoll.TransportUnavailable, match="closed"):
+        fixed.run()

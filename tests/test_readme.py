@@ -109,6 +109,7 @@ def shell(tmp_path_factory):
     venv_bin = {str(VENV / "bin"), str((VENV / "bin").resolve())}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p not in venv_bin)
     env.pop("VIRTUAL_ENV", None)
+    env["HPCCOLL_TUNE_FILE"] = str(cwd / "tune-profile.json")  # the README's `tune` writes here, not for the suite
     return cwd, env
 
 
@@ -195,12 +196,14 @@ def parameters(params: str) -> list:
         out.append((a.arg, "positional", d))
     for a, d in zip(args.kwonlyargs, args.kw_defaults):
         out.append((a.arg, "keyword", inspect.Parameter.empty if d is None else d))
+    if args.kwarg is not None:
+        out.append((args.kwarg.arg, "var-keyword", inspect.Parameter.empty))
     return [(n, k, d if d is inspect.Parameter.empty else eval(ast.unparse(d), {})) for n, k, d in out]
 
 
 def actual(obj) -> list:
     sig = inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
-    kinds = {inspect.Parameter.KEYWORD_ONLY: "keyword"}
+    kinds = {inspect.Parameter.KEYWORD_ONLY: "keyword", inspect.Parameter.VAR_KEYWORD: "var-keyword"}
     return [(p.name, kinds.get(p.kind, "positional"), p.default) for p in sig.parameters.values() if p.name != "self"]
 
 

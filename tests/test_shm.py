@@ -96,7 +96,7 @@ def test_auto_offers_shm_the_large_messages_on_one_node(monkeypatch):
         assert c.transport_of("numpy", SharedMemory.min_bytes - 1).name == "mpi"
         assert big.name == "shm" and not big.everything
         assert all(big._mine(p, low) and not big._mine(p, low - 1) for p, (low, _) in SharedMemory.wins.items())
-        assert not big._mine("allgatherv", SharedMemory.wins["allgatherv"][1])  # MPI's single copy wins there
+        assert not big._mine("allgatherv", 1 << 20)  # measured slower than MPI here: not without a profile
         x = np.arange(SharedMemory.min_bytes // 8, dtype=np.float64) + c.rank
         np.testing.assert_array_equal(hpccoll.all_reduce(x, c), np.arange(x.size) * c.size + sum(range(c.size)))
 
@@ -145,14 +145,14 @@ def test_auto_large_messages_go_through_shm(dtype, monkeypatch):
     assert_close(ar, want_ar)
     assert_close(y, want_ar)
     assert same
-    if P > 1:  # shm moved the all-gathers (1-4 MiB gathered up to 3 ranks), reduce-scatters and all-reduces
-        assert moved == {"allreduce", "reduce_scatter"} | ({"allgatherv"} if P < 4 else set()), moved
+    if P > 1:  # shm moved the reduce-scatters and all-reduces (no profile: the all-gathers went to MPI)
+        assert moved == {"allreduce", "reduce_scatter"}, moved
 
 
 def test_usable_and_wins_declared(shm):
     assert SharedMemory.unavailable_reason(shm) is None
     assert SharedMemory.array_kind == "numpy" and SharedMemory.in_place
-    assert set(SharedMemory.wins) == {"allgatherv", "reduce_scatter", "allreduce", "bcast", "reduce"}
+    assert set(SharedMemory.wins) == {"reduce_scatter", "allreduce", "bcast", "reduce"}
     assert SharedMemory.min_bytes == min(low for low, _ in SharedMemory.wins.values())
 
 

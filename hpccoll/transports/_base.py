@@ -18,6 +18,7 @@ collectives consult (:attr:`~Transport.in_place`,
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Any, Callable, ClassVar, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from .._dtypes import BASIC_OPS, WIRE_OPS
 from .._request import DONE, Pending
 
-__all__ = ["Transport", "BASIC_OPS", "WIRE_OPS"]
+__all__ = ["Transport", "Prepared", "BASIC_OPS", "WIRE_OPS"]
 
 
 def _bytes_like(like: Any, n: int) -> Any:
@@ -606,6 +607,40 @@ class Transport(abc.ABC):
         """
         return finish
 
+    #: Whether :meth:`prepare` can fix a call as an MPI-4 persistent request (``method="persistent"``);
+    #: the default runs the primitive itself on every call. A class default an instance may replace
+    #: once it knows its library (host MPI: MPI >= 4).
+    persistent: bool = False
+
+    def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> "Prepared":
+        """One call of ``primitive(*args)``, fixed for a plan (:func:`hpccoll.plan`) to run again and again.
+
+        The buffers in ``args`` stay the same on every run; their contents are
+        the run's input and output. Collective: every rank prepares the same
+        primitives in the same order, with the same ``method``.
+
+        Parameters
+        ----------
+        primitive : str
+            A primitive of this contract (``"allreduce"``, ``"allgatherv"``,
+            ``"sendrecv"``, ...), not its ``i`` form.
+        args : tuple
+            Its arguments, as the primitive takes them.
+        method : str, optional
+            ``"blocking"`` (default): the blocking call, its arguments built
+            once where the transport can; ``"persistent"``: an MPI-4 persistent
+            request (only where :attr:`persistent` is true; else the same as
+            ``"blocking"``).
+
+        Returns
+        -------
+        Prepared
+            ``run()`` (blocking), ``start()`` (a :class:`~hpccoll.Request`'s
+            :class:`Pending`) and ``free()``. The default calls the primitive
+            (and its ``i`` form) on ``args`` each time.
+        """
+        return Prepared(self, primitive, args)
+
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         """Optionally gather straight into a C-contiguous ``out`` seen as ``(lead, sum(sizes), trail)``.
 
@@ -736,3 +771,38 @@ class Transport(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 (a default that does nothing, not an abstract method)
         """Release resources (pinned buffers, NCCL communicators)."""
+
+
+class Prepared:
+    """A transport call fixed once (:meth:`Transport.prepare`): the default runs the primitive each time.
+
+    Parameters
+    ----------
+    transport : Transport
+        The transport that runs it.
+    primitive : str
+        The contract's primitive.
+    args : tuple
+        Its arguments (the buffers stay alive as long as this object).
+    """
+
+    __slots__ = ("run", "steps", "_start", "args", "method")
+
+    def __init__(self, transport: Transport, primitive: str, args: tuple, method: str = "blocking") -> None:
+        blocking, started = getattr(transport, primitive), getattr(transport, "i" + primitive)
+        #: Run the call once, blocking.
+        self.run: Callable[[], Any] = functools.partial(blocking, *args)
+        #: ``run`` as one or two calls in a row (a persistent request's ``Start`` and ``Wait``), for a caller
+        #: that saves a frame by making them itself.
+        self.steps: Tuple[Callable[[], Any], ...] = (self.run,)
+        self._start: Callable[[], Pending] = functools.partial(started, *args)
+        self.args = args
+        #: What runs: ``"blocking"`` (the primitive each time) or ``"persistent"`` (an MPI persistent request).
+        self.method = method
+
+    def start(self) -> Pending:
+        """Start the call (non-blocking); the transport's pending operation."""
+        return self._start()
+
+    def free(self) -> None:
+        """Release what the call holds (a persistent request); the default holds nothing."""

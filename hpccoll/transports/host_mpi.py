@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Tuple
+import functools
+import weakref
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .._faults import watched
 from .._request import Pending
-from ._base import WIRE_OPS, Transport
+from ._base import WIRE_OPS, Prepared, Transport
 from ._control import run
 from ._mpitypes import (
     _DATATYPES,
@@ -61,6 +63,9 @@ class HostMPI(Transport):
         # _pairwise's partners: receive from rank-1, rank-2, ...; send to rank+1, rank+2, ...
         self._sources = [(rank - step) % parts for step in range(1, parts)]
         self._targets = [(rank + step) % parts for step in range(1, parts)]
+        #: MPI-4 persistent collectives (``MPI_Allreduce_init`` ...) for :meth:`prepare`.
+        self.persistent = _persistent_collectives()
+        self._prepared: "weakref.WeakSet[_Fixed]" = weakref.WeakSet()  # freed by close()
 
     def _run(self, name: str, *args: Any) -> None:
         """The MPI collective ``name``, watched when ``HPCCOLL_TIMEOUT`` is set."""
@@ -167,17 +172,65 @@ class HostMPI(Transport):
         exchanges several (a periodic axis of extent 2: both faces go to the one neighbour) matches them
         in order; the private duplicate carries no other point-to-point traffic on these tags.
         """
-        mpi, byte = self._mpi, _DATATYPES.get(_BYTE) or mpi_datatype(_BYTE)
+        requests = self._message_requests(sends, recvs, self._mpi.Irecv, self._mpi.Isend)
+        return MPIPending(requests, None, self.comm, "the point-to-point messages")
+
+    @staticmethod
+    def _message_requests(
+        sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], receive: Any, send: Any
+    ) -> "_Requests":
+        """:meth:`_messages`' requests made by ``receive`` and ``send`` (``Irecv``/``Isend``, or ``Recv_init``/
+        ``Send_init``): every receive first, the k-th message of a pair tagged ``_MESSAGE_TAG + k``."""
+        byte = _DATATYPES.get(_BYTE) or mpi_datatype(_BYTE)
         requests = []
-        seen: dict = {}
-        for buf, q in recvs:
-            k = seen[q] = seen.get(q, -1) + 1
-            requests.append(mpi.Irecv([buf.view(_BYTE), buf.nbytes, byte], q, _MESSAGE_TAG + k))
-        seen.clear()
-        for buf, q in sends:
-            k = seen[q] = seen.get(q, -1) + 1
-            requests.append(mpi.Isend([buf.view(_BYTE), buf.nbytes, byte], q, _MESSAGE_TAG + k))
-        return MPIPending(_Requests(requests), None, self.comm, "the point-to-point messages")
+        for make, messages in ((receive, recvs), (send, sends)):
+            seen: dict = {}
+            for buf, q in messages:
+                k = seen[q] = seen.get(q, -1) + 1
+                requests.append(make([buf.view(_BYTE), buf.nbytes, byte], q, _MESSAGE_TAG + k))
+        return _Requests(requests)
+
+    def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
+        """The MPI call of ``primitive(*args)`` built once: its blocking form, or (``method="persistent"``,
+        MPI >= 4) a persistent request started and completed on each run.
+
+        The calls whose arguments change from run to run keep the contract's
+        default (the primitive itself each time): uint64 max/min where MPI
+        compares them as signed (a flipped copy of the input), all-to-alls as
+        point-to-point pairs, and every call under ``HPCCOLL_TIMEOUT`` (watched).
+        """
+        if primitive not in _BUILDERS or self.comm.timeout is not None or self._flips(primitive, args):
+            return Prepared(self, primitive, args)
+        if primitive == "alltoallv" and not (args[4] or self.comm.size > self.pairwise_max_ranks):
+            return Prepared(self, primitive, args)
+        if primitive == "sendrecv":
+            if method != "persistent" or not self.persistent:
+                return Prepared(self, primitive, args)
+            fixed = _Fixed(self._persistent_messages(*args), None, self.comm, "the point-to-point messages", args)
+        else:
+            name, mpi_args, then = _BUILDERS[primitive](self, *args)
+            if method == "persistent" and self.persistent:
+                request = getattr(self._mpi, name + "_init")(*mpi_args)
+                fixed = _Fixed(request, then, self.comm, f"MPI_{name}_init", args)
+            else:
+                return _Prebuilt(self, primitive, args, getattr(self._mpi, name), mpi_args, then)
+        self._prepared.add(fixed)
+        return fixed
+
+    def _flips(self, primitive: str, args: tuple) -> bool:
+        """Whether the call is uint64 max/min on an MPI that compares them as signed (:meth:`_flipped`)."""
+        if not self._flip_extrema or primitive not in ("allreduce", "reduce_scatter", "reduce"):
+            return False
+        return bool(args[1].dtype == _UINT64 and args[-1 if primitive != "reduce" else 2] in _EXTREMA)
+
+    def _persistent_messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Any:
+        """:meth:`_messages` as persistent requests (``Recv_init``/``Send_init``), started together."""
+        return self._message_requests(sends, recvs, self._mpi.Recv_init, self._mpi.Send_init)
+
+    def close(self) -> None:
+        for fixed in list(self._prepared):
+            fixed.free()
+        self._prepared.clear()
 
     def _pairwise(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> Pending:
         """Start an all-to-all as point-to-point pairs: one ``Irecv`` per rank that sends this one something,
@@ -345,6 +398,127 @@ class _Requests:
 
     def Test(self) -> bool:  # noqa: N802
         return not self.requests or self.requests[0].Testall(self.requests)
+
+
+#: The builders of :meth:`HostMPI.prepare`: (MPI function name, its arguments, a step after completion).
+_BUILDERS: dict = {
+    "allgatherv": HostMPI._allgatherv,
+    "reduce_scatter": HostMPI._reduce_scatter,
+    "allreduce": HostMPI._allreduce,
+    "bcast": HostMPI._bcast,
+    "reduce": HostMPI._reduce,
+    "gatherv": HostMPI._gatherv,
+    "scatterv": HostMPI._scatterv,
+    "alltoallv": lambda t, send, recv, sc, rc, even=False: t._alltoallv(send, recv, sc, rc, even),
+    "sendrecv": None,  # point-to-point: persistent requests only (_persistent_messages)
+}
+
+
+class _Prebuilt(Prepared):
+    """A blocking MPI call whose arguments (buffer specs, datatypes, op) were built once."""
+
+    __slots__ = ()
+
+    def __init__(
+        self, t: HostMPI, primitive: str, args: tuple, call: Any, mpi_args: tuple, then: Optional[Callable[[], None]]
+    ) -> None:
+        super().__init__(t, primitive, args)
+        if then is None:
+            self.run = functools.partial(call, *mpi_args)
+        else:
+
+            def run() -> None:
+                call(*mpi_args)
+                then()
+
+            self.run = run
+        self.steps = (self.run,)
+
+
+class _Fixed(Prepared):
+    """A persistent MPI request (or several, started together): ``Start`` and ``Wait`` on every run."""
+
+    __slots__ = ("request", "then", "comm", "what", "__weakref__")
+
+    def __init__(self, request: Any, then: Optional[Callable[[], None]], comm: Any, what: str, args: tuple) -> None:
+        self.request, self.then, self.comm, self.what, self.args = request, then, comm, what, args
+        self.method = "persistent"
+        if isinstance(request, _Requests):
+            from mpi4py import MPI
+
+            requests = request.requests
+            startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
+
+            def run() -> None:
+                startall(requests)
+                waitall(requests)
+
+            self.run = run
+            self.steps = (functools.partial(startall, requests), functools.partial(waitall, requests))
+        else:
+            start, wait = request.Start, request.Wait
+            self.steps = (start, wait) if then is None else (start, wait, then)
+            if then is None:
+
+                def run() -> None:
+                    start()
+                    wait()
+
+            else:
+
+                def run() -> None:
+                    start()
+                    wait()
+                    then()
+
+            self.run = run
+
+    def start(self) -> Pending:
+        request = self.request
+        if isinstance(request, _Requests):
+            from mpi4py import MPI
+
+            MPI.Prequest.Startall(request.requests)
+        else:
+            request.Start()
+        return MPIPending(request, self.then, self.comm, self.what)
+
+    def free(self) -> None:
+        request, self.request = self.request, None
+        if request is None or _finalized():
+            return
+        for r in request.requests if isinstance(request, _Requests) else [request]:
+            if r:  # not MPI_REQUEST_NULL
+                r.Free()
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:  # noqa: BLE001, S110 (interpreter shutdown: MPI may be gone)
+            pass
+
+
+_PERSISTENT: List[bool] = []
+
+
+def _persistent_collectives() -> bool:
+    """Whether this MPI library has MPI-4's persistent collectives (decided once, by trying one on
+    ``MPI_COMM_SELF``): Open MPI 5 has them while it reports MPI 3.1; a library without them raises."""
+    if not _PERSISTENT:
+        from mpi4py import MPI
+
+        try:
+            MPI.COMM_SELF.Barrier_init().Free()
+            _PERSISTENT.append(True)
+        except (NotImplementedError, MPI.Exception):
+            _PERSISTENT.append(False)
+    return _PERSISTENT[0]
+
+
+def _finalized() -> bool:
+    from mpi4py import MPI
+
+    return bool(MPI.Is_finalized())
 
 
 def _mover(buf: Any, start: int, count: int) -> Callable[[], None]:

@@ -67,7 +67,7 @@ from .._errors import (
 from .._faults import dump_stacks
 from .._request import Pending
 from . import _ncclboot
-from ._base import Transport
+from ._base import Prepared, Transport
 from ._cuda import capture_query, get_runtime
 from ._mpitypes import displacements
 from ._ncclboot import LIVE, UNEVEN_DESIGNS, NcclProbe, bootstrap, check_uneven, destroy, nccl_version
@@ -543,6 +543,50 @@ class NcclTransport(Transport):
         self._enqueue_allreduce(send, recv, op)
         if self.comm.timeout is not None and not self._capturing():
             self._pending().wait()
+
+    def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
+        """An all-reduce in one ``ncclAllReduce`` with its pointers, count, dtype and op fixed: each run
+        checks that the communicator is live and error-free, then enqueues on the caller's current stream
+        (so a run under CUDA stream capture is captured). Everything else: the contract's default."""
+        if primitive == "allreduce" and self.comm.timeout is None:
+            fixed = self._fixed_allreduce(*args)
+            if fixed is not None:
+                return fixed
+        return Prepared(self, primitive, args)
+
+    def _fixed_allreduce(self, send: Optional[Any], recv: Any, op: str) -> Optional[Prepared]:
+        """:meth:`prepare`'s all-reduce, where it is the common call (one ``allReduce``), else ``None``."""
+        wire = self._reduce.get(recv.dtype) or self._wire_for_reduce(recv.dtype)
+        if op not in self._ops or wire is None or not (wire.scale == 1 or op == "sum"):
+            return None
+        n = recv.size * wire.scale
+        if not 0 < n <= self.max_count:
+            return None
+        nc = self._ready(send, recv)
+        rt = self._rt
+        rp = rt.ptr(recv)
+        sp = rp if send is None else rt.ptr(send)
+        allreduce, check, stream, t, o = nc.allReduce, nc.check_async_error, rt.stream, wire.type, self._ops[op]
+
+        def run() -> None:
+            if self._nc is not nc:
+                raise TransportUnavailable("transport 'nccl': expected a live NCCL communicator; got a closed one")
+            try:
+                check()
+            except Exception as exc:  # the binding's NcclError
+                self._abort(f"NCCL reported an asynchronous error ({type(exc).__name__}: {exc})")
+            allreduce(sp, rp, n, t, o, stream())
+
+        fixed = Prepared(self, "allreduce", (send, recv, op))
+        fixed.run = run
+        fixed.steps = (run,)
+
+        def start() -> Pending:
+            run()
+            return self._pending()
+
+        fixed._start = start
+        return fixed
 
     # ------------------------------------------------------------------ all-reduce
     def _enqueue_allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:

@@ -48,6 +48,7 @@ from ._mpitypes import displacements as offsets
 from ._mpitypes import mpi_datatype, mpi_op
 from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, round_up, split_node
 from ._state import remembered
+from ._tuned import load, verdict
 
 __all__ = ["SharedMemory", "SHARED", "shared_empty", "holder_of"]
 
@@ -88,8 +89,8 @@ class SharedMemory(Transport):
     array_kind = "numpy"
     priority = 40  # before ``mpi``, for the messages it wins (``min_bytes`` and :attr:`wins`)
     chosen_because = (
-        "node-shared memory where it measured faster (every rank on one node; all-reduce from "
-        "256 KiB, reduce-scatter from 1 MiB, all-gather 1-4 MiB, broadcast 8 KiB-2 MiB, reduce 8 KiB-8 MiB; "
+        "node-shared memory where it measured faster (every rank on one node; without a tuning profile "
+        "all-reduce from 256 KiB, reduce-scatter from 1 MiB, broadcast 256 KiB-2 MiB, reduce 256 KiB-8 MiB; "
         "host MPI for the rest)"
     )
     in_place = True
@@ -109,8 +110,11 @@ class SharedMemory(Transport):
     #: only; rooted gathers and scatters always go to host MPI. Their ranges start at 256 KiB, not at the
     #: 8 KiB where they began to win: below ``min_bytes`` every collective's messages would pass through
     #: shm's dispatch on the way to host MPI.
+    #: A private all-gather is not in the table: measured 1.25-1.38x raw MPI at 256 KiB-4 MiB on this
+    #: project's CI machine (issue 21) where it had won 1-4 MiB on another, so without a profile ``auto``
+    #: leaves it to host MPI; a profile of ``python -m hpccoll tune`` that measured shm faster for a
+    #: primitive and size decides instead of this table (:meth:`_mine`).
     wins = {
-        "allgatherv": (1 << 20, 4 << 20),
         "reduce_scatter": (1 << 20, 1 << 62),
         "allreduce": (256 << 10, 1 << 62),
         "bcast": (256 << 10, 2 << 20),
@@ -145,6 +149,9 @@ class SharedMemory(Transport):
         #: :attr:`~Transport.hosts`, ``mpi`` by default), for what shm leaves to host MPI.
         self.host: Transport = comm.host_transport()
         self.saturates = self.host.saturates  # what shm does not move itself, host MPI reduces
+        #: The tuning profile's ``transports`` verdicts (``python -m hpccoll tune``), or empty.
+        self.tuned: dict = (load(comm)["profile"] or {}).get("transports", {})
+        self._verdicts: dict = {}  # (primitive, nbytes) -> whether shm moves it, from the profile
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -163,9 +170,25 @@ class SharedMemory(Transport):
         return reason
 
     def _mine(self, primitive: str, nbytes: int) -> bool:
-        """Whether shm moves this message itself (else host MPI does)."""
+        """Whether shm moves this message itself (else host MPI does): the tuning profile's verdict for
+        ``primitive`` at this size where it measured one, else :attr:`wins`."""
         if self.everything:
             return True
+        if self.tuned:
+            key = (primitive, nbytes)
+            mine = self._verdicts.get(key)
+            if mine is None:  # once per primitive and size: a dictionary lookup afterwards
+                if len(self._verdicts) > 4096:
+                    self._verdicts.clear()
+                measured = verdict(self.tuned.get(primitive), nbytes)
+                mine = self._verdicts[key] = (
+                    measured == self.name if measured is not None else self._in_wins(primitive, nbytes)
+                )
+            return mine
+        return self._in_wins(primitive, nbytes)
+
+    def _in_wins(self, primitive: str, nbytes: int) -> bool:
+        """Whether ``nbytes`` lies in :attr:`wins`' range for ``primitive``."""
         low, high = self.wins.get(primitive, (0, 0))  # not in the table: host MPI's at every size
         return low <= nbytes < high
 

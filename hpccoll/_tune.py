@@ -1,0 +1,288 @@
+"""Measured choices: how a plan runs host MPI's calls, and ``python -m hpccoll tune``'s profile.
+
+Nothing here trusts a constant measured on another machine. A plan's
+``method="auto"`` (:func:`choose_method`) takes the verdict of the profile in
+force (:mod:`hpccoll.transports._tuned`) for its call and size; without one it
+times the blocking and the persistent form side by side on scratch buffers of
+the same size, once per call and size on a communicator, and keeps the
+faster. ``tune`` (:func:`tune`, the command line's ``tune``) measures every
+call at a ladder of sizes the same way, and also each primitive on ``mpi``
+against ``shm``, and writes the profile that ``auto`` and plans use from then on.
+
+Every verdict is the same on every rank: the timings are each the slowest
+rank's (:func:`hpccoll._timing.interleave`), and the sizes come from rank 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ._comm import Communicator, as_communicator
+from ._timing import interleave, medians, paired_ratio
+from .transports._control import allgather_object
+from .transports._tuned import FORMAT, key_of, load, path_of, verdict
+
+__all__ = ["choose_method", "tune", "add_arguments", "run_command", "PRIMITIVES", "SIZES"]
+
+#: The primitives ``tune`` measures (all-to-all: host MPI only).
+PRIMITIVES = ("allreduce", "allgatherv", "reduce_scatter", "bcast", "reduce", "alltoallv")
+#: The message sizes (bytes) ``tune`` measures by default: 8 B to 16 MiB.
+SIZES = (8, 64, 1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+
+
+def _message_bytes(args: Sequence[Any]) -> int:
+    """The bytes a call's buffers hold (this rank's; the choice uses rank 0's)."""
+    total = 0
+    for a in args:
+        if isinstance(a, np.ndarray):
+            total += a.nbytes
+        elif _messages(a):
+            total += sum(b.nbytes for b, _ in a)
+    return total
+
+
+def _messages(a: Any) -> bool:
+    """Whether ``a`` is ``sendrecv``'s list of ``(buffer, rank)`` messages (of NumPy buffers)."""
+    return (
+        isinstance(a, list)
+        and all(isinstance(m, tuple) and len(m) == 2 and isinstance(m[0], np.ndarray) for m in a)
+        and bool(a)
+    )
+
+
+def _scratch(args: Sequence[Any]) -> Optional[tuple]:
+    """``args`` with every buffer replaced by zeros of its shape and dtype (``None``: not NumPy buffers)."""
+    out: List[Any] = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            out.append(np.zeros_like(a))
+        elif _messages(a):
+            out.append([(np.zeros_like(b), q) for b, q in a])
+        elif hasattr(a, "__cuda_array_interface__") or isinstance(a, list) and a and isinstance(a[0], tuple):
+            return None  # device buffers (no persistent form), or messages of them
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def _iters(nbytes: int) -> int:
+    """Calls per timed batch: about 8 MiB moved per batch, 4-200 calls (a batch of a few calls at 1 MiB
+    and more measured 1.1x apart the forms that one-call batches ranked the other way)."""
+    return max(4, min(200, (8 << 20) // max(nbytes, 1)))
+
+
+#: Persistent requests are kept unless the blocking call measured this much faster: they do less per call
+#: (no argument parsing, no request allocation), so a closer verdict is mostly noise (a plan made on a
+#: shared machine measured MPICH's persistent halo exchange slower at 1 MiB once, 0.87x the blocking form
+#: in a longer run); where persistent requests really are slower (Open MPI's all-reduce and all-gather at
+#: 1 MiB: 1.18x and 1.49x, MPICH's reduce-scatter: 1.6x) they lose by far more.
+PERSISTENT_MARGIN = 1.05
+
+
+def race(
+    c: Communicator, fns: Dict[str, Callable[[], Any]], nbytes: int, rounds: int = 7, scale: int = 1
+) -> Dict[str, float]:
+    """Each callable's median seconds per call, timed interleaved (collective); and ``"ratio"`` of the first two.
+
+    ``scale`` multiplies the calls per batch (``tune``, which has time, measures longer than a plan being
+    made). The timings are the slowest rank's, so the result is the same on every rank.
+    """
+    samples = interleave(c.mpi, fns, iters=_iters(nbytes) * scale, rounds=rounds, warmup=1)
+    result = medians(samples)
+    first, second = list(fns)[:2]
+    result["ratio"] = paired_ratio(samples, first, second)
+    return result
+
+
+def choose_method(c: Communicator, t: Any, primitive: str, args: tuple) -> str:
+    """``"persistent"`` or ``"blocking"`` for a plan's call of ``primitive(*args)`` on ``t`` (collective).
+
+    The profile's verdict for this call and size when it has one; else
+    measured now on scratch buffers (the plan's own are never touched) and
+    remembered on ``c`` for later plans of the same call and size. A
+    transport without persistent requests gets ``"blocking"``.
+    """
+    if not getattr(t, "persistent", False):
+        return "blocking"
+    primitive, nbytes = allgather_object(c, (primitive, _message_bytes(args)), "a plan's size")[0]
+    table = (load(c)["profile"] or {}).get("methods", {}).get(primitive)
+    measured = verdict(table, nbytes)
+    if measured in ("persistent", "blocking"):
+        return measured
+    key = f"plan method: {t.name} {primitive} {int(nbytes).bit_length()}"
+    known = c.state.get(key)
+    if known is None:
+        known = c.state[key] = _measure_method(c, t, primitive, args, nbytes)
+    return str(known)
+
+
+def _measure_method(c: Communicator, t: Any, primitive: str, args: tuple, nbytes: int) -> str:
+    """Time the blocking and persistent forms of the call on scratch buffers; the faster."""
+    scratch = _scratch(args)
+    if scratch is None:
+        return "blocking"
+    blocking = t.prepare(primitive, scratch, "blocking")
+    persistent = t.prepare(primitive, scratch, "persistent")
+    try:
+        if persistent.method != "persistent":
+            return "blocking"
+        times = race(c, {"persistent": persistent.run, "blocking": blocking.run}, nbytes)
+        return "persistent" if times["ratio"] < PERSISTENT_MARGIN else "blocking"
+    finally:
+        persistent.free()
+        blocking.free()
+
+
+# --------------------------------------------------------------------------- python -m hpccoll tune
+
+
+def _buffers(primitive: str, nbytes: int, c: Communicator) -> tuple:
+    """Arguments of ``primitive`` moving about ``nbytes`` (float64, or bytes below 8), every rank alike."""
+    dtype = np.dtype(np.float64) if nbytes >= 8 else np.dtype(np.uint8)
+    p = c.size
+    n = max(nbytes // dtype.itemsize, 1)
+    if primitive == "allreduce":
+        return (np.zeros(n, dtype), np.zeros(n, dtype), "sum")
+    if primitive in ("allgatherv", "reduce_scatter", "alltoallv"):
+        block = max(n // p, 1)
+        counts = [block] * p
+        if primitive == "allgatherv":
+            return (np.zeros(block, dtype), np.zeros(block * p, dtype), counts)
+        if primitive == "reduce_scatter":
+            return (np.zeros(block * p, dtype), np.zeros(block, dtype), counts, "sum")
+        return (np.zeros(block * p, dtype), np.zeros(block * p, dtype), counts, counts, True)
+    if primitive == "bcast":
+        return (np.zeros(n, dtype), 0)
+    if primitive == "reduce":
+        return (np.zeros(n, dtype), np.zeros(n, dtype), "sum", 0)
+    raise ValueError(f"primitive: expected one of {PRIMITIVES}; got {primitive!r}")
+
+
+def tune(
+    comm: Any = None,
+    sizes: Sequence[int] = SIZES,
+    primitives: Sequence[str] = PRIMITIVES,
+    rounds: int = 7,
+    progress: Optional[Callable[[str], None]] = None,
+) -> Dict[str, Any]:
+    """Measure host MPI's blocking against persistent calls, and ``mpi`` against ``shm``; the profile (collective).
+
+    Parameters
+    ----------
+    comm : Communicator or mpi4py communicator, optional
+        The ranks, laid out as the job that will use the profile.
+    sizes : sequence of int, optional
+        Message sizes in bytes (default :data:`SIZES`, 8 B - 16 MiB).
+    primitives : sequence of str, optional
+        Which primitives (default :data:`PRIMITIVES`).
+    rounds : int, optional
+        Interleaved rounds per comparison (default 7).
+    progress : callable, optional
+        Called with a line per measurement (rank 0 prints them).
+
+    Returns
+    -------
+    dict
+        The profile (``FORMAT``): ``key``, ``methods`` and ``transports``,
+        each ``{primitive: {size: {"best": name, "<name>_us": time, ...}}}``.
+    """
+    c = as_communicator(comm)
+    mpi = c.transport_instance("mpi")
+    shm_comm = _shm_communicator(c)
+    shm = shm_comm.transport_instance("shm") if shm_comm is not None else None
+    methods: Dict[str, Dict[str, Any]] = {}
+    transports: Dict[str, Dict[str, Any]] = {}
+    for primitive in primitives:
+        for nbytes in sizes:
+            args = _buffers(primitive, nbytes, c)
+            fixed = {form: mpi.prepare(primitive, args, form) for form in ("blocking", "persistent")}
+            try:
+                if fixed["persistent"].method == "persistent":
+                    forms = {"persistent": fixed["persistent"].run, "blocking": fixed["blocking"].run}
+                    times = race(c, forms, nbytes, rounds, scale=4)
+                    best = "persistent" if times["ratio"] < PERSISTENT_MARGIN else "blocking"
+                    methods.setdefault(primitive, {})[str(nbytes)] = _entry(best, times)
+                    _say(
+                        progress, c, f"{primitive:>15} {nbytes:>9} B  persistent/blocking {times['ratio']:.2f}  {best}"
+                    )
+                if shm is not None and primitive != "alltoallv":
+                    on_shm = functools.partial(getattr(shm, primitive), *args)
+                    times = race(c, {"shm": on_shm, "mpi": fixed["blocking"].run}, nbytes, rounds, scale=4)
+                    best = "shm" if times["ratio"] < 1.0 else "mpi"
+                    transports.setdefault(primitive, {})[str(nbytes)] = _entry(best, times)
+                    _say(progress, c, f"{primitive:>15} {nbytes:>9} B  shm/mpi {times['ratio']:.2f}  {best}")
+            finally:
+                for f in fixed.values():
+                    f.free()
+    if shm_comm is not None:
+        shm_comm.free()
+    return {
+        "format": FORMAT,
+        "key": key_of(c),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "rounds": rounds,
+        "methods": methods,
+        "transports": transports,
+    }
+
+
+def _entry(best: str, times: Dict[str, float]) -> Dict[str, Any]:
+    entry: Dict[str, Any] = {"best": best, "ratio": round(times["ratio"], 4)}
+    entry.update({f"{k}_us": round(v * 1e6, 3) for k, v in times.items() if k != "ratio"})
+    return entry
+
+
+def _shm_communicator(c: Communicator) -> Optional[Communicator]:
+    """A duplicate whose ``shm`` moves every message itself, or ``None`` where shm cannot run (collective)."""
+    from .transports import registered
+
+    if registered("shm").auto_reason(c) is not None:
+        return None
+    return Communicator(c.mpi, transport="shm")
+
+
+def _say(progress: Optional[Callable[[str], None]], c: Communicator, line: str) -> None:
+    if progress is not None and c.rank == 0:
+        progress(line)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``tune`` subcommand's options."""
+    p.add_argument("-o", "--output", help="where to write the profile (default: HPCCOLL_TUNE_FILE, else the cache)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds per comparison (default 7)")
+    p.add_argument("--max-bytes", type=int, default=SIZES[-1], help=f"largest message measured (default {SIZES[-1]})")
+    p.add_argument("--primitives", default=",".join(PRIMITIVES), help="comma-separated (default: all)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only where the profile went")
+
+
+def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser, shown: List[str]) -> int:
+    """``python -m hpccoll tune``: measure, write the profile (rank 0), print where it went."""
+    primitives = [p for p in args.primitives.split(",") if p]
+    unknown = [p for p in primitives if p not in PRIMITIVES]
+    if unknown or args.rounds < 1:
+        parser.error(
+            f"--primitives: expected some of {','.join(PRIMITIVES)}; got {args.primitives!r}"
+            if unknown
+            else f"--rounds: expected >= 1; got {args.rounds}"
+        )
+    c = as_communicator(None)
+    sizes = [s for s in SIZES if s <= args.max_bytes]
+    say = None if args.quiet else (lambda line: print(line, flush=True))
+    profile = tune(c, sizes, primitives, args.rounds, say)
+    path = args.output or path_of(profile["key"])
+    if c.rank == 0:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(profile, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+        print(f"hpccoll tune: wrote {path} ({c.size} ranks, {profile['key']['mpi']})", file=sys.stdout, flush=True)
+    c.mpi.Barrier()
+    return 0
