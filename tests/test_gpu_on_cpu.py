@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 import standin_cupy as cp
+from conftest import make
 from standin_nccl import StandInRuntime
 from test_nccl_standin import dev, host
 
@@ -413,3 +414,24 @@ def test_cupy_runtime_calls():
     readonly = np.ones(4, np.float32)
     readonly.flags.writeable = False
     assert _cuda._host_address(readonly) == readonly.ctypes.data
+
+
+# --------------------------------------------------------------------------- plans on every GPU transport
+
+
+@pytest.mark.parametrize("name", ["nccl", "staged", "cuda_mpi"])
+@pytest.mark.parametrize("fn", ["all_reduce", "all_gather", "broadcast"])
+def test_plans_on_every_gpu_transport(comm_of, rt, name, fn):
+    """A plan of a CuPy collective, with the caller's data written on its own stream just before each call:
+    the stand-in fails the test on any call that reads a buffer before that write is ordered (a plan that
+    skipped cuda_mpi's stream synchronisation, for one)."""
+    c, _ = comm_of(name)
+    collective = getattr(hpccoll, fn)
+    x = cp.empty((2 * c.size, 3))
+    with hpccoll.plan(collective, x, c) as planned:
+        for k in range(3):
+            data = make(x.shape, np.float64, seed=10 * k + c.rank)
+            x[...] = dev(data)  # queued on the caller's stream
+            got = host(planned())
+            want = host(collective(dev(data), c))
+            np.testing.assert_allclose(got, want, rtol=1e-12)

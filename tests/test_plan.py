@@ -373,3 +373,14 @@ def test_info_names_the_profile(comm, tmp_path, monkeypatch, capsys):
     world.state.pop("tune profile", None)
     out = capsys.readouterr().out
     agree(comm, comm.rank != 0 or (path in out and "no profile" in out), out[-2000:])
+
+
+def test_an_mpi_without_persistent_collectives_falls_back(comm):
+    """Where the MPI library lacks MPI-4's persistent collectives, method="persistent" plans blocking calls."""
+    with hpccoll.Communicator(comm.mpi, transport="mpi") as c, Verdict(c) as v:
+        c.transport_instance("mpi").persistent = False  # as HostMPI finds such a library (_persistent_collectives)
+        x = np.zeros(5)
+        with hpccoll.plan(hpccoll.all_reduce, x, c, method="persistent") as planned:
+            if c.size > 1:
+                v._run("blocking", lambda: _eq(planned.methods, ("blocking",)))
+            _rounds(c, planned, x, lambda a: hpccoll.all_reduce(a, c), v)

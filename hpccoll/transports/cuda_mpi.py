@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 from .._env import env_flag
 from .._errors import MismatchError, TransportUnavailable
 from .._request import Pending
+from ._base import Prepared
 from ._cuda import capture_query, get_runtime, raise_if_capturing
 from ._state import remembered
 from .host_mpi import HostMPI
@@ -82,11 +83,18 @@ class CudaMPI(HostMPI):
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
+        self.persistent = False  # plans run the synchronising primitives (prepare)
         self._rt = get_runtime()
         self._capturing = capture_query(self._rt)
 
     def bind_finish(self, finish: Callable[[], Any]) -> Callable[[], Any]:
         return self._rt.on_this_stream(finish)
+
+    def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
+        """The contract's default: each run is this transport's own primitive, which synchronises the
+        current stream before MPI touches the device buffers (host MPI's prebuilt calls and persistent
+        requests would skip that). Persistent requests on device buffers are not used (not run on a GPU yet)."""
+        return Prepared(self, primitive, args)
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
