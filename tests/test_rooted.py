@@ -733,3 +733,18 @@ def test_transports(comm, transport):
             make((widths[me], 5), "f8", me),
             make((sum(widths), 5) if me == P - 1 else (0, 5), "f8", 7 + me),
         )
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["out=None", "out given"])
+def test_broadcast_of_a_read_only_input(comm, given):
+    """Root's x read-only (a framework's buffer, a memory map): every rank still gets root's values."""
+    P, r = comm.size, comm.rank
+    X = make((P, 3, 2), np.float64, seed=8)
+    with Verdict(comm) as v:
+        for root in range(P):
+            x = X[r].copy()
+            x.flags.writeable = False
+            out = np.full((3, 2), np.nan) if given else None
+            got = hpccoll.broadcast(x, comm, root=root, out=out)
+            v.same(got, X[root], f"root {root}")
+            v.same(x, X[r], f"root {root}: x untouched")

@@ -80,10 +80,12 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     t = c.transport_of("numpy", x.nbytes)
-    if c.rank == root and out is not x and x.flags.writeable:
-        # root sends straight from x, then copies it (a transport's default bcast may write root's own
-        # values back: only into a writeable x)
-        return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), async_op)
+    if c.rank == root and out is not x:
+        if x.flags.writeable:
+            # root sends straight from x, then copies it (a transport's default bcast may write root's own
+            # values back: only into a writeable x)
+            return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), async_op)
+        np.copyto(out, x)  # a read-only x: root sends its copy
     buf = wire_flat(out, wire)
     if async_op:
         return launch(t, "bcast", (buf, root), Ready(out), True)
