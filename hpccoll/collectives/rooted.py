@@ -84,7 +84,11 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
         if x.flags.writeable:
             # root sends straight from x, then copies it (a transport's default bcast may write root's own
             # values back: only into a writeable x)
-            return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), async_op)
+            if async_op:
+                return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), True)
+            t.bcast(wire_flat(x, wire), root)
+            np.copyto(out, x)
+            return out
         np.copyto(out, x)  # a read-only x: root sends its copy
     buf = wire_flat(out, wire)
     if async_op:
