@@ -28,23 +28,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
+from bench_rooted import human, parse_bytes  # noqa: E402 (this directory: the scripts' shared size helpers)
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
 from hpccoll import _timing  # noqa: E402
-
-
-def parse_bytes(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("B")
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
-
-
-def human(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:g} {unit}"
-    return f"{n} B"
 
 
 def iterations(nbytes: int) -> int:

@@ -404,9 +404,13 @@ class _PairOperator(Operator):
             return call(x, None, out)  # the collective refuses x, as it would have
         arrays, many = found
         result, table = self._learned(call, x, out, arrays, axes, many, what, tuple)
+        self._remember(arrays, axes, table, many)
+        return result
+
+    def _remember(self, arrays: Sequence[Any], axes: Sequence[int], table: List[Tuple[int, ...]], many: bool) -> None:
+        """Keep every rank's extents ``table`` by the shapes the gathering side's result has."""
         shapes = [with_extent(a.shape, ax, sum(t)) for a, ax, t in zip(arrays, axes, table)]
         self.layouts.put(_key(shapes, many), table)
-        return result
 
     def _sides(self, a: Any, keywords: Dict[str, Any], gathering: bool, what: str) -> Dict[str, Any]:
         """A plan's keywords on one side of an all-gather pair without ``sizes``: the gathering side learns
@@ -420,7 +424,7 @@ class _PairOperator(Operator):
             return keywords  # the collective refuses a, as it would have
         if gathering:
             table = [tuple(t) for t in _extents(self.comm, arrays, axes, what)]
-            self.layouts.put(_key([with_extent(arrays[0].shape, axes[0], sum(table[0]))], False), table)
+            self._remember(arrays, axes, table, False)
         else:
             table = self.layouts.get(_key([arrays[0].shape], False))
             if table is None:

@@ -495,20 +495,20 @@ def _calling(
             out = finish()  # the run's own allocation (no user buffer): the result of every call
     state = {"out": out}
 
-    def call() -> Any:
-        result = fn(x, quiet, out=state["out"], **options)
+    def kept(result: Any) -> Any:
+        """``result``, kept as every later call's ``out`` when no ``out`` was fixed and it can be one."""
         if state["out"] is None and _reusable(name, options) and _writable(result):
             state["out"] = result
         return result
+
+    def call() -> Any:
+        return kept(fn(x, quiet, out=state["out"], **options))
 
     def begin() -> Any:
         return fn(x, quiet, out=state["out"], async_op=True, **options)
 
     def end(request: Any) -> Any:
-        result = request.wait()
-        if state["out"] is None and _reusable(name, options) and _writable(result):
-            state["out"] = result
-        return result
+        return kept(request.wait())
 
     return Plan(name, out, ("call",), call, begin, end, lambda: None)
 
