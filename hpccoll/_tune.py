@@ -1,7 +1,8 @@
 """Measured choices: how a plan runs host MPI's calls, and ``python -m hpccoll tune``'s profile.
 
 Nothing here trusts a constant measured on another machine. A plan's
-``method="auto"`` (:func:`choose_method`) takes the verdict of the profile in
+``method="auto"`` (:func:`choose_method`, which lives with the profile in
+:mod:`hpccoll.transports._tuned` so that collectives can use it) takes the verdict of the profile in
 force (:mod:`hpccoll.transports._tuned`) for its call and size; without one it
 times the blocking and the persistent form side by side on scratch buffers of
 the same size, once per call and size on a communicator, and keeps the
@@ -26,9 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ._comm import Communicator, as_communicator
-from ._timing import interleave, medians, paired_ratio
-from .transports._control import allgather_object
-from .transports._tuned import FORMAT, key_of, load, path_of, verdict
+from .transports._tuned import FORMAT, PERSISTENT_MARGIN, choose_method, key_of, path_of, race
 
 __all__ = ["choose_method", "tune", "add_arguments", "run_command", "PRIMITIVES", "SIZES"]
 
@@ -36,109 +35,6 @@ __all__ = ["choose_method", "tune", "add_arguments", "run_command", "PRIMITIVES"
 PRIMITIVES = ("allreduce", "allgatherv", "reduce_scatter", "bcast", "reduce", "alltoallv")
 #: The message sizes (bytes) ``tune`` measures by default: 8 B to 16 MiB.
 SIZES = (8, 64, 1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
-
-
-def _message_bytes(args: Sequence[Any]) -> int:
-    """The bytes a call's buffers hold (this rank's; the choice uses rank 0's)."""
-    total = 0
-    for a in args:
-        if isinstance(a, np.ndarray):
-            total += a.nbytes
-        elif _messages(a):
-            total += sum(b.nbytes for b, _ in a)
-    return total
-
-
-def _messages(a: Any) -> bool:
-    """Whether ``a`` is ``sendrecv``'s list of ``(buffer, rank)`` messages (of NumPy buffers)."""
-    return (
-        isinstance(a, list)
-        and all(isinstance(m, tuple) and len(m) == 2 and isinstance(m[0], np.ndarray) for m in a)
-        and bool(a)
-    )
-
-
-def _scratch(args: Sequence[Any]) -> Optional[tuple]:
-    """``args`` with every buffer replaced by zeros of its shape and dtype (``None``: not NumPy buffers)."""
-    out: List[Any] = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            out.append(np.zeros_like(a))
-        elif _messages(a):
-            out.append([(np.zeros_like(b), q) for b, q in a])
-        elif hasattr(a, "__cuda_array_interface__") or isinstance(a, list) and a and isinstance(a[0], tuple):
-            return None  # device buffers (no persistent form), or messages of them
-        else:
-            out.append(a)
-    return tuple(out)
-
-
-def _iters(nbytes: int) -> int:
-    """Calls per timed batch: about 8 MiB moved per batch, 4-200 calls (a batch of a few calls at 1 MiB
-    and more measured 1.1x apart the forms that one-call batches ranked the other way)."""
-    return max(4, min(200, (8 << 20) // max(nbytes, 1)))
-
-
-#: Persistent requests are kept unless the blocking call measured this much faster: they do less per call
-#: (no argument parsing, no request allocation), so a closer verdict is mostly noise (a plan made on a
-#: shared machine measured MPICH's persistent halo exchange slower at 1 MiB once, 0.87x the blocking form
-#: in a longer run); where persistent requests really are slower (Open MPI's all-reduce and all-gather at
-#: 1 MiB: 1.18x and 1.49x, MPICH's reduce-scatter: 1.6x) they lose by far more.
-PERSISTENT_MARGIN = 1.05
-
-
-def race(
-    c: Communicator, fns: Dict[str, Callable[[], Any]], nbytes: int, rounds: int = 7, scale: int = 1
-) -> Dict[str, float]:
-    """Each callable's median seconds per call, timed interleaved (collective); and ``"ratio"`` of the first two.
-
-    ``scale`` multiplies the calls per batch (``tune``, which has time, measures longer than a plan being
-    made). The timings are the slowest rank's, so the result is the same on every rank.
-    """
-    samples = interleave(c.mpi, fns, iters=_iters(nbytes) * scale, rounds=rounds, warmup=1)
-    result = medians(samples)
-    first, second = list(fns)[:2]
-    result["ratio"] = paired_ratio(samples, first, second)
-    return result
-
-
-def choose_method(c: Communicator, t: Any, primitive: str, args: tuple) -> str:
-    """``"persistent"`` or ``"blocking"`` for a plan's call of ``primitive(*args)`` on ``t`` (collective).
-
-    The profile's verdict for this call and size when it has one; else
-    measured now on scratch buffers (the plan's own are never touched) and
-    remembered on ``c`` for later plans of the same call and size. A
-    transport without persistent requests gets ``"blocking"``.
-    """
-    if not getattr(t, "persistent", False):
-        return "blocking"
-    primitive, nbytes = allgather_object(c, (primitive, _message_bytes(args)), "a plan's size")[0]
-    table = (load(c)["profile"] or {}).get("methods", {}).get(primitive)
-    measured = verdict(table, nbytes)
-    if measured in ("persistent", "blocking"):
-        return measured
-    key = f"plan method: {t.name} {primitive} {int(nbytes).bit_length()}"
-    known = c.state.get(key)
-    if known is None:
-        known = c.state[key] = _measure_method(c, t, primitive, args, nbytes)
-    return str(known)
-
-
-def _measure_method(c: Communicator, t: Any, primitive: str, args: tuple, nbytes: int) -> str:
-    """Time the blocking and persistent forms of the call on scratch buffers; the faster."""
-    scratch = _scratch(args)
-    if scratch is None:
-        return "blocking"
-    blocking = t.prepare(primitive, scratch, "blocking")
-    persistent = t.prepare(primitive, scratch, "persistent")
-    try:
-        if persistent.method != "persistent":
-            return "blocking"
-        times = race(c, {"persistent": persistent.run, "blocking": blocking.run}, nbytes)
-        return "persistent" if times["ratio"] < PERSISTENT_MARGIN else "blocking"
-    finally:
-        persistent.free()
-        blocking.free()
 
 
 # --------------------------------------------------------------------------- python -m hpccoll tune

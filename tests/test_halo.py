@@ -22,6 +22,7 @@ from mpi4py import MPI
 
 import hpccoll
 from hpccoll import ArgumentError, DTypeError, MismatchError
+from hpccoll.collectives import halo as halo_module
 from hpccoll.testing import dottest
 
 pytestmark = pytest.mark.mpi
@@ -559,3 +560,202 @@ def test_disagreements(comm, what):
         x1 = lay.make_x(me, G, 11, (2,))
         y = hpccoll.halo_exchange(x1, cart, halo=1)
         agree(cart, lambda: assert_same(y, lay.forward(me, x1, G, False)))
+
+
+# --------------------------------------------------------------------------- kept exchanges
+
+
+def kept_of(cart):
+    """The exchanges ``cart`` keeps prepared (halo's own record: these tests check the kept road is taken)."""
+    return cart.state.get(halo_module._KEPT, {})
+
+
+def refill(lay, me, x, G, seed):
+    """New owned cells and ghosts in ``x`` itself (a stencil sweep's update); the new global array."""
+    G[...] = global_array(lay, G.dtype, seed, G.shape[lay.nd :])
+    x[...] = lay.make_x(me, G, seed + 1, G.shape[lay.nd :])
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+@pytest.mark.parametrize("halo", [1, 2])
+def test_kept_in_place(comm, periodic, halo):
+    """The same in-place call every step: kept from its second call on (where it moves anything: not one
+    rank without a periodic axis), the same result as the full road."""
+    me = comm.rank
+    moves = periodic or comm.size > 1
+    with comm.cartesian([comm.size], periodic=periodic) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, periodic, halo)
+        G = global_array(lay, np.float64, 80, (3,))
+        x = lay.make_x(me, G, 81, (3,))
+        for step in range(5):
+            refill(lay, me, x, G, 82 + 3 * step)
+            want = lay.forward(me, x, G, False)
+            got = hpccoll.halo_exchange(x, cart, halo=halo, out=x)
+            v.true(got is x, f"step {step}: out=x not returned")
+            v.same(x, want, f"step {step} in place")
+            v.true(len(kept_of(cart)) == (moves and step >= 1), f"step {step}: {len(kept_of(cart))} kept")
+        for entry in kept_of(cart).values():
+            v.true(entry.prepared.method in ("persistent", "blocking"), f"kept as {entry.prepared.method}")
+        req = hpccoll.halo_exchange(x, cart, halo=halo, out=x, async_op=True)  # kept, started
+        v.true(isinstance(req, hpccoll.Request) and req.wait() is x, "kept async: the request's result")
+        refill(lay, me, x, G, 99)
+        want = lay.forward(me, x, G, False)
+        req = hpccoll.halo_exchange(x, cart, halo=halo, out=x, async_op=True)
+        v.same(req.wait(), want, "kept async")
+
+
+def test_kept_into_one_out(comm):
+    """A fixed out, x refilled each step: kept; x never modified."""
+    me = comm.rank
+    with comm.cartesian([comm.size], periodic=True) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.int32, 90)
+        x = lay.make_x(me, G, 91)
+        out = np.zeros_like(x)
+        for step in range(4):
+            refill(lay, me, x, G, 92 + 3 * step)
+            before = x.copy()
+            v.true(hpccoll.halo_exchange(x, cart, halo=1, out=out) is out, "out= not returned")
+            v.same(out, lay.forward(me, x, G, False), f"step {step} into out")
+            v.same(x, before, f"step {step}: x modified")
+        v.true(len(kept_of(cart)) == 1, f"{len(kept_of(cart))} exchanges kept")
+
+
+def test_kept_beside_other_calls(comm):
+    """With an exchange kept: other arrays, the adjoint, lists, out=None and a rank calling another array
+    than the others all go the full road, correctly."""
+    P, me = comm.size, comm.rank
+    with comm.cartesian([P], periodic=True) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.float64, 100, (2,))
+        x = lay.make_x(me, G, 101, (2,))
+        for _ in range(2):
+            hpccoll.halo_exchange(x, cart, halo=1, out=x)
+        v.true(len(kept_of(cart)) == 1, "kept")
+        refill(lay, me, x, G, 102)
+        other = x.copy() if me == 0 else x  # rank 0 calls a new array, the others their kept one
+        want = lay.forward(me, other, G, False)
+        v.same(hpccoll.halo_exchange(other, cart, halo=1, out=other), want, "one rank off the kept road")
+        v.same(hpccoll.halo_exchange(x, cart, halo=1), lay.forward(me, x, G, False), "out=None")
+        v.same(hpccoll.halo_exchange([x, x], cart, halo=1)[1], lay.forward(me, x, G, False), "a list")
+        gs = [make(lay.shape(q, (2,)), np.float64, 103 + q) for q in range(P)]
+        g = gs[me].copy()
+        v.close(hpccoll.halo_exchange_adjoint(g, cart, halo=1, out=g), lay.adjoint(me, gs, False), "adjoint")
+        refill(lay, me, x, G, 104)
+        v.same(hpccoll.halo_exchange(x, cart, halo=1, out=x), lay.forward(me, x, G, False), "kept again")
+
+
+def test_kept_bounded(comm):
+    """More arrays than a communicator keeps, each exchanged repeatedly: the oldest dropped, all correct."""
+    me = comm.rank
+    with comm.cartesian([comm.size], periodic=True) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.float32, 110)
+        xs = [lay.make_x(me, G, 111 + i) for i in range(halo_module.KEEP + 3)]
+        for rnd in range(3):
+            for i, x in enumerate(xs):
+                for _ in range(2):
+                    got = hpccoll.halo_exchange(x, cart, halo=1, out=x)
+                v.same(got, lay.forward(me, x, G, False), f"round {rnd} array {i}")
+            v.true(len(kept_of(cart)) <= halo_module.KEEP, f"{len(kept_of(cart))} kept")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_kept_then_one_rank_changes_its_array(comm):
+    """A rank reshapes its kept array in place: every rank leaves the kept road, and the mismatch raises
+    on every rank (no hang); the kept exchange works again afterwards."""
+    me = comm.rank
+    with comm.cartesian([comm.size], periodic=True) as cart:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.float64, 120, (4,))
+        x = lay.make_x(me, G, 121, (4,))
+        for _ in range(2):
+            hpccoll.halo_exchange(x, cart, halo=1, out=x)
+        agree(cart, len(kept_of(cart)) == 1, "kept")
+        shape = x.shape
+        if me == 1:
+            x.shape = (shape[0] * 2, 2)  # the same memory, other trailing extents
+        raises_everywhere(
+            cart, MismatchError, "trailing extents", lambda: hpccoll.halo_exchange(x, cart, halo=1, out=x)
+        )
+        x.shape = shape
+        refill(lay, me, x, G, 122)
+        want = lay.forward(me, x, G, False)
+        y = hpccoll.halo_exchange(x, cart, halo=1, out=x)
+        agree(cart, lambda: assert_same(y, want))
+
+
+def test_not_kept(comm):
+    """Check mode, non-contiguous faces (a grid split along axis 1) and arguments of other types than the
+    plain ones are never kept, and stay correct."""
+    me = comm.rank
+    with hpccoll.Communicator(check=True).cartesian([comm.size], periodic=True) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.float64, 130)
+        x = lay.make_x(me, G, 131)
+        for _ in range(3):
+            v.same(hpccoll.halo_exchange(x, cart, halo=1, out=x), lay.forward(me, x, G, False), "check mode")
+        v.true(not kept_of(cart), "kept in check mode")
+    with comm.cartesian([1, comm.size], periodic=True) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, True, (0, 1))
+        G = global_array(lay, np.float64, 132, (2,))
+        x = lay.make_x(me, G, 133, (2,))
+        for _ in range(3):
+            v.same(hpccoll.halo_exchange(x, cart, halo=(0, 1), out=x), lay.forward(me, x, G, False), "axis 1")
+        v.true(not kept_of(cart), "non-contiguous faces kept")
+    with comm.cartesian([comm.size], periodic=True) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.float64, 134)
+        x = lay.make_x(me, G, 135)
+        for _ in range(3):
+            v.same(hpccoll.halo_exchange(x, cart, halo=np.int64(1), out=x), lay.forward(me, x, G, False), "np.int64")
+        v.true(not kept_of(cart), "kept with a NumPy integer halo")
+
+
+# --------------------------------------------------------------------------- node-shared fields
+
+
+@pytest.mark.parametrize("grid", ["P", "Px1", "1xP", "auto2d"])
+@pytest.mark.parametrize("transport", ["shm", "auto"])
+def test_shared_fields(comm, grid, transport):
+    """Fields from ``shared_empty`` exchanged in place, shm named or ``auto``: the neighbours' boundaries read
+    straight from shared memory where every boundary region is contiguous (host MPI otherwise), the result
+    the reference's; a rank with a private field sends every rank to host MPI, still correct."""
+    me = comm.rank
+    dims = grid_dims(comm, grid)
+    with hpccoll.Communicator(comm.mpi, transport=transport) as base:
+        for periodic in (True, False):
+            with base.cartesian(dims, periodic=periodic) as cart, Verdict(cart) as v:
+                t = cart.shared_transport()
+                host_calls = []
+                real = t.host.sendrecv
+                t.host.sendrecv = lambda *a: (host_calls.append(1), real(*a))[1]
+                try:
+                    for halo, corners, dtype in [(1, False, np.float64), (2, True, np.int16), (1, True, np.complex64)]:
+                        lay = Layout(cart.dims, periodic, halo)
+                        G = global_array(lay, dtype, 140, (3,))
+                        for private in (False, me == 0):
+                            before = len(host_calls)
+                            x = cart.shared_empty(lay.shape(me, (3,)), dtype)
+                            if private:
+                                x = np.empty_like(x)
+                            for step in range(3):
+                                x[...] = lay.make_x(me, G, 141 + step, (3,))
+                                want = lay.forward(me, x, G, corners)
+                                got = hpccoll.halo_exchange(x, cart, halo=halo, corners=corners, out=x)
+                                v.true(got is x, "out=x not returned")
+                                v.same(x, want, f"{grid} {periodic} {halo} {corners} {dtype} private={private}")
+                            moves = comm.size > 1 and not periodic and cart.dims[1:].count(1) == len(cart.dims) - 1
+                            everyone_shared = cart.mpi.allreduce(not private, op=MPI.LAND)
+                            if moves and everyone_shared:
+                                # messages along axis 0 only, every field shared: read in place where every
+                                # rank's boundary rows are contiguous, else through host MPI
+                                h, inner = lay.halo[0], lay.interior(me)[1:]
+                                rows = [slice(h, 2 * h), slice(x.shape[0] - 2 * h, x.shape[0] - h)]
+                                flat = all(x[(r, *inner)].flags.c_contiguous for r in rows)
+                                flat = cart.mpi.allreduce(flat, op=MPI.LAND)
+                                calls = len(host_calls) - before
+                                v.true((calls == 0) == flat, f"{calls} host MPI calls, flat boundaries: {flat}")
+                finally:
+                    t.host.sendrecv = real

@@ -23,6 +23,21 @@ Before the data moves, one small all-gather of every rank's shape, dtype,
 ``halo`` and ``corners`` (and any argument error) lets every rank check every
 pair of neighbours alike, so a mismatch or a halo wider than a neighbour's
 owned cells raises on every rank, never a hang or garbage.
+
+Kept exchanges: a stencil code exchanges the same array, in place (or into the
+same ``out``), every step. When every rank makes the same such call a second
+time (NumPy arrays, no check mode, every ghost and boundary region contiguous),
+the ranks prepare its messages together once, as a plan would
+(:func:`hpccoll.transports._tuned.choose_method`: MPI persistent requests where
+they measured faster), and keep them on the communicator, up to :data:`KEEP`
+exchanges (each holds its arrays). From then on every call of a communicator
+with kept exchanges starts with one ``Allreduce`` (``MAX``) of two int64 (the serial
+number of the kept exchange the call matches and its negative, or -1; an MPI
+persistent request where MPI has them): where every rank
+finds its call among the exchanges kept together, the prepared messages run and
+nothing else is checked (nothing that was agreed can have changed: the same
+arrays, shapes, strides, dtype, ``halo`` and ``corners``); else the call takes
+the full road above. No rank can take one road while another takes the other.
 """
 
 from __future__ import annotations
@@ -39,7 +54,10 @@ from .._core.launch import Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import check_out, one_array, outs_of
 from .._errors import ArgumentError, HpccollError, MismatchError
+from .._request import Request
 from ..transports._control import MAX_DIMS, exchange_shapes
+from ..transports._tuned import choose_method
+from ..transports.shm import holder_of
 
 __all__ = ["halo_exchange", "halo_of"]
 
@@ -83,6 +101,86 @@ def _region(shape: Sequence[int], halo: Sequence[int], o: Sequence[int], ghost: 
     return tuple(out)
 
 
+#: The most exchanges a communicator keeps prepared (each keeps its ``x`` and ``out`` alive until it is
+#: dropped, the oldest first, or the communicator is freed).
+KEEP = 8
+#: ``Communicator.state`` keys: the kept exchanges, the calls seen (those that may be kept when seen again).
+_KEPT, _SEEN, _GATE = "halo kept exchanges", "halo calls seen", "halo kept exchanges' agreement"
+
+
+class _Kept(NamedTuple):
+    """An exchange prepared once on every rank (together, so its ``serial`` is the same everywhere)."""
+
+    x: Any
+    out: Any
+    key: tuple  # what the call must repeat: shape, strides, dtype, halo, corners
+    serial: int
+    transport: Any
+    prepared: Any  # the transport's Prepared sendrecv
+
+
+def _call_key(x: Any, halo: Any, corners: Any) -> Any:
+    """What a call must repeat to run a kept exchange, or ``None`` where it may not be kept (arguments in
+    types other than the plain ones, which the full road checks: an int, or a list or tuple of ints; a bool)."""
+    if type(halo) is not int:
+        if type(halo) not in (tuple, list) or not all(type(h) is int for h in halo):
+            return None
+        halo = tuple(halo)
+    if type(corners) is not bool:
+        return None
+    return (x.shape, x.strides, x.dtype, halo, corners)
+
+
+def _recalled(
+    c: Any, kept: Dict[Tuple[int, int], _Kept], x: Any, out: Any, halo: Any, corners: Any, async_op: bool, adjoint: bool
+) -> Any:
+    """The result through a kept exchange where every rank's call is one kept together; else ``None``."""
+    entry = None if adjoint or type(x) is not np.ndarray else kept.get((id(x), id(out)))
+    serial = -1
+    if entry is not None and entry.x is x and entry.out is out and _call_key(x, halo, corners) == entry.key:
+        serial = entry.serial
+    mine, every, agree = c.state[_GATE]
+    mine[0], mine[1] = serial, -serial
+    agree.run()
+    if every[0] != -every[1] or serial < 0:  # not the same kept exchange on every rank
+        return None
+    assert entry is not None
+    if out is not x:
+        np.copyto(out, x)
+    if not async_op:
+        entry.prepared.run()
+        return out
+    return Request([entry.prepared.start()], entry.transport.bind_finish(Ready(out)), (x, out))
+
+
+def _seen_again(c: Any, x: Any, out: Any, key: Any) -> bool:
+    """Whether this rank made this call before (it is then worth keeping); remembers it."""
+    seen = c.state.setdefault(_SEEN, {})
+    mark = (id(x), id(out), key)
+    again = mark in seen
+    seen.pop(mark, None)
+    seen[mark] = True
+    if len(seen) > KEEP:
+        del seen[next(iter(seen))]
+    return again
+
+
+def _keep(c: Any, transport: Any, x: Any, out: Any, key: Any, args: tuple) -> _Kept:
+    """Prepare the exchange's messages on every rank (collective) and keep them, dropping the oldest."""
+    kept = c.state.setdefault(_KEPT, {})
+    serial = c.state[_KEPT + " made"] = c.state.get(_KEPT + " made", 0) + 1
+    if _GATE not in c.state:  # the agreement every call makes from now on: a persistent Allreduce where MPI has one
+        mine, every = np.zeros(2, np.int64), np.zeros(2, np.int64)
+        prepared = c.host_transport().prepare("allreduce", (mine, every, "max"), "persistent")
+        # set and read through memoryviews: a few times cheaper than NumPy's scalar indexing
+        c.state[_GATE] = (mine.data, every.data, prepared)
+    prepared = transport.prepare("sendrecv", args, choose_method(c, transport, "sendrecv", args))
+    if len(kept) >= KEEP:
+        kept.pop(next(iter(kept))).prepared.free()
+    entry = kept[(id(x), id(out))] = _Kept(x, out, key, serial, transport, prepared)
+    return entry
+
+
 class _Field(NamedTuple):
     """One array of the call, validated."""
 
@@ -99,6 +197,11 @@ class _Layout(NamedTuple):
 
 def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, async_op: bool, adjoint: bool) -> Any:
     """``hpccoll.halo_exchange`` (``adjoint``: its adjoint), one array or a list; ``what`` names the public call."""
+    kept = c.state.get(_KEPT)
+    if kept and not c.check:  # kept together, so every rank has some: every rank asks alike
+        got = _recalled(c, kept, x, out, halo, corners, async_op, adjoint)
+        if got is not None:
+            return got
     many = type(x) is not np.ndarray and list_types(x) is not None
     fields: List[_Field] = []
     kind, xp, err = "numpy", np, None
@@ -136,18 +239,22 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     if grid is None:  # no process grid: nothing to exchange with; this rank's error is every rank's (same comm)
         assert err is not None
         raise err
-    _agree(c, fields, widths, bool(corners) if err is None else False, what, err)
+    layout = None if err is not None else _layout_of(c, grid, fields, widths, bool(corners))
+    key, shared = None, False
+    if layout is not None and not (many or adjoint) and type(x) is np.ndarray and out is not None:
+        flat = _views(fields[0].out, layout)  # every message a view of out: nothing packed, nothing landed
+        # node-shared: a field from shared_empty exchanged in place (shm reads the boundaries in place)
+        shared = flat and out is x and holder_of(x) is not None
+        if flat and not c.check:  # worth keeping: a plain call into a fixed out, made before
+            key = _call_key(x, halo, corners)
+            if key is not None and not _seen_again(c, x, out, key):
+                key = None
+    keep, shared = _agree(c, fields, widths, bool(corners) if err is None else False, what, err, key, shared)
+    assert layout is not None  # _agree raised every rank's error
     results = [f.out for f in fields]
     for f in fields:
         if f.out is not f.x:
             xp.copyto(f.out, f.x)
-    key = (tuple(f.x.shape for f in fields), widths, bool(corners))
-    layouts = c.state.setdefault("halo layouts", {})
-    layout = layouts.get(key)
-    if layout is None:
-        if len(layouts) >= 64:
-            layouts.clear()
-        layout = layouts[key] = _layout(c, grid, list(key[0]), widths, bool(corners))
     # The adjoint sends the filled ghosts' cotangents back and adds what arrives into the owned cells.
     sends, recvs = (layout.recvs, layout.sends) if adjoint else (layout.sends, layout.recvs)
     outgoing: List[Tuple[Any, int]] = []
@@ -182,10 +289,37 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
 
     if not outgoing and not incoming:
         return done(finish(), async_op, kind)
-    transport = c.transport_of(kind)  # the smallest messages' transport: a choice every rank makes alike
+    # Every rank's field in node-shared memory: the transport that reads the neighbours' boundaries in place;
+    # else the smallest messages' transport. A choice every rank makes alike.
+    transport = c.shared_transport() if shared else c.transport_of(kind)
+    if keep:  # every rank wants it (so none packs or lands anything): prepared together, run now
+        assert key is not None and not landing
+        entry = _keep(c, transport, x, out, key, (outgoing, incoming))
+        kept_out = results[0]
+        if not async_op:
+            entry.prepared.run()
+            return kept_out
+        return Request([entry.prepared.start()], transport.bind_finish(Ready(kept_out)), (x, out))
     # Every ghost received straight into place: nothing is left to finish.
     step: Callable[[], Any] = Ready(results[0]) if not landing and not many else finish
     return launch(transport, "sendrecv", (outgoing, incoming), step, async_op)
+
+
+def _layout_of(c: Any, grid: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool) -> _Layout:
+    """The messages' regions for these arrays' shapes (cached on the communicator)."""
+    key = (tuple(f.x.shape for f in fields), widths, corners)
+    layouts = c.state.setdefault("halo layouts", {})
+    layout = layouts.get(key)
+    if layout is None:
+        if len(layouts) >= 64:
+            layouts.clear()
+        layout = layouts[key] = _layout(c, grid, list(key[0]), widths, corners)
+    return layout
+
+
+def _views(out: Any, layout: _Layout) -> bool:
+    """Whether every region the forward sends or receives is C-contiguous in ``out`` (moved without copies)."""
+    return all(out[r].flags.c_contiguous for side in (layout.sends, layout.recvs) for v in side.values() for _, r in v)
 
 
 def _flat(piece: Any, xp: Any, copy: bool) -> Any:
@@ -195,8 +329,14 @@ def _flat(piece: Any, xp: Any, copy: bool) -> Any:
     return xp.ascontiguousarray(piece).reshape(-1) if not copy else piece.copy().reshape(-1)
 
 
-def _agree(c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool, what: str, err: Any) -> None:
-    """One all-gather of every rank's arguments: errors, dtypes, shapes, ``halo`` and ``corners`` checked alike."""
+def _agree(
+    c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool, what: str, err: Any, keep: Any, shared: bool
+) -> Tuple[bool, bool]:
+    """One all-gather of every rank's arguments: errors, dtypes, shapes, ``halo`` and ``corners`` checked alike.
+
+    Returns whether every rank wants to keep this exchange (``keep`` not ``None``) and whether every rank's
+    field is node-shared (``shared``): the same on every rank.
+    """
     shape: List[int] = []
     for f in fields:
         shape.extend(f.x.shape)
@@ -206,7 +346,14 @@ def _agree(c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool,
         if err is None:
             err = ArgumentError(f"x: expected at most {MAX_DIMS} dimensions over all arrays; got {len(shape)}")
         shape, codes, ndims = [], [], []
-    values = [status_of(err), int(corners), len(fields), *widths, hash((tuple(codes), tuple(ndims)))]
+    values = [
+        status_of(err),
+        int(corners),
+        len(fields),
+        *widths,
+        hash((tuple(codes), tuple(ndims))),
+        (keep is not None) + 2 * shared,
+    ]
     if c.size == 1:  # nothing to exchange; the rank may still be its own neighbour (a periodic axis)
         if err is not None:
             raise err
@@ -214,8 +361,8 @@ def _agree(c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool,
     else:
         rows = exchange_shapes(c, tuple(shape), values, what)
     raise_exchanged([v[0] for _, v in rows], err, what)
-    mine = rows[c.rank][1][1:]
-    odd = next((r for r, (_, v) in enumerate(rows) if v[1:] != mine), None)
+    mine = rows[c.rank][1][1:-1]
+    odd = next((r for r, (_, v) in enumerate(rows) if v[1:-1] != mine), None)
     if odd is not None:
         raise MismatchError(
             f"{what}: ranks {c.rank} and {odd} disagree on the number of arrays, their dtypes or dimensions, "
@@ -230,6 +377,7 @@ def _agree(c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool,
         if len(checked) >= 64:
             checked.clear()
         checked.add(key)
+    return all(v[-1] & 1 for _, v in rows), all(v[-1] & 2 for _, v in rows)
 
 
 def _check_neighbours(

@@ -39,10 +39,10 @@ import numpy as np
 
 from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
-from .._errors import ArgumentError, HpccollError
+from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import finish_reduction
-from .._request import Pending
-from ._base import WIRE_OPS, Transport
+from .._request import DONE, Pending
+from ._base import WIRE_OPS, Prepared, Transport
 from ._control import guarded
 from ._mpitypes import displacements as offsets
 from ._mpitypes import mpi_datatype, mpi_op
@@ -205,10 +205,93 @@ class SharedMemory(Transport):
         return self.host.iallreduce(send, recv, op)
 
     def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
-        self.host.sendrecv(sends, recvs)
+        """On one node, where every rank of the node sends only from node-shared memory (a field from
+        ``shared_empty`` exchanged in place: the halo exchange sends such fields here whatever transport was
+        named), each rank reads its messages straight from the senders' memory (one copy, no message);
+        anything else goes to host MPI."""
+        if not self._read_in_place(sends, recvs):
+            self.host.sendrecv(sends, recvs)
 
     def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+        """As :meth:`sendrecv`, and done when it returns where the messages were read in place (the same
+        protocol as the blocking form, so ranks that mix the two still meet)."""
+        if self._read_in_place(sends, recvs):
+            return DONE
         return self.host.isendrecv(sends, recvs)
+
+    def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
+        """A ``sendrecv`` of node-shared messages prepared once: where each message comes from is read when
+        it is prepared, and each run is a node sync, the copies and a second sync. Others as host MPI's
+        where shm leaves them to it, else the contract default."""
+        if primitive != "sendrecv":
+            return super().prepare(primitive, args, method)
+        found = None if self.node.multi else self._match(*args)
+        if found is None:
+            return self.host.prepare(primitive, args, method)
+        pairs, bad = found
+        self.node.sync("prepared halo exchange (the senders' tables read)")
+        if bad is not None:
+            raise bad
+        return _ReadInPlace(self, args, pairs)
+
+    def _read_in_place(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> bool:
+        """Every message of the node read from the sender's shared memory (``False``: none was, on every rank)."""
+        found = None if self.node.multi else self._match(sends, recvs)
+        if found is None:
+            return False
+        pairs, bad = found
+        for dst, src in pairs:
+            dst[...] = src
+        self.node.sync("halo exchange (boundaries read)")  # the senders may write their boundaries again
+        if bad is not None:
+            raise bad
+        return True
+
+    def _match(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]
+    ) -> Optional[Tuple[List[Tuple[np.ndarray, np.ndarray]], Optional[HpccollError]]]:
+        """Where every message this rank receives lies in its sender's shared memory (one node sync).
+
+        Every rank publishes a table of its messages (receiver, segment, offset, bytes) in its scratch
+        slot; after the sync, the k-th message rank q addresses to this one is q's k-th table row for it
+        (the order MPI matches messages between a pair in). Returns the (this rank's receive buffer as bytes,
+        the sender's bytes) pairs and the error of messages that do not match, or ``None`` on every rank
+        where some rank sends memory that is not node-shared.
+        """
+        node = self.node
+        u8 = self._ensure_scratch(_MIN_SLOT).u8  # the same size on every rank: tables of up to 2048 rows
+        _, line, base = self._begin_round()
+        table = u8[base : base + 32 * len(sends)].view(np.int64).reshape(-1, 4)
+        ok = len(sends) <= _MIN_SLOT // 32
+        for k, (buf, q) in enumerate(sends if ok else ()):
+            found = self._locate(buf) if buf.flags.c_contiguous else None
+            if found is None:
+                ok = False
+                break
+            table[k] = (q, found[0].sid, found[1], buf.nbytes)
+        line[0], line[1], line[2] = int(ok), len(sends), base
+        node.sync("halo exchange (publishing the boundaries)")
+        lines = node.lines()
+        if not all(lines[q, 0] for q in range(node.size)):  # someone sends private memory: host MPI for all
+            return None
+        me = self.comm.rank
+        taken: dict = {}  # sender -> its table rows addressed to this rank, last first
+        pairs, bad = [], None
+        for buf, q in recvs:
+            rows = taken.get(q)
+            if rows is None:
+                n, at = int(lines[q, 1]), int(lines[q, 2])
+                theirs = u8[at : at + 32 * n].view(np.int64).reshape(-1, 4).tolist()
+                rows = taken[q] = [row for row in theirs if row[0] == me][::-1]
+            if not rows or rows[-1][3] != buf.nbytes:
+                got = f"{rows[-1][3]} bytes" if rows else "nothing more"
+                bad = bad or MismatchError(
+                    f"sendrecv: expected rank {q} to send this rank {buf.nbytes} bytes; it sends {got}"
+                )
+                continue
+            _, sid, off, nbytes = rows.pop()
+            pairs.append((buf.reshape(-1).view(np.uint8), self.pool.segments[sid].data[off : off + nbytes]))
+        return pairs, bad
 
     def alltoallv(
         self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
@@ -854,6 +937,31 @@ class SharedMemory(Transport):
         self._scratch = self._stage = None
         self.pool.close()
         self.node.free()
+
+
+class _ReadInPlace(Prepared):
+    """A prepared exchange of node-shared messages: a sync (the senders' boundaries are written), the copies
+    from the senders' memory, a sync (read: they may write them again). Done at ``start()``."""
+
+    __slots__ = ("_node", "_pairs")
+
+    def __init__(self, t: SharedMemory, args: tuple, pairs: List[Tuple[np.ndarray, np.ndarray]]) -> None:
+        super().__init__(t, "sendrecv", args)
+        self._node, self._pairs = t.node, pairs
+        self.run = self._run
+        self.steps = (self._run,)
+        self._start = self._started
+
+    def _run(self) -> None:
+        node = self._node
+        node.sync("halo exchange (boundaries written)")
+        for dst, src in self._pairs:
+            dst[...] = src
+        node.sync("halo exchange (boundaries read)")
+
+    def _started(self) -> Pending:
+        self._run()
+        return DONE
 
 
 def shared_empty(c: Any, shape: Any, dtype: Any) -> np.ndarray:
