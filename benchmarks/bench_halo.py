@@ -16,6 +16,10 @@ communicator keeps prepared (see ``hpccoll.collectives.halo``): one small ``Allr
 messages. ``shared`` is the same field allocated by ``Communicator.shared_empty`` (node-shared memory) and
 exchanged in place with ``auto``: each rank reads its neighbours' boundary rows straight from their memory
 (one node sync before, one after, no message); ``/hand`` is its ratio to the hand-written exchange.
+``nbr a2aw`` is the same exchange written as one raw ``Neighbor_alltoallw`` on a periodic MPI Cartesian
+communicator (a row datatype, byte displacements into the field), the neighbourhood-collective alternative
+to the ``Isend``/``Irecv`` pairs; ``nbr pers`` its MPI-4 persistent form (``Neighbor_alltoallw_init``),
+``/pers`` against the persistent ``Isend``/``Irecv`` pairs by hand.
 Times: per call, the slowest rank's, median
 over interleaved rounds (hpccoll._timing); ratios: the median of the same-round ratios; raw/raw: the
 hand-written exchange timed twice per round (the noise floor).
@@ -58,6 +62,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     world = MPI.COMM_WORLD
     raw = world.Dup()
+    topo = world.Create_cart([world.size], periods=[True])  # for the neighbourhood collective
     auto = hpccoll.Communicator(world).cartesian([world.size], periodic=True)
     mpi = hpccoll.Communicator(world, transport="mpi").cartesian([world.size], periodic=True)
     lower, upper = auto.neighbours(0)
@@ -68,7 +73,8 @@ def main(argv=None) -> int:
     )
     header = (
         f"{'face':>9}{'hand-written':>14}{'auto':>10}{'ratio':>7}{'mpi':>10}{'ratio':>7}{'added mpi':>11}"
-        f"{'raw pers':>10}{'plan':>9}{'ratio':>7}{'/pers':>7}{'shared':>9}{'/hand':>7}{'raw/raw':>9}"
+        f"{'raw pers':>10}{'plan':>9}{'ratio':>7}{'/pers':>7}{'shared':>9}{'/hand':>7}"
+        f"{'nbr a2aw':>10}{'/hand':>7}{'nbr pers':>10}{'/pers':>7}{'raw/raw':>9}"
     )
     say(header)
     say("-" * len(header))
@@ -87,6 +93,22 @@ def main(argv=None) -> int:
                     raw.Isend([u[-2], D], dest=upper, tag=1),
                 ]
             )
+
+        nb = u.copy()
+        row = D.Create_contiguous(m).Commit()
+        rb = m * 8  # bytes per row
+        # the neighbourhood collective on the same rows: to/from the lower neighbour first (MPI's order)
+        nbr_send = [nb, ([1, 1], [rb, args.rows * rb]), [row, row]]
+        nbr_recv = [nb, ([1, 1], [0, (args.rows + 1) * rb]), [row, row]]
+
+        def neighbourhood() -> None:
+            topo.Neighbor_alltoallw(nbr_send, nbr_recv)
+
+        nbr_fixed = topo.Neighbor_alltoallw_init(nbr_send, nbr_recv)  # MPI-4 persistent neighbourhood collective
+
+        def neighbourhood_persistent() -> None:
+            nbr_fixed.Start()
+            nbr_fixed.Wait()
 
         w = u.copy()
         fixed = [
@@ -112,6 +134,8 @@ def main(argv=None) -> int:
             "pers": hand_persistent,
             "plan": planned,
             "shared": lambda f=shared: hpccoll.halo_exchange(f, auto, halo=1, out=f),
+            "nbr": neighbourhood,
+            "nbr_pers": neighbourhood_persistent,
         }
         iters = max(3, min(2000, int(5e7 // max(face, 1))))
         s = _timing.interleave(raw, fns, iters=iters, rounds=args.rounds, warmup=min(iters, 20))
@@ -122,13 +146,18 @@ def main(argv=None) -> int:
             f"{_timing.paired_difference(s, 'mpi', 'raw') * 1e6:>+11.1f}{t['pers']:>10.1f}{t['plan']:>9.1f}"
             f"{_timing.paired_ratio(s, 'plan', 'raw'):>7.3f}{_timing.paired_ratio(s, 'plan', 'pers'):>7.3f}"
             f"{t['shared']:>9.1f}{_timing.paired_ratio(s, 'shared', 'raw'):>7.3f}"
+            f"{t['nbr']:>10.1f}{_timing.paired_ratio(s, 'nbr', 'raw'):>7.3f}"
+            f"{t['nbr_pers']:>10.1f}{_timing.paired_ratio(s, 'nbr_pers', 'pers'):>7.3f}"
             f"{_timing.paired_ratio(s, 'raw_again', 'raw'):>9.3f}"
         )
         planned.free()
+        nbr_fixed.Free()
+        row.Free()
         for r in fixed:
             r.Free()
     auto.free()
     mpi.free()
+    topo.Free()
     raw.Free()
     return 0
 
