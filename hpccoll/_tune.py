@@ -2,8 +2,8 @@
 
 Nothing here trusts a constant measured on another machine. A plan's
 ``method="auto"`` (:func:`choose_method`, which lives with the profile in
-:mod:`hpccoll.transports._tuned` so that collectives can use it) takes the verdict of the profile in
-force (:mod:`hpccoll.transports._tuned`) for its call and size; without one it
+:mod:`hpccoll.transports._tuned` so that collectives can use it) takes the
+verdict of the profile in force for its call and size; without one it
 times the blocking and the persistent form side by side on scratch buffers of
 the same size, once per call and size on a communicator, and keeps the
 faster. ``tune`` (:func:`tune`, the command line's ``tune``) measures every

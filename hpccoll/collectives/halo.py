@@ -147,10 +147,15 @@ def _recalled(
     assert entry is not None
     if out is not x:
         np.copyto(out, x)
+    return _run(entry, async_op)
+
+
+def _run(entry: _Kept, async_op: bool) -> Any:
+    """Run a kept exchange on ``out``'s current contents: ``out``, or a request of it."""
     if not async_op:
         entry.prepared.run()
-        return out
-    return Request([entry.prepared.start()], entry.transport.bind_finish(Ready(out)), (x, out))
+        return entry.out
+    return Request([entry.prepared.start()], entry.transport.bind_finish(Ready(entry.out)), (entry.x, entry.out))
 
 
 def _seen_again(c: Any, x: Any, out: Any, key: Any) -> bool:
@@ -175,7 +180,10 @@ def _keep(c: Any, transport: Any, x: Any, out: Any, key: Any, args: tuple) -> _K
         # set and read through memoryviews: a few times cheaper than NumPy's scalar indexing
         c.state[_GATE] = (mine.data, every.data, prepared)
     prepared = transport.prepare("sendrecv", args, choose_method(c, transport, "sendrecv", args))
-    if len(kept) >= KEEP:
+    replaced = kept.pop((id(x), id(out)), None)  # the same arrays kept before, with another shape or halo
+    if replaced is not None:
+        replaced.prepared.free()
+    elif len(kept) >= KEEP:
         kept.pop(next(iter(kept))).prepared.free()
     entry = kept[(id(x), id(out))] = _Kept(x, out, key, serial, transport, prepared)
     return entry
@@ -249,7 +257,9 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
             key = _call_key(x, halo, corners)
             if key is not None and not _seen_again(c, x, out, key):
                 key = None
-    keep, shared = _agree(c, fields, widths, bool(corners) if err is None else False, what, err, key, shared)
+    keep, shared = _agree(
+        c, fields, widths, bool(corners) if err is None else False, what, err, key is not None, shared
+    )
     assert layout is not None  # _agree raised every rank's error
     results = [f.out for f in fields]
     for f in fields:
@@ -294,12 +304,7 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     transport = c.shared_transport() if shared else c.transport_of(kind)
     if keep:  # every rank wants it (so none packs or lands anything): prepared together, run now
         assert key is not None and not landing
-        entry = _keep(c, transport, x, out, key, (outgoing, incoming))
-        kept_out = results[0]
-        if not async_op:
-            entry.prepared.run()
-            return kept_out
-        return Request([entry.prepared.start()], transport.bind_finish(Ready(kept_out)), (x, out))
+        return _run(_keep(c, transport, x, out, key, (outgoing, incoming)), async_op)
     # Every ghost received straight into place: nothing is left to finish.
     step: Callable[[], Any] = Ready(results[0]) if not landing and not many else finish
     return launch(transport, "sendrecv", (outgoing, incoming), step, async_op)
@@ -330,11 +335,11 @@ def _flat(piece: Any, xp: Any, copy: bool) -> Any:
 
 
 def _agree(
-    c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool, what: str, err: Any, keep: Any, shared: bool
+    c: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool, what: str, err: Any, keep: bool, shared: bool
 ) -> Tuple[bool, bool]:
     """One all-gather of every rank's arguments: errors, dtypes, shapes, ``halo`` and ``corners`` checked alike.
 
-    Returns whether every rank wants to keep this exchange (``keep`` not ``None``) and whether every rank's
+    Returns whether every rank wants to keep this exchange (``keep``) and whether every rank's
     field is node-shared (``shared``): the same on every rank.
     """
     shape: List[int] = []
@@ -352,7 +357,7 @@ def _agree(
         len(fields),
         *widths,
         hash((tuple(codes), tuple(ndims))),
-        (keep is not None) + 2 * shared,
+        int(keep) + 2 * shared,
     ]
     if c.size == 1:  # nothing to exchange; the rank may still be its own neighbour (a periodic axis)
         if err is not None:

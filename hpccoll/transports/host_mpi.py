@@ -232,8 +232,8 @@ class HostMPI(Transport):
         pairs' tags make them match), byte counts at the buffers' absolute
         addresses (``MPI_BOTTOM``). Measured faster than the same messages as
         persistent ``Recv_init``/``Send_init`` pairs on both MPIs this project
-        tests (docs/benchmarks.md, halo exchange: 0.92-0.99x on MPICH 5.0.2,
-        0.54-0.96x on Open MPI 5.0.11); where the MPI library has no
+        tests (docs/benchmarks.md, halo exchange: 0.90-0.98x on MPICH 5.0.2,
+        0.54-1.03x on Open MPI 5.0.11); where the MPI library has no
         persistent neighbourhood collectives, those pairs.
         """
         from mpi4py import MPI

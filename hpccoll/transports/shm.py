@@ -240,9 +240,7 @@ class SharedMemory(Transport):
         if found is None:
             return False
         pairs, bad = found
-        for dst, src in pairs:
-            dst[...] = src
-        self.node.sync("halo exchange (boundaries read)")  # the senders may write their boundaries again
+        _copy_and_release(self.node, pairs)
         if bad is not None:
             raise bad
         return True
@@ -939,6 +937,14 @@ class SharedMemory(Transport):
         self.node.free()
 
 
+def _copy_and_release(node: Node, pairs: List[Tuple[np.ndarray, np.ndarray]]) -> None:
+    """Copy each sender's bytes into this rank's receive buffer, then a node sync: every rank has read, so the
+    senders may write their boundaries again."""
+    for dst, src in pairs:
+        dst[...] = src
+    node.sync("halo exchange (boundaries read)")
+
+
 class _ReadInPlace(Prepared):
     """A prepared exchange of node-shared messages: a sync (the senders' boundaries are written), the copies
     from the senders' memory, a sync (read: they may write them again). Done at ``start()``."""
@@ -953,11 +959,8 @@ class _ReadInPlace(Prepared):
         self._start = self._started
 
     def _run(self) -> None:
-        node = self._node
-        node.sync("halo exchange (boundaries written)")
-        for dst, src in self._pairs:
-            dst[...] = src
-        node.sync("halo exchange (boundaries read)")
+        self._node.sync("halo exchange (boundaries written)")
+        _copy_and_release(self._node, self._pairs)
 
     def _started(self) -> Pending:
         self._run()
