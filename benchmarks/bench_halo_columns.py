@@ -8,9 +8,10 @@ A float64 field of ``rows`` x 10 owned columns per rank, split along axis 1 over
 halo 1: each rank sends its first and last owned column (strided in memory) to its two neighbours and
 receives into its ghost columns. The hand-written exchange is what an MPI user writes: one committed
 column datatype (``Create_vector``), two ``Irecv`` and two ``Isend`` on the field itself. ``hpccoll`` is
-``halo_exchange(u, grid, halo=(0, 1), out=u)`` repeated: it packs each strided face into a contiguous buffer
-(and copies the received ones out), every call with the full agreement (strided faces are not kept);
-``plan`` the same call planned (it calls the collective: its messages are packed copies). Times: the
+``halo_exchange(u, grid, halo=(0, 1), out=u)`` repeated: kept from its second call on, it packs each strided
+face into a send buffer kept with the exchange, runs the prepared messages and copies the received faces
+out of their kept buffers (one small agreement per call); ``plan`` the same call planned (it calls the
+collective, which then runs the same kept exchange). Times: the
 slowest rank's, medians of interleaved rounds; ratios: medians of same-round ratios against the
 hand-written exchange.
 """

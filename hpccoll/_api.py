@@ -1416,8 +1416,8 @@ def halo_exchange(
     Notes
     -----
     The same call repeated (one NumPy array exchanged in place, or into
-    one ``out``, every boundary and ghost region contiguous, no check mode)
-    is kept prepared from its second call on, on every rank together: its
+    one ``out``, no check mode; faces that are not contiguous in the array
+    are packed into buffers kept with it) is kept prepared from its second call on, on every rank together: its
     messages as MPI persistent requests where they measured faster, the
     arrays kept alive by the communicator (up to 8 exchanges, the oldest
     dropped first). Each call of a communicator that keeps exchanges then

@@ -660,6 +660,39 @@ def test_kept_bounded(comm):
             v.true(len(kept_of(cart)) <= halo_module.KEEP, f"{len(kept_of(cart))} kept")
 
 
+def test_kept_argument_forms(comm):
+    """One kept exchange answers every plain spelling of its arguments (an int, a tuple or a list of widths,
+    a new tuple object each call); other widths, corners or a NumPy integer leave it, correctly, and it is
+    kept again afterwards; the last kept exchange recalled first never answers for another array."""
+    me = comm.rank
+    with comm.cartesian([comm.size], periodic=True) as cart, Verdict(cart) as v:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.float64, 150, (2,))
+        x = lay.make_x(me, G, 151, (2,))
+        y = lay.make_x(me, G, 152, (2,))
+        for _ in range(2):
+            hpccoll.halo_exchange(x, cart, halo=1, out=x)
+            hpccoll.halo_exchange(y, cart, halo=1, out=y)
+        kept = dict(kept_of(cart))
+        v.true(len(kept) == 2, f"{len(kept)} kept")
+        one = 1
+        for step, (halo, arr) in enumerate(
+            [(1, x), ((1,), x), ([1], y), (tuple([one]), x), ((1,), y), (1, x), (1, y), ([1], x)]
+        ):
+            refill(lay, me, arr, G, 153 + 2 * step)
+            want = lay.forward(me, arr, G, False)
+            v.same(hpccoll.halo_exchange(arr, cart, halo=halo, out=arr), want, f"step {step}: halo {halo!r}")
+            v.true(dict(kept_of(cart)) == kept, f"step {step}: the kept exchanges changed")
+        for step, (halo, corners) in enumerate([(np.int64(1), False), (1, np.bool_(False)), (1, True), (1, False)]):
+            refill(lay, me, x, G, 170 + 2 * step)
+            want = lay.forward(me, x, G, bool(corners))
+            got = hpccoll.halo_exchange(x, cart, halo=halo, corners=corners, out=x)
+            v.same(got, want, f"halo {halo!r}, corners {corners!r}")
+        refill(lay, me, x, G, 180)
+        want = lay.forward(me, x, G, False)
+        v.same(hpccoll.halo_exchange(x, cart, halo=1, out=x), want, "kept again")
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(60)
 def test_kept_then_one_rank_changes_its_array(comm):
@@ -686,9 +719,71 @@ def test_kept_then_one_rank_changes_its_array(comm):
         agree(cart, lambda: assert_same(y, want))
 
 
+@pytest.mark.parametrize("grid", ["1xP", "auto2d"])
+@pytest.mark.parametrize("halo, corners", [(1, False), (2, True), ((1, 2), True)])
+def test_kept_strided_faces(comm, grid, halo, corners):
+    """Faces that are not contiguous in the array (across grid axis 1): kept too, each call packing into
+    and landing from buffers kept with the exchange; in place, into one out (x never modified) and
+    started, every step the reference's, on a periodic and a non-periodic grid."""
+    me = comm.rank
+    dims = grid_dims(comm, grid)
+    for periodic in (True, False):
+        with comm.cartesian(dims, periodic=periodic) as cart, Verdict(cart) as v:
+            lay = Layout(cart.dims, periodic, halo)
+            G = global_array(lay, np.float32, 190, (2,))
+            x = lay.make_x(me, G, 191, (2,))
+            y = lay.make_x(me, G, 192, (2,))
+            out = np.zeros_like(y)
+            moves = comm.size > 1 or periodic
+            for step in range(4):
+                refill(lay, me, x, G, 193 + 2 * step)
+                want = lay.forward(me, x, G, corners)
+                v.same(hpccoll.halo_exchange(x, cart, halo=halo, corners=corners, out=x), want, f"step {step}")
+                refill(lay, me, y, G, 194 + 2 * step)
+                before = y.copy()
+                want = lay.forward(me, y, G, corners)
+                got = hpccoll.halo_exchange(y, cart, halo=halo, corners=corners, out=out, async_op=step % 2 == 1)
+                got = got.wait() if step % 2 else got
+                v.true(got is out, f"step {step}: out= not returned")
+                v.same(out, want, f"step {step} into out")
+                v.same(y, before, f"step {step}: y modified")
+            kept = kept_of(cart)
+            v.true(len(kept) == (2 if moves else 0), f"{len(kept)} kept")
+            if grid == "1xP":  # the columns' faces are strided: packed and landed
+                v.true(all(e.packs and e.unpacks for e in kept.values()), "no packed regions")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_kept_then_one_rank_reshapes_its_out(comm):
+    """A kept exchange into a separate out; one rank reshapes that out in place: the call raises
+    ArgumentError naming out on every rank (no hang), and works again once out is restored."""
+    me = comm.rank
+    with comm.cartesian([comm.size], periodic=True) as cart:
+        lay = Layout(cart.dims, True, 1)
+        G = global_array(lay, np.float64, 200, (4,))
+        x = lay.make_x(me, G, 201, (4,))
+        out = np.zeros_like(x)
+        for _ in range(2):
+            hpccoll.halo_exchange(x, cart, halo=1, out=out)
+        agree(cart, len(kept_of(cart)) == 1, "kept")
+        shape = out.shape
+        if me == 1:
+            out.shape = (shape[0], 2, 2)  # the same memory, another shape than x's
+        raises_everywhere(
+            cart,
+            ArgumentError,
+            "out|rank 1 refused its arguments",  # rank 1 names out; the others, rank 1's refusal
+            lambda: hpccoll.halo_exchange(x, cart, halo=1, out=out),
+            same_message=False,
+        )
+        out.shape = shape
+        got = hpccoll.halo_exchange(x, cart, halo=1, out=out)
+        agree(cart, lambda: assert_same(got, lay.forward(me, x, G, False)))
+
+
 def test_not_kept(comm):
-    """Check mode, non-contiguous faces (a grid split along axis 1) and arguments of other types than the
-    plain ones are never kept, and stay correct."""
+    """Check mode and arguments of other types than the plain ones are never kept, and stay correct."""
     me = comm.rank
     with hpccoll.Communicator(check=True).cartesian([comm.size], periodic=True) as cart, Verdict(cart) as v:
         lay = Layout(cart.dims, True, 1)
@@ -697,13 +792,6 @@ def test_not_kept(comm):
         for _ in range(3):
             v.same(hpccoll.halo_exchange(x, cart, halo=1, out=x), lay.forward(me, x, G, False), "check mode")
         v.true(not kept_of(cart), "kept in check mode")
-    with comm.cartesian([1, comm.size], periodic=True) as cart, Verdict(cart) as v:
-        lay = Layout(cart.dims, True, (0, 1))
-        G = global_array(lay, np.float64, 132, (2,))
-        x = lay.make_x(me, G, 133, (2,))
-        for _ in range(3):
-            v.same(hpccoll.halo_exchange(x, cart, halo=(0, 1), out=x), lay.forward(me, x, G, False), "axis 1")
-        v.true(not kept_of(cart), "non-contiguous faces kept")
     with comm.cartesian([comm.size], periodic=True) as cart, Verdict(cart) as v:
         lay = Layout(cart.dims, True, 1)
         G = global_array(lay, np.float64, 134)

@@ -26,11 +26,13 @@ owned cells raises on every rank, never a hang or garbage.
 
 Kept exchanges: a stencil code exchanges the same array, in place (or into the
 same ``out``), every step. When every rank makes the same such call a second
-time (NumPy arrays, no check mode, every ghost and boundary region contiguous),
-the ranks prepare its messages together once, as a plan would
-(:func:`hpccoll.transports._tuned.choose_method`: MPI persistent requests where
-they measured faster), and keep them on the communicator, up to :data:`KEEP`
-exchanges (each holds its arrays). From then on every call of a communicator
+time (one NumPy array, no check mode), the ranks prepare its messages together
+once, as a plan would (:func:`hpccoll.transports._tuned.choose_method`: MPI
+persistent requests where they measured faster), and keep them on the
+communicator, up to :data:`KEEP` exchanges (each holds its arrays). A region
+that is not contiguous in the array (the faces across a later grid axis) keeps
+its own send or receive buffer: each call packs into it before the messages,
+or lands from it after them. From then on every call of a communicator
 with kept exchanges starts with one ``Allreduce`` (``MAX``) of two int64 (the serial
 number of the kept exchange the call matches and its negative, or -1; an MPI
 persistent request where MPI has them): where every rank
@@ -42,6 +44,7 @@ the full road above. No rank can take one road while another takes the other.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
@@ -108,24 +111,101 @@ KEEP = 8
 _KEPT, _SEEN, _GATE = "halo kept exchanges", "halo calls seen", "halo kept exchanges' agreement"
 
 
-class _Kept(NamedTuple):
+class _Kept:
     """An exchange prepared once on every rank (together, so its ``serial`` is the same everywhere)."""
 
-    x: Any
-    out: Any
-    key: tuple  # what the call must repeat: shape, strides, dtype, halo, corners
-    serial: int
-    transport: Any
-    prepared: Any  # the transport's Prepared sendrecv
+    __slots__ = (
+        "x",
+        "out",
+        "key",
+        "serial",
+        "transport",
+        "prepared",
+        "first",
+        "then",
+        "shape",
+        "strides",
+        "dtype",
+        "halo",
+        "corners",
+        "packs",
+        "unpacks",
+        "out_layout",
+    )
+
+    def __init__(
+        self, x: Any, out: Any, key: tuple, serial: int, transport: Any, prepared: Any, copies: "_Copies"
+    ) -> None:
+        self.x, self.out, self.key, self.serial = x, out, key, serial  # key: what the call must repeat
+        self.transport, self.prepared = transport, prepared  # the Prepared sendrecv
+        # the regions that are not contiguous in out: packed into the prepared send buffers before the
+        # messages, landed from the prepared receive buffers after them ((destination, source) pairs)
+        self.packs, self.unpacks = copies.packs, copies.unpacks
+        # its run as one or two calls made here (a persistent request's Start and Wait), a frame saved
+        self.first, self.then = _two_steps(prepared)
+        # the key's parts, compared one by one where a call passes the same halo object as the last (an int
+        # or a tuple: immutable, so the same value in the same types)
+        self.shape, self.strides, self.dtype, _, self.corners = key
+        self.halo: Any = None
+        # a separate out must keep its layout too (the regions are views of it; a rank whose out was reshaped
+        # in place takes the full road, which refuses it on every rank)
+        self.out_layout = None if out is x else (out.shape, out.strides, out.dtype)
+
+    def repeats(self, x: Any, out: Any, halo: Any, corners: Any) -> bool:
+        """Whether a call of the kept arrays repeats the kept one (remembering a plain ``halo`` that does)."""
+        if self.out_layout is not None and (out.shape, out.strides, out.dtype) != self.out_layout:
+            return False
+        if (
+            halo is self.halo
+            and corners is self.corners
+            and x.shape == self.shape
+            and x.strides == self.strides
+            and x.dtype is self.dtype
+        ):
+            return True
+        if _call_key(x, halo, corners, len(self.key[3])) != self.key:
+            return False
+        if type(halo) in (int, tuple):
+            self.halo = halo
+        return True
 
 
-def _call_key(x: Any, halo: Any, corners: Any) -> Any:
-    """What a call must repeat to run a kept exchange, or ``None`` where it may not be kept (arguments in
-    types other than the plain ones, which the full road checks: an int, or a list or tuple of ints; a bool)."""
-    if type(halo) is not int:
-        if type(halo) not in (tuple, list) or not all(type(h) is int for h in halo):
-            return None
+class _Gate:
+    """The agreement every call of a communicator with kept exchanges makes: one ``Allreduce`` (``MAX``) of
+    two int64, prepared once (an MPI persistent request where MPI has them), set and read through
+    memoryviews (a few times cheaper than NumPy's scalar indexing)."""
+
+    __slots__ = ("mine", "every", "first", "then", "prepared", "last")
+
+    def __init__(self, c: Any) -> None:
+        self.last: Any = None  # the kept exchange last recalled (tried first)
+        mine, every = np.zeros(2, np.int64), np.zeros(2, np.int64)
+        self.prepared = c.host_transport().prepare("allreduce", (mine, every, "max"), "persistent")
+        self.mine, self.every = mine.data, every.data
+        self.first, self.then = _two_steps(self.prepared)
+
+
+def _two_steps(prepared: Any) -> Tuple[Callable[[], Any], Callable[[], Any]]:
+    """A Prepared call's run as two calls in a row (the second may do nothing)."""
+    steps = prepared.steps
+    if len(steps) == 2:
+        return steps[0], steps[1]
+    return prepared.run, _nothing
+
+
+_nothing = ().__len__  # a call that does nothing, made in C
+
+
+def _call_key(x: Any, halo: Any, corners: Any, d: int) -> Any:
+    """What a call must repeat to run a kept exchange (shape, strides, dtype, ``halo`` as ``d`` widths,
+    ``corners``), or ``None`` where it may not be kept (arguments in types other than the plain ones, which
+    the full road checks: an int, or a list or tuple of ints; a bool)."""
+    if type(halo) is int:
+        halo = (halo,) * d
+    elif type(halo) in (tuple, list) and all(type(h) is int for h in halo):
         halo = tuple(halo)
+    else:
+        return None
     if type(corners) is not bool:
         return None
     return (x.shape, x.strides, x.dtype, halo, corners)
@@ -134,28 +214,56 @@ def _call_key(x: Any, halo: Any, corners: Any) -> Any:
 def _recalled(
     c: Any, kept: Dict[Tuple[int, int], _Kept], x: Any, out: Any, halo: Any, corners: Any, async_op: bool, adjoint: bool
 ) -> Any:
-    """The result through a kept exchange where every rank's call is one kept together; else ``None``."""
-    entry = None if adjoint or type(x) is not np.ndarray else kept.get((id(x), id(out)))
+    """The result through a kept exchange where every rank's call is one kept together; else ``None``.
+
+    The cost every kept call pays on top of its messages, so written for speed: the last kept exchange
+    recalled is tried before the dictionary, its arguments compared by identity where they can be, then the
+    agreement (two int64 set through memoryviews, one small ``Allreduce``)."""
+    gate: _Gate = c.state[_GATE]
+    entry = gate.last
+    if entry is None or entry.x is not x or entry.out is not out:
+        entry = None if adjoint else kept.get((id(x), id(out)))
     serial = -1
-    if entry is not None and entry.x is x and entry.out is out and _call_key(x, halo, corners) == entry.key:
+    if entry is not None and entry.x is x and entry.out is out and not adjoint and entry.repeats(x, out, halo, corners):
         serial = entry.serial
-    mine, every, agree = c.state[_GATE]
+        gate.last = entry
+    mine, every = gate.mine, gate.every
     mine[0], mine[1] = serial, -serial
-    agree.run()
+    gate.first()
+    gate.then()
     if every[0] != -every[1] or serial < 0:  # not the same kept exchange on every rank
         return None
-    assert entry is not None
     if out is not x:
         np.copyto(out, x)
-    return _run(entry, async_op)
-
-
-def _run(entry: _Kept, async_op: bool) -> Any:
-    """Run a kept exchange on ``out``'s current contents: ``out``, or a request of it."""
+    for dst, src in entry.packs:
+        np.copyto(dst, src)
     if not async_op:
-        entry.prepared.run()
-        return entry.out
-    return Request([entry.prepared.start()], entry.transport.bind_finish(Ready(entry.out)), (entry.x, entry.out))
+        entry.first()
+        entry.then()
+        for dst, src in entry.unpacks:
+            np.copyto(dst, src)
+        return out
+    return _start(entry)
+
+
+def _start(entry: _Kept) -> Request:
+    """Start a kept exchange on ``out``'s current contents (packed already): a request of ``out``."""
+    finish: Callable[[], Any] = Ready(entry.out) if not entry.unpacks else functools.partial(_land, entry)
+    return Request([entry.prepared.start()], entry.transport.bind_finish(finish), (entry.x, entry.out))
+
+
+def _land(entry: _Kept) -> Any:
+    """A kept exchange's finishing step where some ghost regions are not contiguous: ``out``, landed."""
+    for dst, src in entry.unpacks:
+        np.copyto(dst, src)
+    return entry.out
+
+
+class _Copies(NamedTuple):
+    """The copies around an exchange's messages: ``(destination, source)`` pairs for ``numpy.copyto``."""
+
+    packs: List[Tuple[Any, Any]]  # a send buffer (shaped as its region), the region
+    unpacks: List[Tuple[Any, Any]]  # a ghost region, its receive buffer (shaped as the region)
 
 
 def _seen_again(c: Any, x: Any, out: Any, key: Any) -> bool:
@@ -170,22 +278,20 @@ def _seen_again(c: Any, x: Any, out: Any, key: Any) -> bool:
     return again
 
 
-def _keep(c: Any, transport: Any, x: Any, out: Any, key: Any, args: tuple) -> _Kept:
+def _keep(c: Any, transport: Any, x: Any, out: Any, key: Any, args: tuple, copies: _Copies) -> _Kept:
     """Prepare the exchange's messages on every rank (collective) and keep them, dropping the oldest."""
     kept = c.state.setdefault(_KEPT, {})
     serial = c.state[_KEPT + " made"] = c.state.get(_KEPT + " made", 0) + 1
-    if _GATE not in c.state:  # the agreement every call makes from now on: a persistent Allreduce where MPI has one
-        mine, every = np.zeros(2, np.int64), np.zeros(2, np.int64)
-        prepared = c.host_transport().prepare("allreduce", (mine, every, "max"), "persistent")
-        # set and read through memoryviews: a few times cheaper than NumPy's scalar indexing
-        c.state[_GATE] = (mine.data, every.data, prepared)
+    if _GATE not in c.state:  # the agreement every call makes from now on
+        c.state[_GATE] = _Gate(c)
+    c.state[_GATE].last = None  # it may be the one dropped below
     prepared = transport.prepare("sendrecv", args, choose_method(c, transport, "sendrecv", args))
     replaced = kept.pop((id(x), id(out)), None)  # the same arrays kept before, with another shape or halo
     if replaced is not None:
         replaced.prepared.free()
     elif len(kept) >= KEEP:
         kept.pop(next(iter(kept))).prepared.free()
-    entry = kept[(id(x), id(out))] = _Kept(x, out, key, serial, transport, prepared)
+    entry = kept[(id(x), id(out))] = _Kept(x, out, key, serial, transport, prepared, copies)
     return entry
 
 
@@ -206,7 +312,7 @@ class _Layout(NamedTuple):
 def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, async_op: bool, adjoint: bool) -> Any:
     """``hpccoll.halo_exchange`` (``adjoint``: its adjoint), one array or a list; ``what`` names the public call."""
     kept = c.state.get(_KEPT)
-    if kept and not c.check:  # kept together, so every rank has some: every rank asks alike
+    if kept and not c.check:  # kept together, so every rank has some: every rank asks alike (the adjoint too)
         got = _recalled(c, kept, x, out, halo, corners, async_op, adjoint)
         if got is not None:
             return got
@@ -253,8 +359,8 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
         flat = _views(fields[0].out, layout)  # every message a view of out: nothing packed, nothing landed
         # node-shared: a field from shared_empty exchanged in place (shm reads the boundaries in place)
         shared = flat and out is x and holder_of(x) is not None
-        if flat and not c.check:  # worth keeping: a plain call into a fixed out, made before
-            key = _call_key(x, halo, corners)
+        if not c.check:  # worth keeping: a plain call into a fixed out, made before
+            key = _call_key(x, halo, corners, len(widths))
             if key is not None and not _seen_again(c, x, out, key):
                 key = None
     keep, shared = _agree(
@@ -268,10 +374,14 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     # The adjoint sends the filled ghosts' cotangents back and adds what arrives into the owned cells.
     sends, recvs = (layout.recvs, layout.sends) if adjoint else (layout.sends, layout.recvs)
     outgoing: List[Tuple[Any, int]] = []
+    packs: List[Tuple[Any, Any]] = []  # (send buffer, region) where the buffer is a copy
     for q in sorted(sends):
         for i, r in sends[q]:
             piece = results[i][r]
-            outgoing.append((_flat(piece, xp, copy=adjoint), q))  # the adjoint zeroes these ghosts next
+            buf = _flat(piece, xp, copy=adjoint)  # the adjoint zeroes these ghosts next
+            outgoing.append((buf, q))
+            if key is not None and not piece.flags.c_contiguous:
+                packs.append((buf.reshape(piece.shape), piece))
     if adjoint:
         for regions in sends.values():
             for i, r in regions:
@@ -302,9 +412,14 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     # Every rank's field in node-shared memory: the transport that reads the neighbours' boundaries in place;
     # else the smallest messages' transport. A choice every rank makes alike.
     transport = c.shared_transport() if shared else c.transport_of(kind)
-    if keep:  # every rank wants it (so none packs or lands anything): prepared together, run now
-        assert key is not None and not landing
-        return _run(_keep(c, transport, x, out, key, (outgoing, incoming)), async_op)
+    if keep:  # every rank wants it: prepared together (its pack and land buffers kept with it), run now
+        assert key is not None
+        unpacks = [(target, buf.reshape(target.shape)) for buf, target in landing]
+        entry = _keep(c, transport, x, out, key, (outgoing, incoming), _Copies(packs, unpacks))
+        if not async_op:
+            entry.prepared.run()
+            return _land(entry)
+        return _start(entry)
     # Every ghost received straight into place: nothing is left to finish.
     step: Callable[[], Any] = Ready(results[0]) if not landing and not many else finish
     return launch(transport, "sendrecv", (outgoing, incoming), step, async_op)
