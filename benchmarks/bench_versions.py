@@ -9,7 +9,8 @@ restructuring) is extracted with ``git archive`` into a temporary folder and
 imported as the package ``hpccoll_before`` next to the working tree's
 ``hpccoll``; both run over the same communicator, on the same buffers, in the
 same rounds (each round starts one callable further along). For each
-collective at 8 B and 1 KiB per rank with ``out=`` and ``sizes`` given it
+collective (all-gather, reduce-scatter, all-reduce; broadcast from rank 0 into ``out=`` and in place, against
+``Bcast``; ``--collectives`` picks some) at 8 B and 1 KiB per rank with ``out=`` and ``sizes`` given it
 prints the median per-call time of raw mpi4py, before and after (max over
 ranks), and the added time over raw (median over rounds of the paired
 difference); at 1 and 16 MiB the ratios to raw. ``raw/raw`` is the noise
@@ -31,6 +32,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 from bench_quick import Timer, human  # noqa: E402
+from bench_rooted import parse_bytes  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import hpccoll  # noqa: E402
@@ -62,6 +64,8 @@ def cases(lib: object, comm: object, n: int, P: int, bufs: dict) -> dict:
         "all_gather": lambda: lib.all_gather(x, comm, sizes=[n] * P, out=bufs["g"]),
         "reduce_scatter": lambda: lib.reduce_scatter(big, comm, sizes=[n] * P, out=bufs["r"]),
         "all_reduce": lambda: lib.all_reduce(x, comm, out=bufs["a"]),
+        "broadcast": lambda: lib.broadcast(x, comm, out=bufs["b"]),
+        "broadcast x=out": lambda: lib.broadcast(bufs["b"], comm, out=bufs["b"]),
     }
 
 
@@ -72,6 +76,8 @@ def raw_cases(mpi: MPI.Intracomm, n: int, bufs: dict) -> dict:
         "all_gather": lambda: mpi.Allgather([x, n, D], [bufs["g"], n, D]),
         "reduce_scatter": lambda: mpi.Reduce_scatter_block([big, D], [bufs["r"], n, D], MPI.SUM),
         "all_reduce": lambda: mpi.Allreduce([x, D], [bufs["a"], D], MPI.SUM),
+        "broadcast": lambda: mpi.Bcast([bufs["b"], D], 0),
+        "broadcast x=out": lambda: mpi.Bcast([bufs["b"], D], 0),
     }
 
 
@@ -79,6 +85,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="644ac59", help="the git revision to compare against")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--sizes", default="8,1K,1M,16M", help="bytes per rank, comma-separated (default 8,1K,1M,16M)")
+    parser.add_argument("--collectives", default=None, help="comma-separated names (default: all)")
     args = parser.parse_args(argv)
     world = MPI.COMM_WORLD
     before = load_before(args.before, world)
@@ -93,21 +101,26 @@ def main(argv=None) -> int:
     say(f"# command: mpiexec -n {P} python benchmarks/bench_versions.py {' '.join(argv or sys.argv[1:])}".rstrip())
     say("# times: median over rounds of the per-call time (max over ranks); added/ratios: median of same-round pairs")
     say(
-        f"{'collective':<16}{'size/rank':>10}{'raw us':>9}{'before us':>11}{'after us':>10}"
+        f"{'collective':<18}{'size/rank':>10}{'raw us':>9}{'before us':>11}{'after us':>10}"
         f"{'before+':>9}{'after+':>9}{'before x':>10}{'after x':>9}{'raw/raw':>9}"
     )
-    for nbytes in (8, 1024, 1 << 20, 16 << 20):
+    for nbytes in (parse_bytes(v) for v in args.sizes.split(",")):
         n = max(1, nbytes // 8)
         rng = np.random.default_rng(rank)
         bufs = dict(
-            x=rng.standard_normal(n), big=rng.standard_normal(n * P), g=np.empty(n * P), r=np.empty(n), a=np.empty(n)
+            x=rng.standard_normal(n),
+            big=rng.standard_normal(n * P),
+            g=np.empty(n * P),
+            r=np.empty(n),
+            a=np.empty(n),
+            b=np.empty(n),
         )
         mine, theirs, base = cases(hpccoll, new, n, P, bufs), cases(before, old, n, P, bufs), raw_cases(raw, n, bufs)
-        for name in mine:
+        for name in mine if args.collectives is None else args.collectives.split(","):
             timer.run({"raw": base[name], "before": theirs[name], "after": mine[name], "raw2": base[name]}, nbytes)
             t = {k: statistics.median(v) for k, v in timer.samples.items()}
             say(
-                f"{name:<16}{human(nbytes):>10}{t['raw'] * 1e6:>9.2f}{t['before'] * 1e6:>11.2f}{t['after'] * 1e6:>10.2f}"
+                f"{name:<18}{human(nbytes):>10}{t['raw'] * 1e6:>9.2f}{t['before'] * 1e6:>11.2f}{t['after'] * 1e6:>10.2f}"
                 f"{timer.added('before', 'raw') * 1e6:>9.2f}{timer.added('after', 'raw') * 1e6:>9.2f}"
                 f"{timer.ratio('before', 'raw'):>10.3f}{timer.ratio('after', 'raw'):>9.3f}{timer.ratio('raw2', 'raw'):>9.3f}"
             )

@@ -109,6 +109,34 @@ def test_broadcast_every_dtype_and_root(comm):
                 v.same(inplace, stack[root], f"broadcast {dt} root {root} in place")
 
 
+@pytest.mark.parametrize("transport", ["auto", "mpi", "shm"])
+def test_broadcast_large(comm, transport):
+    """Broadcasts from the size where root copies x into out while host MPI sends it (rooted.OVERLAP_BYTES)
+    and below it, every root: out=None, out=, in place and a read-only x; x never modified; async too."""
+    from hpccoll.collectives.rooted import OVERLAP_BYTES
+
+    P, me = comm.size, comm.rank
+    with hpccoll.Communicator(comm.mpi, transport=transport) as c, Verdict(c) as v:
+        for n in (OVERLAP_BYTES // 8 - 1, OVERLAP_BYTES // 8, 3 * OVERLAP_BYTES // 8 + 5):
+            stack = stack_of(P, (n,), np.float64, seed=n % 97)
+            for root in range(P):
+                x = stack[me].copy()
+                before = x.copy()
+                v.same(hpccoll.broadcast(x, c, root=root), stack[root], f"{n} root {root}")
+                out = np.full_like(x, -1.0)
+                v.true(hpccoll.broadcast(x, c, root=root, out=out) is out, f"{n} root {root}: out= not returned")
+                v.same(out, stack[root], f"{n} root {root} out=")
+                v.same(x, before, f"{n} root {root}: x modified")
+                frozen = x.copy()
+                frozen.flags.writeable = False
+                v.same(hpccoll.broadcast(frozen, c, root=root), stack[root], f"{n} root {root} read-only x")
+                inplace = x.copy()
+                v.same(hpccoll.broadcast(inplace, c, root=root, out=inplace), stack[root], f"{n} root {root} x=out")
+                req = hpccoll.broadcast(x, c, root=root, out=out, async_op=True)
+                v.same(req.wait(), stack[root], f"{n} root {root} async")
+                v.same(x, before, f"{n} root {root} async: x modified")
+
+
 def test_broadcast_shapes_and_layouts(comm):
     """0-D, empty and non-contiguous inputs; out= of another layout."""
     P, me = comm.size, comm.rank

@@ -31,6 +31,14 @@ __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
 
+#: From this many bytes on, a blocking broadcast that host MPI moves is MPI's non-blocking one on every rank
+#: (chosen alike: every rank's ``x`` has the same shape), so that root copies ``x`` into its ``out`` while the
+#: message travels: at 1-4 MiB that hides the copy (raw ``Bcast`` then the copy ran 1.5-1.8x a raw
+#: ``Bcast``, overlapped 0.93-1.12x, MPICH 5.0.2 and Open MPI 5.0.11 at 2 ranks). Below, the non-blocking
+#: call costs more than it hides: ``Ibcast`` measured 1.7-2.0x ``Bcast`` at 8 B, 1.05-1.13x at 64 KiB and
+#: 1.00-1.04x at 256 KiB on both.
+OVERLAP_BYTES = 256 << 10
+
 
 def root_of(root: Any, parts: int) -> int:
     """``root`` checked: a rank of a ``parts``-rank communicator (an int, NumPy's too; not a bool)."""
@@ -80,12 +88,18 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     t = c.transport_of("numpy", x.nbytes)
+    overlap = not async_op and x.nbytes >= OVERLAP_BYTES and t.hosts_bcast(x.nbytes)  # alike on every rank
     if c.rank == root and out is not x:
         if x.flags.writeable:
             # root sends straight from x, then copies it (a transport's default bcast may write root's own
-            # values back: only into a writeable x)
+            # values back: only into a writeable x), or copies it while host MPI sends it
             if async_op:
                 return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), True)
+            if overlap:
+                sent = t.ibcast(wire_flat(x, wire), root)
+                np.copyto(out, x)
+                sent.wait()
+                return out
             t.bcast(wire_flat(x, wire), root)
             np.copyto(out, x)
             return out
@@ -93,7 +107,10 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     buf = wire_flat(out, wire)
     if async_op:
         return launch(t, "bcast", (buf, root), Ready(out), True)
-    t.bcast(buf, root)
+    if overlap:
+        t.ibcast(buf, root).wait()
+    else:
+        t.bcast(buf, root)
     return out
 
 

@@ -277,6 +277,25 @@ class Transport(abc.ABC):
             send = buf[:0].copy()  # an empty buffer of its own: MPI forbids aliased buffers, even empty ones
         self.allgatherv(send, buf, counts)
 
+    def hosts_bcast(self, nbytes: int) -> bool:
+        """Whether a blocking :meth:`bcast` of ``nbytes`` is host MPI's own ``Bcast``.
+
+        The caller may then run :meth:`ibcast` in its place (every rank alike: ``nbytes`` is the same
+        everywhere) and work while it travels (root copying its input into its result). The default:
+        :attr:`hosts`.
+
+        Parameters
+        ----------
+        nbytes : int
+            The message's bytes.
+
+        Returns
+        -------
+        bool
+            ``True`` where :meth:`ibcast` may stand in for :meth:`bcast` at this size.
+        """
+        return self.hosts
+
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
         """Reduce ``send`` over ranks into root's ``recv``.
 

@@ -104,12 +104,15 @@ class SharedMemory(Transport):
     #: once the blocks outgrow the caches.
     #: The rooted ones (``bcast``: root writes each round once into the scratch window, every rank copies
     #: it out; ``reduce``: root reduces, in rank order, the inputs the others put in scratch) were measured
-    #: at 2 ranks against host MPI's ``Bcast``/``Reduce`` (``benchmarks/bench_rooted_shm.py``, three runs
-    #: of 9-15 rounds on the shared 2-core machine): shm/raw 0.2-0.8 for bcast 8 KiB-1 MiB (one run lost
-    #: 32-256 KiB, 1.4-2.3), ~1 from 2 MiB; 0.2-0.7 for reduce 8 KiB-4 MiB, ~1 from 8 MiB. Within one node
-    #: only; rooted gathers and scatters always go to host MPI. Their ranges start at 256 KiB, not at the
-    #: 8 KiB where they began to win: below ``min_bytes`` every collective's messages would pass through
-    #: shm's dispatch on the way to host MPI.
+    #: at 2 ranks against host MPI's ``Bcast``/``Reduce`` (``benchmarks/bench_rooted_shm.py``): reduce
+    #: 0.2-0.7x raw at 8 KiB-4 MiB, ~1 from 8 MiB (three runs of 9-15 rounds on the shared 2-core machine,
+    #: MPICH, whose ``Reduce`` is slow); on a quiet one (2026-12-02, ``--rounds 9``) bcast lost at 8 KiB-1 MiB
+    #: (1.12-1.76x host MPI on MPICH 5.0.2, 1.20-1.97x on Open MPI 5.0.11) and won at 2 MiB only
+    #: (0.89-0.92x), where the earlier loaded runs had it winning 8 KiB-1 MiB: bcast is left to host MPI
+    #: (whose ``Ibcast`` also lets a broadcast's root copy its input while the message travels). Within
+    #: one node only; rooted gathers and scatters always go to host MPI. The reduce range starts at 256 KiB,
+    #: not at the 8 KiB where it began to win: below ``min_bytes`` every collective's messages would pass
+    #: through shm's dispatch on the way to host MPI.
     #: A private all-gather is not in the table: measured 1.25-1.38x raw MPI at 256 KiB-4 MiB on this
     #: project's CI machine (issue 21) where it had won 1-4 MiB on another, so without a profile ``auto``
     #: leaves it to host MPI; a profile of ``python -m hpccoll tune`` that measured shm faster for a
@@ -117,7 +120,6 @@ class SharedMemory(Transport):
     wins = {
         "reduce_scatter": (1 << 20, 1 << 62),
         "allreduce": (256 << 10, 1 << 62),
-        "bcast": (256 << 10, 2 << 20),
         "reduce": (256 << 10, 8 << 20),
     }
     #: The smallest message (bytes of the gathered result of an all-gather, of the whole array of a
@@ -708,9 +710,12 @@ class SharedMemory(Transport):
 
     # ------------------------------------------------------------------ rooted
 
-    def bcast(self, buf: Any, root: int) -> None:
+    def hosts_bcast(self, nbytes: int) -> bool:
         # Within one node only: across nodes the message goes to host MPI whole (no hierarchical form).
-        if self.node.multi or not self._mine("bcast", buf.nbytes):
+        return self.node.multi or not self._mine("bcast", nbytes)
+
+    def bcast(self, buf: Any, root: int) -> None:
+        if self.hosts_bcast(buf.nbytes):
             self.host.bcast(buf, root)
             return
         node = self.node
