@@ -110,9 +110,12 @@ def test_broadcast_every_dtype_and_root(comm):
 
 
 @pytest.mark.parametrize("transport", ["auto", "mpi", "shm"])
+@pytest.mark.timeout(120)
 def test_broadcast_large(comm, transport):
     """Broadcasts from the size where root copies x into out while host MPI sends it (rooted.OVERLAP_BYTES)
-    and below it, every root: out=None, out=, in place and a read-only x; x never modified; async too."""
+    and below it, every root: out=None, out=, in place and a read-only x; x never modified; async too;
+    ranks whose x or out are strided where the others' are not, and a list (every rank must make the
+    transport call in the same form, blocking or not, or MPI never matches them)."""
     from hpccoll.collectives.rooted import OVERLAP_BYTES
 
     P, me = comm.size, comm.rank
@@ -135,6 +138,15 @@ def test_broadcast_large(comm, transport):
                 req = hpccoll.broadcast(x, c, root=root, out=out, async_op=True)
                 v.same(req.wait(), stack[root], f"{n} root {root} async")
                 v.same(x, before, f"{n} root {root} async: x modified")
+                # every rank in the same form whatever its own layouts: strided x or out on odd ranks only
+                strided = np.repeat(x, 2)[::2] if me % 2 else x.copy()
+                v.same(hpccoll.broadcast(strided, c, root=root), stack[root], f"{n} root {root} strided x")
+                spread = np.full(2 * n, -1.0)[::2] if me % 2 else np.full_like(x, -1.0)
+                hpccoll.broadcast(x, c, root=root, out=spread)
+                v.same(spread, stack[root], f"{n} root {root} strided out")
+                pair = [x, x[: n // 2].copy()]
+                got = hpccoll.broadcast(pair, c, root=root)
+                v.same(got[1], stack[root][: n // 2], f"{n} root {root} list")
 
 
 def test_broadcast_shapes_and_layouts(comm):

@@ -88,30 +88,34 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     t = c.transport_of("numpy", x.nbytes)
-    overlap = not async_op and x.nbytes >= OVERLAP_BYTES and t.hosts_bcast(x.nbytes)  # alike on every rank
     if c.rank == root and out is not x:
         if x.flags.writeable:
             # root sends straight from x, then copies it (a transport's default bcast may write root's own
             # values back: only into a writeable x), or copies it while host MPI sends it
-            if async_op:
-                return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), True)
-            if overlap:
-                sent = t.ibcast(wire_flat(x, wire), root)
-                np.copyto(out, x)
-                sent.wait()
-                return out
-            t.bcast(wire_flat(x, wire), root)
-            np.copyto(out, x)
-            return out
+            return _bcast(t, wire_flat(x, wire), root, _copier(out, x, np), async_op, early=True)
         np.copyto(out, x)  # a read-only x: root sends its copy
-    buf = wire_flat(out, wire)
-    if async_op:
-        return launch(t, "bcast", (buf, root), Ready(out), True)
-    if overlap:
-        t.ibcast(buf, root).wait()
-    else:
-        t.bcast(buf, root)
-    return out
+    return _bcast(t, wire_flat(out, wire), root, Ready(out), async_op)
+
+
+def _bcast(t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: bool, early: bool = False) -> Any:
+    """Every broadcast's transport call, so that every rank makes it in the same form whatever its arrays.
+
+    Blocking from :data:`OVERLAP_BYTES` on, where host MPI moves the message
+    (``t.hosts_bcast``; alike on every rank, as ``buf``'s size is), it is the
+    non-blocking call waited on, and an ``early`` ``finish`` (one that reads
+    nothing that arrives: root's copy of ``x`` into ``out``) runs while the
+    message travels. MPI matches a blocking broadcast only with blocking ones.
+    """
+    nbytes = buf.nbytes
+    if async_op or nbytes < OVERLAP_BYTES or not t.hosts_bcast(nbytes):
+        return launch(t, "bcast", (buf, root), finish, async_op)
+    pending = t.ibcast(buf, root)
+    if not early:
+        pending.wait()
+        return finish()
+    result = finish()
+    pending.wait()
+    return result
 
 
 def _copier(out: Any, x: Any, xp: Any) -> Callable[[], Any]:
@@ -146,18 +150,18 @@ def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: boo
     if mine and out is not x and x.flags.c_contiguous and getattr(x.flags, "writeable", True):
         # root sends straight from x, then copies it (a transport's default bcast may write root's own
         # values back: only into a writeable x)
-        return launch(transport, "bcast", (as_wire(flat(x, xp), wire), r), _copier(out, x, xp), async_op)
+        return _bcast(transport, as_wire(flat(x, xp), wire), r, _copier(out, x, xp), async_op, early=True)
     if out.flags.c_contiguous:
         if mine and out is not x:
             xp.copyto(out, x)
-        return launch(transport, "bcast", (wire_flat(out, wire), r), Ready(out), async_op)
+        return _bcast(transport, wire_flat(out, wire), r, Ready(out), async_op)
     buf = as_wire(flat(x, xp), wire).copy() if mine else xp.empty(x.size, wire)
 
     def finish() -> Any:
         xp.copyto(out, as_wire(buf, x.dtype).reshape(out.shape))
         return out
 
-    return launch(transport, "bcast", (buf, r), finish, async_op)
+    return _bcast(transport, buf, r, finish, async_op)
 
 
 def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -202,7 +206,7 @@ def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str,
             results.append(piece if o is None else _copied(o, piece, xp))
         return results
 
-    return launch(transport, "bcast", (buf, r), finish, async_op)
+    return _bcast(transport, buf, r, finish, async_op)
 
 
 def _copied(out: Any, a: Any, xp: Any) -> Any:
