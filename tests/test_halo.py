@@ -756,8 +756,8 @@ def test_kept_strided_faces(comm, grid, halo, corners):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(60)
 def test_kept_then_one_rank_reshapes_its_out(comm):
-    """A kept exchange into a separate out; one rank reshapes that out in place: the call raises
-    ArgumentError naming out on every rank (no hang), and works again once out is restored."""
+    """A kept exchange into a separate out; one rank reshapes that out in place, then makes it read-only:
+    each time the call raises ArgumentError on every rank (no hang), and works again once out is restored."""
     me = comm.rank
     with comm.cartesian([comm.size], periodic=True) as cart:
         lay = Layout(cart.dims, True, 1)
@@ -778,6 +778,18 @@ def test_kept_then_one_rank_reshapes_its_out(comm):
             same_message=False,
         )
         out.shape = shape
+        got = hpccoll.halo_exchange(x, cart, halo=1, out=out)
+        agree(cart, lambda: assert_same(got, lay.forward(me, x, G, False)))
+        if me == 1:
+            out.flags.writeable = False  # the same arrays, made read-only since
+        raises_everywhere(
+            cart,
+            ArgumentError,
+            "writeable|rank 1 refused its arguments",
+            lambda: hpccoll.halo_exchange(x, cart, halo=1, out=out),
+            same_message=False,
+        )
+        out.flags.writeable = True
         got = hpccoll.halo_exchange(x, cart, halo=1, out=out)
         agree(cart, lambda: assert_same(got, lay.forward(me, x, G, False)))
 
