@@ -88,26 +88,49 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     t = c.transport_of("numpy", x.nbytes)
+    # alike on every rank; the size compared first, so that a small call pays no function call for it
+    overlap = not async_op and x.nbytes >= OVERLAP_BYTES and _overlaps(t, x.nbytes)
     if c.rank == root and out is not x:
         if x.flags.writeable:
             # root sends straight from x, then copies it (a transport's default bcast may write root's own
             # values back: only into a writeable x), or copies it while host MPI sends it
-            return _bcast(t, wire_flat(x, wire), root, _copier(out, x, np), async_op, early=True)
+            if async_op:
+                return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), True)
+            if overlap:
+                sent = t.ibcast(wire_flat(x, wire), root)
+                np.copyto(out, x)
+                sent.wait()
+                return out
+            t.bcast(wire_flat(x, wire), root)
+            np.copyto(out, x)
+            return out
         np.copyto(out, x)  # a read-only x: root sends its copy
-    return _bcast(t, wire_flat(out, wire), root, Ready(out), async_op)
+    buf = wire_flat(out, wire)
+    if async_op:
+        return launch(t, "bcast", (buf, root), Ready(out), True)
+    if overlap:
+        t.ibcast(buf, root).wait()
+    else:
+        t.bcast(buf, root)
+    return out
+
+
+def _overlaps(t: Any, nbytes: int) -> bool:
+    """Whether a blocking broadcast of ``nbytes`` on ``t`` is the non-blocking call waited on (the same on
+    every rank: from :data:`OVERLAP_BYTES` on, where host MPI moves it)."""
+    return nbytes >= OVERLAP_BYTES and t.hosts_bcast(nbytes)
 
 
 def _bcast(t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: bool, early: bool = False) -> Any:
-    """Every broadcast's transport call, so that every rank makes it in the same form whatever its arrays.
+    """The general road's broadcast transport call, in the form every rank makes (the common road's too).
 
     Blocking from :data:`OVERLAP_BYTES` on, where host MPI moves the message
-    (``t.hosts_bcast``; alike on every rank, as ``buf``'s size is), it is the
+    (:func:`_overlaps`; alike on every rank, as ``buf``'s size is), it is the
     non-blocking call waited on, and an ``early`` ``finish`` (one that reads
     nothing that arrives: root's copy of ``x`` into ``out``) runs while the
     message travels. MPI matches a blocking broadcast only with blocking ones.
     """
-    nbytes = buf.nbytes
-    if async_op or nbytes < OVERLAP_BYTES or not t.hosts_bcast(nbytes):
+    if async_op or not _overlaps(t, buf.nbytes):
         return launch(t, "bcast", (buf, root), finish, async_op)
     pending = t.ibcast(buf, root)
     if not early:
