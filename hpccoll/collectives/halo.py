@@ -133,14 +133,13 @@ class _Kept:
         "out_layout",
     )
 
-    def __init__(
-        self, x: Any, out: Any, key: tuple, serial: int, transport: Any, prepared: Any, copies: "_Copies"
-    ) -> None:
+    def __init__(self, x: Any, out: Any, key: tuple, serial: int, transport: Any, prepared: Any, copies: tuple) -> None:
         self.x, self.out, self.key, self.serial = x, out, key, serial  # key: what the call must repeat
         self.transport, self.prepared = transport, prepared  # the Prepared sendrecv
-        # the regions that are not contiguous in out: packed into the prepared send buffers before the
-        # messages, landed from the prepared receive buffers after them ((destination, source) pairs)
-        self.packs, self.unpacks = copies.packs, copies.unpacks
+        # the regions that are not contiguous in out, as (destination, source) pairs for numpy.copyto: packed
+        # into the prepared send buffers before the messages (buffer, region), landed from the prepared
+        # receive buffers after them (region, buffer)
+        self.packs, self.unpacks = copies
         # its run as one or two calls made here (a persistent request's Start and Wait), a frame saved
         self.first, self.then = _two_steps(prepared)
         # the key's parts, compared one by one where a call passes the same halo object as the last (an int
@@ -222,11 +221,13 @@ def _recalled(
     recalled is tried before the dictionary, its arguments compared by identity where they can be, then the
     agreement (two int64 set through memoryviews, one small ``Allreduce``)."""
     gate: _Gate = c.state[_GATE]
-    entry = gate.last
-    if entry is None or entry.x is not x or entry.out is not out:
-        entry = None if adjoint else kept.get((id(x), id(out)))
+    entry: Any = None
+    if not adjoint:  # the adjoint is never kept, but makes the agreement too
+        entry = gate.last
+        if entry is None or entry.x is not x or entry.out is not out:
+            entry = kept.get((id(x), id(out)))
     serial = -1
-    if entry is not None and entry.x is x and entry.out is out and not adjoint and entry.repeats(x, out, halo, corners):
+    if entry is not None and entry.x is x and entry.out is out and entry.repeats(x, out, halo, corners):
         serial = entry.serial
         gate.last = entry
     mine, every = gate.mine, gate.every
@@ -261,13 +262,6 @@ def _land(entry: _Kept) -> Any:
     return entry.out
 
 
-class _Copies(NamedTuple):
-    """The copies around an exchange's messages: ``(destination, source)`` pairs for ``numpy.copyto``."""
-
-    packs: List[Tuple[Any, Any]]  # a send buffer (shaped as its region), the region
-    unpacks: List[Tuple[Any, Any]]  # a ghost region, its receive buffer (shaped as the region)
-
-
 def _seen_again(c: Any, x: Any, out: Any, key: Any) -> bool:
     """Whether this rank made this call before (it is then worth keeping); remembers it."""
     seen = c.state.setdefault(_SEEN, {})
@@ -280,7 +274,7 @@ def _seen_again(c: Any, x: Any, out: Any, key: Any) -> bool:
     return again
 
 
-def _keep(c: Any, transport: Any, x: Any, out: Any, key: Any, args: tuple, copies: _Copies) -> _Kept:
+def _keep(c: Any, transport: Any, x: Any, out: Any, key: Any, args: tuple, copies: tuple) -> _Kept:
     """Prepare the exchange's messages on every rank (collective) and keep them, dropping the oldest."""
     kept = c.state.setdefault(_KEPT, {})
     serial = c.state[_KEPT + " made"] = c.state.get(_KEPT + " made", 0) + 1
@@ -417,7 +411,7 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     if keep:  # every rank wants it: prepared together (its pack and land buffers kept with it), run now
         assert key is not None
         unpacks = [(target, buf.reshape(target.shape)) for buf, target in landing]
-        entry = _keep(c, transport, x, out, key, (outgoing, incoming), _Copies(packs, unpacks))
+        entry = _keep(c, transport, x, out, key, (outgoing, incoming), (packs, unpacks))
         if not async_op:
             entry.prepared.run()
             return _land(entry)

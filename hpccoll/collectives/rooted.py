@@ -88,49 +88,36 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     t = c.transport_of("numpy", x.nbytes)
-    # alike on every rank; the size compared first, so that a small call pays no function call for it
-    overlap = not async_op and x.nbytes >= OVERLAP_BYTES and _overlaps(t, x.nbytes)
+    # a small blocking call makes the transport's call itself (no frames between); the others are _bcast's
+    direct = not async_op and x.nbytes < OVERLAP_BYTES
     if c.rank == root and out is not x:
         if x.flags.writeable:
             # root sends straight from x, then copies it (a transport's default bcast may write root's own
             # values back: only into a writeable x), or copies it while host MPI sends it
-            if async_op:
-                return launch(t, "bcast", (wire_flat(x, wire), root), _copier(out, x, np), True)
-            if overlap:
-                sent = t.ibcast(wire_flat(x, wire), root)
-                np.copyto(out, x)
-                sent.wait()
-                return out
+            if not direct:
+                return _bcast(t, wire_flat(x, wire), root, _copier(out, x, np), async_op, early=True)
             t.bcast(wire_flat(x, wire), root)
             np.copyto(out, x)
             return out
         np.copyto(out, x)  # a read-only x: root sends its copy
     buf = wire_flat(out, wire)
-    if async_op:
-        return launch(t, "bcast", (buf, root), Ready(out), True)
-    if overlap:
-        t.ibcast(buf, root).wait()
-    else:
-        t.bcast(buf, root)
+    if not direct:
+        return _bcast(t, buf, root, Ready(out), async_op)
+    t.bcast(buf, root)
     return out
 
 
-def _overlaps(t: Any, nbytes: int) -> bool:
-    """Whether a blocking broadcast of ``nbytes`` on ``t`` is the non-blocking call waited on (the same on
-    every rank: from :data:`OVERLAP_BYTES` on, where host MPI moves it)."""
-    return nbytes >= OVERLAP_BYTES and t.hosts_bcast(nbytes)
-
-
 def _bcast(t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: bool, early: bool = False) -> Any:
-    """The general road's broadcast transport call, in the form every rank makes (the common road's too).
+    """Every broadcast's transport call but the common road's small blocking one, in the form every rank makes.
 
     Blocking from :data:`OVERLAP_BYTES` on, where host MPI moves the message
-    (:func:`_overlaps`; alike on every rank, as ``buf``'s size is), it is the
+    (``t.hosts_bcast``; alike on every rank, as ``buf``'s size is), it is the
     non-blocking call waited on, and an ``early`` ``finish`` (one that reads
     nothing that arrives: root's copy of ``x`` into ``out``) runs while the
     message travels. MPI matches a blocking broadcast only with blocking ones.
     """
-    if async_op or not _overlaps(t, buf.nbytes):
+    nbytes = buf.nbytes
+    if async_op or nbytes < OVERLAP_BYTES or not t.hosts_bcast(nbytes):
         return launch(t, "bcast", (buf, root), finish, async_op)
     pending = t.ibcast(buf, root)
     if not early:
