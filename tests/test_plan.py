@@ -122,6 +122,16 @@ def test_plan_matches_the_call(comm, case, method):
             v._run("replayed as persistent requests", lambda: _eq(planned.methods, ("persistent",)))
 
 
+@pytest.mark.parametrize("fn", [hpccoll.all_reduce, hpccoll.all_gather, hpccoll.all_to_all])
+def test_plan_runs_the_call_alone(comm, fn):
+    # A result received straight into out leaves nothing to finish: the plan runs the transport call's
+    # steps and returns (all_to_all's recorded run once had a finishing step that only returned out).
+    x = np.zeros(2 * comm.size)
+    with Verdict(comm) as v, hpccoll.plan(fn, x, comm, method="persistent") as planned:
+        if persistent(comm):
+            v._run("steps alone", lambda: _eq("second" in planned.func.__code__.co_freevars, True))
+
+
 def persistent(c):
     """Whether plans on ``c`` can use MPI persistent collectives (more than one rank, an MPI that has them)."""
     return c.size > 1 and c.transport_instance("mpi").persistent

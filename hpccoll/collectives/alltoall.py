@@ -202,12 +202,12 @@ def _move(
     recv = as_wire(flat(out, xp), wire) if direct else xp.empty(out.size, wire)
 
     def finish() -> Any:
-        if not direct:
-            blocks(recv, out.view(wire), xp, ca, recv_sizes, to_flat=False)
+        blocks(recv, out.view(wire), xp, ca, recv_sizes, to_flat=False)
         return out
 
     counts = ([s * unit_send for s in sizes], [s * unit_recv for s in recv_sizes])
-    return launch(transport, "alltoallv", (send, recv) + counts + (even,), finish, async_op)
+    # blocks received straight into out: nothing to finish (a plan then runs the call alone)
+    return launch(transport, "alltoallv", (send, recv) + counts + (even,), Ready(out) if direct else finish, async_op)
 
 
 # --------------------------------------------------------------------------- what every rank receives
