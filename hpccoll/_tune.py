@@ -41,24 +41,29 @@ SIZES = (8, 64, 1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 2
 
 
 def _buffers(primitive: str, nbytes: int, c: Communicator) -> tuple:
-    """Arguments of ``primitive`` moving about ``nbytes`` (float64, or bytes below 8), every rank alike."""
+    """Arguments of ``primitive`` moving about ``nbytes`` (float64, or bytes below 8), every rank alike.
+
+    Ones, not zeros: pages of ``numpy.zeros`` that are never written all map the kernel's one zero page,
+    so a send from them (a broadcast's root) would read one cached page instead of the memory a real
+    buffer is in.
+    """
     dtype = np.dtype(np.float64) if nbytes >= 8 else np.dtype(np.uint8)
     p = c.size
     n = max(nbytes // dtype.itemsize, 1)
     if primitive == "allreduce":
-        return (np.zeros(n, dtype), np.zeros(n, dtype), "sum")
+        return (np.ones(n, dtype), np.ones(n, dtype), "sum")
     if primitive in ("allgatherv", "reduce_scatter", "alltoallv"):
         block = max(n // p, 1)
         counts = [block] * p
         if primitive == "allgatherv":
-            return (np.zeros(block, dtype), np.zeros(block * p, dtype), counts)
+            return (np.ones(block, dtype), np.ones(block * p, dtype), counts)
         if primitive == "reduce_scatter":
-            return (np.zeros(block * p, dtype), np.zeros(block, dtype), counts, "sum")
-        return (np.zeros(block * p, dtype), np.zeros(block * p, dtype), counts, counts, True)
+            return (np.ones(block * p, dtype), np.ones(block, dtype), counts, "sum")
+        return (np.ones(block * p, dtype), np.ones(block * p, dtype), counts, counts, True)
     if primitive == "bcast":
-        return (np.zeros(n, dtype), 0)
+        return (np.ones(n, dtype), 0)
     if primitive == "reduce":
-        return (np.zeros(n, dtype), np.zeros(n, dtype), "sum", 0)
+        return (np.ones(n, dtype), np.ones(n, dtype), "sum", 0)
     raise ValueError(f"primitive: expected one of {PRIMITIVES}; got {primitive!r}")
 
 

@@ -150,13 +150,14 @@ def _messages(a: Any) -> bool:
 
 
 def _scratch(args: Sequence[Any]) -> Optional[tuple]:
-    """``args`` with every buffer replaced by zeros of its shape and dtype (``None``: not NumPy buffers)."""
+    """``args`` with every buffer replaced by a copy (``None``: not NumPy buffers): written pages, not
+    zeros (see ``hpccoll._tune._buffers``)."""
     out: List[Any] = []
     for a in args:
         if isinstance(a, np.ndarray):
-            out.append(np.zeros_like(a))
+            out.append(np.copy(a))
         elif _messages(a):
-            out.append([(np.zeros_like(b), q) for b, q in a])
+            out.append([(np.copy(b), q) for b, q in a])
         elif hasattr(a, "__cuda_array_interface__") or isinstance(a, list) and a and isinstance(a[0], tuple):
             return None  # device buffers (no persistent form), or messages of them
         else:

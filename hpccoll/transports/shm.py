@@ -106,8 +106,9 @@ class SharedMemory(Transport):
     #: it out; ``reduce``: root reduces, in rank order, the inputs the others put in scratch) were measured
     #: at 2 ranks against host MPI's ``Bcast``/``Reduce`` (``benchmarks/bench_rooted_shm.py``): reduce
     #: 0.2-0.7x raw at 8 KiB-4 MiB, ~1 from 8 MiB (three runs of 9-15 rounds on the shared 2-core machine,
-    #: MPICH, whose ``Reduce`` is slow); on a quiet one (2026-12-02, ``--rounds 9``) bcast lost at 8 KiB-1 MiB
-    #: (1.12-1.76x host MPI on MPICH 5.0.2, 1.20-1.97x on Open MPI 5.0.11) and won at 2 MiB only
+    #: MPICH, whose ``Reduce`` is slow), then on a quiet one (2026-12-02, ``--rounds 9``) 0.05-0.12x raw at
+    #: 1-64 MiB on MPICH 5.0.2 and 0.41-0.77x at 256 KiB-32 MiB on Open MPI 5.0.11 (no upper bound now).
+    #: bcast, quiet, lost at 8 KiB-1 MiB (1.12-1.76x host MPI on MPICH 5.0.2, 1.20-1.97x on Open MPI 5.0.11) and won at 2 MiB only
     #: (0.89-0.92x), where the earlier loaded runs had it winning 8 KiB-1 MiB: bcast is left to host MPI
     #: (whose ``Ibcast`` also lets a broadcast's root copy its input while the message travels). Within
     #: one node only; rooted gathers and scatters always go to host MPI. The reduce range starts at 256 KiB,
@@ -120,7 +121,7 @@ class SharedMemory(Transport):
     wins = {
         "reduce_scatter": (1 << 20, 1 << 62),
         "allreduce": (256 << 10, 1 << 62),
-        "reduce": (256 << 10, 8 << 20),
+        "reduce": (256 << 10, 1 << 62),
     }
     #: The smallest message (bytes of the gathered result of an all-gather, of the whole array of a
     #: reduction: a size every rank computes alike) that shm moves faster than the ``mpi`` transport,
