@@ -69,6 +69,13 @@ MUTATIONS = [
         "            rt.to_host(recv if send is None else send, hr if send is None else hs)\n",
     ),
     Mutation(
+        "1b",
+        "staged plan: no stream synchronisation before host MPI reads the plan's pinned copy",
+        STAGED,
+        "            rt.sync_stream()  # on every rank, whatever it copied: capture refused alike everywhere\n",
+        "",
+    ),
+    Mutation(
         "2",
         "nccl: padding temporary freed right after enqueuing its allGather (copies out of it queued later)",
         NCCL,
@@ -80,17 +87,19 @@ MUTATIONS = [
         "2b",
         "nccl: widening temporary (int16 reduce-scatter) freed right after enqueuing the NCCL call",
         NCCL,
-        "            self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)\n",
-        "            self._enqueue_reduce_scatter(send.astype(widened), wide, counts, op)\n"
+        "            self._enqueue_reduce_scatter(send.astype(route.wire.view), wide, counts, op)\n",
+        "            self._enqueue_reduce_scatter(send.astype(route.wire.view), wide, counts, op)\n"
         "            wide.data.mem.free()  # planted\n",
     ),
     Mutation(
         "2c",
         "staged: pinned buffers reused (or regrown) without waiting for the previous copy out of them",
         STAGED,
-        "        if self._pending_stream is not None:\n            self._event.synchronize()\n"
-        "            self._pending_stream = None\n",
-        "        self._pending_stream = None  # planted\n",
+        "        if self.stream is not None:\n"
+        '            assert self.event is not None, "recorded with the stream"\n'
+        "            self.event.synchronize()\n"
+        "            self.stream = None\n",
+        "        self.stream = None  # planted\n",
     ),
     Mutation(
         "3",

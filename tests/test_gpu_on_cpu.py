@@ -249,6 +249,67 @@ def test_staged_views_reused_and_regrown(comm_of, rt):
     assert rt.waits == [first.ptr]
 
 
+def _staged_cases(p):
+    """name -> (collective, options, this rank's input shape): every primitive a staged plan fixes."""
+    return {
+        "all_reduce": (hpccoll.all_reduce, {}, (5,)),
+        "all_reduce-in-place": (hpccoll.all_reduce, {"out": "x"}, (5,)),
+        "all_gather": (hpccoll.all_gather, {}, (2, 3)),
+        "reduce_scatter": (hpccoll.reduce_scatter, {}, (2 * p, 2)),
+        "all_to_all": (hpccoll.all_to_all, {}, (2 * p,)),
+        "broadcast": (hpccoll.broadcast, {"root": p - 1}, (4,)),
+        "broadcast-in-place": (hpccoll.broadcast, {"out": "x"}, (4,)),
+        "reduce": (hpccoll.reduce, {"root": p // 2}, (3, 2)),
+        "gather": (hpccoll.gather, {"root": p - 1}, (2, 2)),
+        "scatter": (hpccoll.scatter, {}, (2 * p,)),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_staged_cases(1)))
+def test_staged_plan_keeps_its_pinned_buffers(comm_of, rt, case):
+    """A staged plan allocates its pinned buffers once, when it is made: its runs allocate none and match
+    the unplanned call on new data each time; its host call is host MPI's prepared one (a persistent
+    request where host MPI has them, when asked for)."""
+    c, _ = comm_of("staged")
+    fn, options, shape = _staged_cases(c.size)[case]
+    x = cp.empty(shape)
+    opts = {k: (x if v == "x" else v) for k, v in options.items()}
+    with hpccoll.plan(fn, x, c, method="persistent", **opts) as planned:
+        made = list(rt.pinned_allocations)
+        results = []
+        for k in range(3):
+            data = make(shape, np.float64, seed=10 * k + c.rank)
+            x[...] = dev(data)  # queued on the caller's stream
+            results.append((data, host(planned()).copy()))
+        runs_made = rt.pinned_allocations[len(made) :]
+        methods = planned.methods
+    for data, got in results:
+        want = host(fn(dev(data), c, **{k: v for k, v in opts.items() if k != "out"}))
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert runs_made == []
+    assert methods == (("persistent",) if c.size > 1 and c.host_transport().persistent else methods)
+
+
+def test_staged_plan_waits_only_when_the_stream_changes(comm_of, rt):
+    c, t = comm_of("staged")
+    first, other = cp.get_current_stream(), cp.cuda.Stream(non_blocking=True)
+    x = dev(np.arange(4.0) + c.rank)
+    want = sum(np.arange(4.0) + r for r in range(c.size))
+    planned = hpccoll.plan(hpccoll.all_reduce, x, c)
+    got = [host(planned()).copy() for _ in range(3)]  # the same stream: no waits
+    same_stream_waits = list(rt.waits)
+    with other:  # another stream: the plan's copy back recorded on the first is waited for
+        y = planned()
+        switch_waits = list(rt.waits)
+        planned.free()  # releasing its buffers waits for its last copy back
+        got.append(y.get(stream=other))
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+    if c.size > 1:  # on one rank a plan moves nothing (an all-reduce of one rank is the identity)
+        assert same_stream_waits == [] and switch_waits == [first.ptr] and rt.waits == [first.ptr, other.ptr]
+    assert t.pinned_bytes == 0  # the transport's own buffers were never used
+
+
 # --------------------------------------------------------------------------- stream capture
 
 
@@ -355,11 +416,11 @@ def test_staged_records_one_event_again(comm_of, rt):
     x, y = dev(np.ones(4)), cp.empty(4)
     for _ in range(3):
         t.allreduce(x, y, "sum")
-    first_event = t._event
+    first_event = t._back.event
     with other:
         x2, y2 = dev(np.ones(4)), cp.empty(4)
         t.allreduce(x2, y2, "sum")
-        same = t._event is first_event
+        same = t._back.event is first_event
         t.close()
     got = [host(y), y2.get(stream=other)]
     assert ReusingRuntime.made == 1 and same

@@ -828,6 +828,22 @@ def test_staged_reuses_pinned_buffers(fresh, runtime):
 
 
 @pytest.mark.parametrize("standin_mode", ["deferred", "random"])
+def test_staged_plan_reads_what_was_written(fresh, runtime, standin_mode):
+    """A staged plan's host call reads its pinned copy only once the copy in (queued behind the caller's
+    write of the input) has run, and its result lands before the caller reads it, call after call."""
+    c = fresh(transport="staged")
+    x, y = cp.empty(3 * c.size), cp.empty(3 * c.size)
+    stacks = [stack_for(c, (3 * c.size,), np.float64, seed=s) for s in range(3)]
+    with hpccoll.plan(hpccoll.all_reduce, x, c, out=y) as planned:
+        got = []
+        for _, data in stacks:
+            x[...] = dev(data)  # queued on the caller's stream
+            got.append(host(planned()).copy())
+    for g, (stack, _) in zip(got, stacks):
+        assert_close(g, reference(stack, "sum"))
+
+
+@pytest.mark.parametrize("standin_mode", ["deferred", "random"])
 def test_staged_back_to_back_on_two_streams(fresh, runtime, standin_mode):
     """Staged calls reuse one pinned buffer: each waits until the previous copy out of it is done."""
     c = fresh(transport="staged")

@@ -215,7 +215,11 @@ def choose_method(c: Any, t: Any, primitive: str, args: tuple) -> str:
 
 
 def _measure_method(c: Any, t: Any, primitive: str, args: tuple, nbytes: int) -> str:
-    """Time the blocking and persistent forms of the call on scratch buffers; the faster."""
+    """Time the blocking and persistent forms of the call on scratch buffers; the faster. A transport
+    that runs the call through another's (``measured_on``: staged, through host MPI) is timed there."""
+    measured_on = getattr(t, "measured_on", None)
+    if measured_on is not None:
+        t, args = measured_on(args)
     scratch = _scratch(args)
     if scratch is None:
         return "blocking"

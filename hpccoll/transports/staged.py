@@ -25,6 +25,14 @@ refuses alike, and so that the host call never writes a pinned buffer a
 queued copy back still reads. The host calls are those of the host
 transport (``Communicator.host_transport``), composed, not owned.
 
+A plan (:func:`hpccoll.plan`) fixes its call's pinned buffers once: each
+prepared call (:meth:`Staged.prepare`) owns host buffers of its own, never
+regrown or shared with other calls, and host MPI's call is prepared on them
+once (an MPI-4 persistent request where host MPI measured that faster for the
+call and size, :func:`~hpccoll.transports._tuned.choose_method`), so a run is
+the copies in, one stream synchronisation, the prepared host call and the
+copies back, with the same stream rule as the unplanned calls, kept per plan.
+
 Not capturable in a CUDA graph (it synchronises the host with the stream):
 called during stream capture it raises :class:`~hpccoll.TransportUnavailable`
 before any MPI call. Capture is asked about only when a CUDA call of the
@@ -37,7 +45,8 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._errors import TransportUnavailable
-from ._base import WIRE_OPS, Transport
+from .._request import DONE, Pending
+from ._base import WIRE_OPS, Prepared, Transport
 from ._cuda import capture_query, event_recorder, get_runtime, raise_if_capturing
 
 __all__ = ["Staged"]
@@ -72,9 +81,7 @@ class Staged(Transport):
         self.saturates = self._host.saturates  # the staged copies are reduced by host MPI
         self._pinned: Dict[str, Any] = {}
         self._views: Dict[str, Tuple[int, Any, Any]] = {}  # slot -> (nbytes, dtype, typed view), reused
-        self._record = event_recorder(rt)
-        self._event: Optional[Any] = None  # recorded after the last copy out of the "recv" buffer
-        self._pending_stream: Optional[int] = None  # that copy's stream while it may be running, else None
+        self._back = _CopyBack(event_recorder(rt))  # the last copy out of the "recv" buffer
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -88,18 +95,35 @@ class Staged(Transport):
     def pinned_bytes(self) -> int:
         return sum(buf.nbytes for buf in self._pinned.values())
 
+    @property
+    def persistent(self) -> bool:  # type: ignore[override]
+        """Whether a plan's host call can be an MPI-4 persistent request (its host transport's)."""
+        return bool(self._host.persistent)
+
+    def measured_on(self, args: tuple) -> Tuple[Transport, tuple]:
+        """Where a plan's persistent-or-blocking race for ``args`` runs: host MPI, on NumPy buffers of the
+        device buffers' dtypes and sizes (the host call a prepared staged call makes)."""
+        import numpy as np
+
+        return self._host, tuple(np.empty(a.shape, a.dtype) if i in _buffers(args) else a for i, a in enumerate(args))
+
+    def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
+        """A call fixed on pinned host buffers of its own and host MPI's call prepared on them (``method``:
+        host MPI's ``"blocking"`` or ``"persistent"``); the contract's default for any other primitive."""
+        moves = _MOVES.get(primitive)
+        if moves is None:
+            return super().prepare(primitive, args, method)
+        ins, outs = moves(args, self.comm.rank)
+        return _StagedCall(self, primitive, args, method, ins, outs)
+
     def _wait(self) -> None:
         """Wait until the last copy out of the pinned buffers is done (whatever its stream)."""
-        if self._pending_stream is not None:
-            assert self._event is not None, "recorded with the pending stream"
-            self._event.synchronize()
-            self._pending_stream = None
+        self._back.wait()
 
     def _begin(self) -> int:
         """Wait for the last copy back only if it is on another stream; return the current stream's handle."""
         stream = self._rt.stream()
-        if self._pending_stream is not None and self._pending_stream != stream:
-            self._wait()
+        self._back.wait_unless(stream)
         return stream
 
     def _stage(self, slot: str, like: Any) -> Any:
@@ -144,7 +168,7 @@ class Staged(Transport):
         ``_begin``'s wait, saw to it).
         """
         self._rt.to_device(host, device)
-        self._event, self._pending_stream = self._record(self._event), stream
+        self._back.recorded(stream)
 
     def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
         stream, hs, hr = self._stage_in(send, recv)
@@ -215,6 +239,133 @@ class Staged(Transport):
 
     def close(self) -> None:
         self._wait()
-        self._event = None
+        self._back.event = None
         self._views.clear()
         self._pinned.clear()
+
+
+def _buffers(args: tuple) -> List[int]:
+    """The positions of a staged primitive's device buffers: its first two arguments where they are
+    arrays (not ``None``; a broadcast's second is its root)."""
+    return [i for i, a in enumerate(args[:2]) if a is not None and not isinstance(a, int)]
+
+
+def _pair(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
+    """(send, recv, ...): send copied in (recv when in place), recv copied back."""
+    return ([1] if args[0] is None else [0]), [1]
+
+
+def _bcast_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
+    """(buf, root): root's buffer copied in, the others' copied back."""
+    return ([0], []) if rank == args[1] else ([], [0])
+
+
+def _reduce_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
+    """(send, recv, op, root): the input copied in, root's result copied back."""
+    return ([1] if args[0] is None else [0]), ([1] if rank == args[3] else [])
+
+
+def _gatherv_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
+    """(send, recv, counts, root): send copied in, root's recv (None elsewhere) copied back."""
+    return [0], ([1] if args[1] is not None else [])
+
+
+def _scatterv_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
+    """(send, recv, counts, root): root's send (None elsewhere) copied in, recv copied back."""
+    return ([0] if args[0] is not None else []), [1]
+
+
+#: Per primitive a prepared call stages: which argument positions it copies in and which back, on this rank.
+_MOVES: Dict[str, Callable[[tuple, int], Tuple[List[int], List[int]]]] = {
+    "allgatherv": _pair,
+    "reduce_scatter": _pair,
+    "allreduce": _pair,
+    "alltoallv": _pair,
+    "bcast": _bcast_moves,
+    "reduce": _reduce_moves,
+    "gatherv": _gatherv_moves,
+    "scatterv": _scatterv_moves,
+}
+
+
+class _StagedCall(Prepared):
+    """A plan's staged call: pinned host buffers of its own, allocated once, and host MPI's call prepared
+    on them. A run copies in on the current stream, synchronises it, runs the host call, and enqueues the
+    copies back, recording an event after them that a run on another stream (or :meth:`free`) waits for.
+    ``start()`` runs it and returns a completed operation, as the unplanned non-blocking forms do."""
+
+    __slots__ = ("_t", "_into", "_out", "_host_call", "_back", "_pinned")
+
+    def __init__(
+        self, t: Staged, primitive: str, args: tuple, method: str, ins: Sequence[int], outs: Sequence[int]
+    ) -> None:
+        super().__init__(t, primitive, args, method)
+        rt = t._rt
+        pinned = {i: rt.alloc_pinned(args[i].nbytes) for i in _buffers(args)}
+        host = tuple(pinned[i].view(a.dtype).reshape(a.shape) if i in pinned else a for i, a in enumerate(args))
+        self._t, self._pinned = t, pinned
+        self._into = [(args[i], host[i]) for i in ins]
+        self._out = [(host[i], args[i]) for i in outs]
+        self._host_call = t._host.prepare(primitive, host, method)
+        self.method = self._host_call.method
+        self._back = _CopyBack(t._back.record)  # this call's last copies back
+        self.run = self._run
+        self.steps = (self._run,)
+        self._start = self._started
+
+    def _run(self) -> None:
+        t = self._t
+        rt = t._rt
+        try:
+            stream = rt.stream()
+            self._back.wait_unless(stream)
+            for device, host in self._into:
+                rt.to_host(device, host)
+            rt.sync_stream()  # on every rank, whatever it copied: capture refused alike everywhere
+        except Exception as exc:
+            raise_if_capturing(t.name, t._capturing, exc)
+            raise
+        self._host_call.run()
+        if self._out:
+            for host, device in self._out:
+                rt.to_device(host, device)
+            self._back.recorded(stream)
+
+    def _started(self) -> Pending:
+        self._run()
+        return DONE
+
+    def free(self) -> None:
+        """Wait for the last copies back, then release the host call and the pinned buffers."""
+        self._back.wait()
+        self._host_call.free()
+        self._pinned.clear()
+        self._into, self._out = [], []
+
+
+class _CopyBack:
+    """The last copies back out of some pinned buffers: the event recorded after them, and their stream
+    while they may still be running (``None`` once waited for)."""
+
+    __slots__ = ("record", "event", "stream")
+
+    def __init__(self, record: Callable[[Optional[Any]], Any]) -> None:
+        self.record = record  # records an event on the current stream (again, where the runtime can)
+        self.event: Optional[Any] = None
+        self.stream: Optional[int] = None
+
+    def wait(self) -> None:
+        """Wait until those copies are done (whatever their stream)."""
+        if self.stream is not None:
+            assert self.event is not None, "recorded with the stream"
+            self.event.synchronize()
+            self.stream = None
+
+    def wait_unless(self, stream: int) -> None:
+        """Wait for them only if they are on another stream than ``stream`` (stream order covers the same)."""
+        if self.stream is not None and self.stream != stream:
+            self.wait()
+
+    def recorded(self, stream: int) -> None:
+        """Copies back were just enqueued on ``stream`` (the current one): record the event after them."""
+        self.event, self.stream = self.record(self.event), stream
