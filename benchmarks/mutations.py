@@ -76,6 +76,13 @@ MUTATIONS = [
         "",
     ),
     Mutation(
+        "1c",
+        "cuda_mpi plan: host MPI's prepared call run without the stream synchronisation before it",
+        "hpccoll/transports/cuda_mpi.py",
+        "        def synchronised_run() -> None:\n            sync()\n",
+        "        def synchronised_run() -> None:\n",
+    ),
+    Mutation(
         "2",
         "nccl: padding temporary freed right after enqueuing its allGather (copies out of it queued later)",
         NCCL,

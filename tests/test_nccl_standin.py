@@ -873,6 +873,28 @@ def test_cuda_mpi_syncs_the_current_stream(fresh, runtime, monkeypatch):
     assert runtime.syncs == (3 if c.size > 1 else 0)
 
 
+@pytest.mark.parametrize("standin_mode", ["deferred", "random"])
+@pytest.mark.parametrize("method", ["persistent", "blocking", "auto"])
+def test_cuda_mpi_plan_syncs_before_mpi_reads(fresh, runtime, monkeypatch, method, standin_mode):
+    """A cuda_mpi plan (host MPI's call on the device buffers, persistent when asked for) synchronises the
+    caller's stream before every run: the input written just before each call is what MPI reads."""
+    monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "1")
+    c = fresh(transport="cuda_mpi")
+    x, y = cp.empty(2 * c.size), cp.empty(2 * c.size)
+    stacks = [stack_for(c, (2 * c.size,), np.float64, seed=s) for s in range(3)]
+    with hpccoll.plan(hpccoll.all_reduce, x, c, out=y, method=method) as planned:
+        got = []
+        for _, data in stacks:
+            x[...] = dev(data)  # queued on the caller's stream
+            got.append(host(planned()).copy())
+        methods = planned.methods
+    for g, (stack, _) in zip(got, stacks):
+        assert_close(g, reference(stack, "sum"))
+    if c.size > 1:  # auto: blocking (nothing measures device buffers); persistent where MPI has them
+        persistent = method == "persistent" and c.transport_instance("cuda_mpi").persistent
+        assert methods == ("persistent",) if persistent else ("blocking",)
+
+
 def test_cuda_aware_setting(fresh, runtime, monkeypatch):
     monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "0")
     with pytest.raises(hpccoll.TransportUnavailable, match="HPCCOLL_CUDA_AWARE_MPI=0 declares"):

@@ -198,10 +198,18 @@ def choose_method(c: Any, t: Any, primitive: str, args: tuple) -> str:
     The profile's verdict for this call and size when it has one; else
     measured now on scratch buffers (the plan's own are never touched) and
     remembered on ``c`` for later plans of the same call and size. A
-    transport without persistent requests gets ``"blocking"``.
+    transport without persistent requests gets ``"blocking"``, and so does
+    one on device buffers (the profile and the race time host buffers),
+    unless it runs the call through a host transport (``measured_on``:
+    ``staged``), which is then measured instead.
     """
     if not getattr(t, "persistent", False):
         return "blocking"
+    measured_on = getattr(t, "measured_on", None)
+    if measured_on is not None:  # a transport that runs the call through another's (staged: host MPI)
+        t, args = measured_on(args)
+    elif getattr(t, "array_kind", "numpy") != "numpy":
+        return "blocking"  # device buffers: the profile and the race measure host buffers only
     primitive, nbytes = allgather_object(c, (primitive, _message_bytes(args)), "a plan's size")[0]
     table = (load(c)["profile"] or {}).get("methods", {}).get(primitive)
     measured = verdict(table, nbytes)
@@ -215,11 +223,7 @@ def choose_method(c: Any, t: Any, primitive: str, args: tuple) -> str:
 
 
 def _measure_method(c: Any, t: Any, primitive: str, args: tuple, nbytes: int) -> str:
-    """Time the blocking and persistent forms of the call on scratch buffers; the faster. A transport
-    that runs the call through another's (``measured_on``: staged, through host MPI) is timed there."""
-    measured_on = getattr(t, "measured_on", None)
-    if measured_on is not None:
-        t, args = measured_on(args)
+    """Time the blocking and persistent forms of the call on scratch buffers; the faster."""
     scratch = _scratch(args)
     if scratch is None:
         return "blocking"

@@ -82,8 +82,7 @@ class CudaMPI(HostMPI):
     chosen_because = "HPCCOLL_CUDA_AWARE_MPI=1 declares this MPI CUDA-aware"
 
     def __init__(self, comm: Any) -> None:
-        super().__init__(comm)
-        self.persistent = False  # plans run the synchronising primitives (prepare)
+        super().__init__(comm)  # persistent: host MPI's (MPI-4); a plan gets them only when asked for
         self._rt = get_runtime()
         self._capturing = capture_query(self._rt)
 
@@ -91,10 +90,16 @@ class CudaMPI(HostMPI):
         return self._rt.on_this_stream(finish)
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
-        """The contract's default: each run is this transport's own primitive, which synchronises the
-        current stream before MPI touches the device buffers (host MPI's prebuilt calls and persistent
-        requests would skip that). Persistent requests on device buffers are not used (not run on a GPU yet)."""
-        return Prepared(self, primitive, args)
+        """Host MPI's call built once on the device buffers (``method="persistent"``: an MPI-4 persistent
+        request on them), each run and start preceded by the current stream's synchronisation, which MPI
+        needs and host MPI's prepared calls would skip. A plan's ``method="auto"`` gets the blocking call:
+        neither ``tune``'s profile nor a plan's race measures device buffers. Not yet run on a GPU."""
+        if primitive == "sendrecv":  # messages at device addresses: no graph of MPI_BOTTOM displacements
+            return Prepared(self, primitive, args)
+        fixed = super().prepare(primitive, args, method)
+        if type(fixed) is Prepared:  # the contract's default: each run is this transport's synchronising primitive
+            return fixed
+        return _Synchronised(self, primitive, args, fixed)
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -206,3 +211,29 @@ class CudaMPI(HostMPI):
     def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
         self._sync()
         return super().iscatterv(send, recv, counts, root)
+
+
+class _Synchronised(Prepared):
+    """A prepared host MPI call on device buffers, the current stream synchronised before each run or start."""
+
+    __slots__ = ("_fixed",)
+
+    def __init__(self, t: CudaMPI, primitive: str, args: tuple, fixed: Prepared) -> None:
+        super().__init__(t, primitive, args, fixed.method)
+        self._fixed = fixed
+        sync, run, start = t._sync, fixed.run, fixed.start
+
+        def synchronised_run() -> None:
+            sync()
+            run()
+
+        def synchronised_start() -> Pending:
+            sync()
+            return start()
+
+        self.run = synchronised_run
+        self.steps = (synchronised_run,)
+        self._start = synchronised_start
+
+    def free(self) -> None:
+        self._fixed.free()
