@@ -254,6 +254,9 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
             D=MPI.FLOAT,
             S=MPI.SUM,
             fixed=t.prepare("allreduce", (x, r, "sum")),  # what a plan of a 1 KiB all_reduce runs per call
+            fixed_gather=t.prepare("allgatherv", (x, g, [n, n])),
+            fixed_scatter=t.prepare("reduce_scatter", (big, r, [n, n], "sum")),
+            staged_fixed=staged.prepare("allreduce", (x, r, "sum")),  # a plan's own pinned buffers
         )
         # the Plan a replayed all_reduce of x into r is (hpccoll.plan's result when its finishing step is Ready)
         env["planned"] = hpccoll.Plan(
@@ -291,9 +294,24 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
                 "planned()",
             ),
             (
+                "nccl allgatherv, planned",
+                "nc.allGather(rt.ptr(x), rt.ptr(g), n, F32, rt.stream())",
+                "fixed_gather.run()",
+            ),
+            (
+                "nccl reduce_scatter, planned",
+                "nc.reduceScatter(rt.ptr(big), rt.ptr(r), n, F32, SUM, rt.stream())",
+                "fixed_scatter.run()",
+            ),
+            (
                 "staged allreduce",
                 "rt.to_host(x, hx); rt.sync_stream(); null.Allreduce([hx, D], [hr, D], S); rt.to_device(hr, r)",
                 "s.allreduce(x, r, 'sum')",
+            ),
+            (
+                "staged allreduce, planned",
+                "rt.to_host(x, hx); rt.sync_stream(); null.Allreduce([hx, D], [hr, D], S); rt.to_device(hr, r)",
+                "staged_fixed.run()",
             ),
         ]
         for name, raw_stmt, stmt in cases:

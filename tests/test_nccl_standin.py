@@ -14,6 +14,7 @@ own (never the default stream) unless it says otherwise; results are read
 with ``get()`` and compared with NumPy.
 """
 
+import functools
 import sys
 
 import numpy as np
@@ -1100,7 +1101,7 @@ def test_logical_primitives_directly(gpu, op):
 # --------------------------------------------------------------------------- plans over NCCL
 
 
-@pytest.mark.parametrize("fn", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+@pytest.mark.parametrize("fn", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"])
 def test_plans_on_cupy_arrays(gpu, fn):
     """A plan of a CuPy collective, called again on new contents, matches the unplanned call."""
     collective = getattr(hpccoll, fn)
@@ -1115,24 +1116,55 @@ def test_plans_on_cupy_arrays(gpu, fn):
             agree(gpu, lambda: assert_close(host(got), want) and assert_close(host(again), want))
 
 
-def test_planned_allreduce_is_one_nccl_call_on_the_callers_stream(gpu, runtime):
-    """The prepared all-reduce: pointers fixed, one allReduce per run, on the stream current at the run."""
+@pytest.mark.parametrize(
+    "fn, nccl_call",
+    [
+        ("all_reduce", "allReduce"),
+        ("all_gather", "allGather"),
+        ("reduce_scatter", "reduceScatter"),
+        ("broadcast", "bcast"),
+        ("reduce", "reduce"),
+    ],
+)
+def test_planned_call_is_one_nccl_call_on_the_callers_stream(gpu, runtime, fn, nccl_call):
+    """The prepared common calls: pointers fixed, one NCCL call per run, on the stream current at the run."""
     if gpu.size == 1:
         pytest.skip("one rank moves nothing")
-    stack, mine = stack_for(gpu, (6,), np.float64, seed=3)
+    collective = getattr(hpccoll, fn)
+    _, mine = stack_for(gpu, (2 * gpu.size,), np.float64, seed=3)
     x = dev(mine)
-    planned = hpccoll.plan(hpccoll.all_reduce, x, gpu)
-    before = len(calls(gpu, "allReduce"))
+    planned = hpccoll.plan(collective, x, gpu)
+    want = host(collective(x.copy(), gpu))
+    before = len(calls(gpu, nccl_call))
     cp.cuda.get_current_stream().synchronize()  # x's copy to the device, before another stream reads it
     other = cp.cuda.Stream()
     with other:
         got = planned()
-        log = calls(gpu, "allReduce")[before:]
-        agree(gpu, len(log) == 1 and log[0][-1] == other.ptr, f"one allReduce on the current stream, got {log}")
-        agree(gpu, lambda: assert_close(host(got), stack.sum(axis=0)))
+        log = calls(gpu, nccl_call)[before:]
+        agree(gpu, len(log) == 1 and log[0][-1] == other.ptr, f"one {nccl_call} on the current stream, got {log}")
+        agree(gpu, lambda: assert_close(host(got), want))
     planned.free()
     with pytest.raises(hpccoll.HpccollError, match="freed"):
         planned()
+
+
+def test_prepare_fixes_each_common_call(gpu):
+    """Each common call (one NCCL call) is prepared with its arguments fixed; an uneven one is not."""
+    t, p = nccl_of(gpu), gpu.size
+    x, y, z = cp.empty(2), cp.empty(2 * p), cp.empty(3)
+    common = {
+        "allreduce": (None, y, "sum"),
+        "reduce": (x, z[:2], "max", p - 1),
+        "allgatherv": (x, y, [2] * p),
+        "reduce_scatter": (y, x, [2] * p, "sum"),
+        "bcast": (z, 0),
+    }
+    for primitive, args in common.items():
+        fixed = t.prepare(primitive, args)
+        assert "_fixed." in fixed.run.__qualname__ and fixed.steps == (fixed.run,), primitive
+    if p > 1:  # (one rank: every count list is even)
+        uneven = t.prepare("allgatherv", (x[: 1 + (gpu.rank == 0)], cp.empty(p + 1), [2] + [1] * (p - 1)))
+        assert isinstance(uneven.run, functools.partial)  # the contract's default: the primitive each run
 
 
 def test_prepared_allreduce_refuses_a_closed_transport(gpu):

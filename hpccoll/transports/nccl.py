@@ -545,28 +545,18 @@ class NcclTransport(Transport):
             self._pending().wait()
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
-        """An all-reduce in one ``ncclAllReduce`` with its pointers, count, dtype and op fixed: each run
-        checks that the communicator is live and error-free, then enqueues on the caller's current stream
-        (so a run under CUDA stream capture is captured). Everything else: the contract's default."""
-        if primitive == "allreduce" and self.comm.timeout is None:
-            fixed = self._fixed_allreduce(*args)
-            if fixed is not None:
-                return fixed
-        return Prepared(self, primitive, args)
+        """The common call of an all-reduce, all-gather, reduce-scatter, broadcast or reduce (one NCCL call:
+        even counts, a dtype NCCL has, a count within :attr:`max_count`) with its pointers, count, dtype,
+        op and root fixed: each run checks that the communicator is live and error-free, then enqueues on
+        the caller's current stream (so a run under CUDA stream capture is captured). Everything else
+        (and every call under ``HPCCOLL_TIMEOUT``): the contract's default."""
+        build = _FIXED.get(primitive) if self.comm.timeout is None else None
+        fixed = build(self, *args) if build is not None else None
+        return fixed if fixed is not None else Prepared(self, primitive, args)
 
-    def _fixed_allreduce(self, send: Optional[Any], recv: Any, op: str) -> Optional[Prepared]:
-        """:meth:`prepare`'s all-reduce, where it is the common call (one ``allReduce``), else ``None``."""
-        wire = self._reduce.get(recv.dtype) or self._wire_for_reduce(recv.dtype)
-        if op not in self._ops or wire is None or not (wire.scale == 1 or op == "sum"):
-            return None
-        n = recv.size * wire.scale
-        if not 0 < n <= self.max_count:
-            return None
-        nc = self._ready(send, recv)
-        rt = self._rt
-        rp = rt.ptr(recv)
-        sp = rp if send is None else rt.ptr(send)
-        allreduce, check, stream, t, o = nc.allReduce, nc.check_async_error, rt.stream, wire.type, self._ops[op]
+    def _fixed(self, primitive: str, args: tuple, nc: Any, call: Any, *fixed_args: Any) -> Prepared:
+        """A prepared call whose every run is ``call(*fixed_args, current stream)`` on the live ``nc``."""
+        check, stream = nc.check_async_error, self._rt.stream
 
         def run() -> None:
             if self._nc is not nc:
@@ -575,9 +565,9 @@ class NcclTransport(Transport):
                 check()
             except Exception as exc:  # the binding's NcclError
                 self._abort(f"NCCL reported an asynchronous error ({type(exc).__name__}: {exc})")
-            allreduce(sp, rp, n, t, o, stream())
+            call(*fixed_args, stream())
 
-        fixed = Prepared(self, "allreduce", (send, recv, op))
+        fixed = Prepared(self, primitive, args)
         fixed.run = run
         fixed.steps = (run,)
 
@@ -587,6 +577,65 @@ class NcclTransport(Transport):
 
         fixed._start = start
         return fixed
+
+    def _native(self, dtype: np.dtype, op: str) -> Any:
+        """The wire NCCL reduces ``dtype`` on with ``op`` in one call (native, or complex sums as reals), or None."""
+        wire = self._reduce.get(dtype) or self._wire_for_reduce(dtype)
+        if op not in self._ops or wire is None or not (wire.scale == 1 or op == "sum"):
+            return None
+        return wire
+
+    def _fixed_allreduce(self, send: Optional[Any], recv: Any, op: str) -> Optional[Prepared]:
+        return self._fixed_reduction("allreduce", (send, recv, op), None)
+
+    def _fixed_reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Optional[Prepared]:
+        return self._fixed_reduction("reduce", (send, recv, op, root), root)
+
+    def _fixed_reduction(self, primitive: str, args: tuple, root: Optional[int]) -> Optional[Prepared]:
+        """One ``allReduce`` (``root`` None) or ``reduce``, where that is the common call."""
+        send, recv, op = args[:3]
+        wire = self._native(recv.dtype, op)
+        n = 0 if wire is None else recv.size * wire.scale
+        if not 0 < n <= self.max_count:
+            return None
+        nc = self._ready(send, recv)
+        rp = self._rt.ptr(recv)
+        sp = rp if send is None else self._rt.ptr(send)
+        if root is None:
+            return self._fixed(primitive, args, nc, nc.allReduce, sp, rp, n, wire.type, self._ops[op])
+        return self._fixed(primitive, args, nc, nc.reduce, sp, rp, n, wire.type, self._ops[op], root)
+
+    def _fixed_allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> Optional[Prepared]:
+        """One ``allGather`` of even blocks."""
+        wire = self._move.get(recv.dtype) or self._wire_for_move(recv.dtype)
+        n = counts[0] * wire.scale
+        if send is None or counts.count(counts[0]) != len(counts) or not 0 < n <= self.max_count:
+            return None
+        nc, rt = self._ready(send, recv), self._rt
+        return self._fixed(
+            "allgatherv", (send, recv, counts), nc, nc.allGather, rt.ptr(send), rt.ptr(recv), n, wire.type
+        )
+
+    def _fixed_reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Optional[Prepared]:
+        """One ``reduceScatter`` of even blocks."""
+        wire = self._native(recv.dtype, op)
+        n = 0 if wire is None else counts[0] * wire.scale
+        if send is None or counts.count(counts[0]) != len(counts) or not 0 < n <= self.max_count:
+            return None
+        nc, rt = self._ready(send, recv), self._rt
+        args = (send, recv, counts, op)
+        return self._fixed(
+            "reduce_scatter", args, nc, nc.reduceScatter, rt.ptr(send), rt.ptr(recv), n, wire.type, self._ops[op]
+        )
+
+    def _fixed_bcast(self, buf: Any, root: int) -> Optional[Prepared]:
+        """One ``bcast`` (in place) of the moving view."""
+        wire = self._move.get(buf.dtype) or self._wire_for_move(buf.dtype)
+        n = buf.size * wire.scale
+        if not 0 < n <= self.max_count:
+            return None
+        nc = self._ready(None, buf)
+        return self._fixed("bcast", (buf, root), nc, nc.bcast, self._rt.ptr(buf), n, wire.type, root)
 
     # ------------------------------------------------------------------ all-reduce
     def _enqueue_allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
@@ -817,3 +866,13 @@ class EventPending(Pending):
         if self.transport._nc is not None:
             self.transport._async_error()
         return bool(self.event.done)
+
+
+#: :meth:`NcclTransport.prepare`'s builders: each returns the prepared common call, or None (the contract's default).
+_FIXED: Dict[str, Callable[..., Optional[Prepared]]] = {
+    "allreduce": NcclTransport._fixed_allreduce,
+    "reduce": NcclTransport._fixed_reduce,
+    "allgatherv": NcclTransport._fixed_allgatherv,
+    "reduce_scatter": NcclTransport._fixed_reduce_scatter,
+    "bcast": NcclTransport._fixed_bcast,
+}

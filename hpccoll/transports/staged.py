@@ -105,7 +105,7 @@ class Staged(Transport):
         device buffers' dtypes and sizes (the host call a prepared staged call makes)."""
         import numpy as np
 
-        return self._host, tuple(np.empty(a.shape, a.dtype) if i in _buffers(args) else a for i, a in enumerate(args))
+        return self._host, tuple(np.empty(a.size, a.dtype) if i in _buffers(args) else a for i, a in enumerate(args))
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """A call fixed on pinned host buffers of its own and host MPI's call prepared on them (``method``:
@@ -302,7 +302,9 @@ class _StagedCall(Prepared):
         super().__init__(t, primitive, args, method)
         rt = t._rt
         pinned = {i: rt.alloc_pinned(args[i].nbytes) for i in _buffers(args)}
-        host = tuple(pinned[i].view(a.dtype).reshape(a.shape) if i in pinned else a for i, a in enumerate(args))
+        host = tuple(
+            pinned[i].view(a.dtype) if i in pinned else a for i, a in enumerate(args)
+        )  # flat, as MPI takes them
         self._t, self._pinned = t, pinned
         self._into = [(args[i], host[i]) for i in ins]
         self._out = [(host[i], args[i]) for i in outs]
