@@ -132,6 +132,22 @@ def test_plan_runs_the_call_alone(comm, fn):
             v._run("steps alone", lambda: _eq("second" in planned.func.__code__.co_freevars, True))
 
 
+@pytest.mark.parametrize("fn", [hpccoll.all_gather, hpccoll.broadcast, hpccoll.all_to_all])
+def test_plan_through_shm_prepares_host_mpi(comm, fn):
+    # 1 MiB on the default communicator: auto offers it to shm, which leaves these calls to host MPI (no
+    # shm all-gather, broadcast or all-to-all without a profile): the plan prepares host MPI's call.
+    c = hpccoll.Communicator(comm.mpi)
+    x = np.ones((1 << 17) // comm.size * comm.size)  # 1 MiB, split evenly
+    with Verdict(comm) as v, hpccoll.plan(fn, x, c, method="persistent") as planned:
+        for k in range(2):
+            x[...] = k + comm.rank
+            got = planned().copy()
+            v.same(got, fn(x.copy(), c), f"round {k}")
+        if persistent(comm) and c.transport_of("numpy", x.nbytes * comm.size).name == "shm":
+            v._run("host MPI's persistent request", lambda: _eq(planned.methods, ("persistent",)))
+    c.free()
+
+
 def persistent(c):
     """Whether plans on ``c`` can use MPI persistent collectives (more than one rank, an MPI that has them)."""
     return c.size > 1 and c.transport_instance("mpi").persistent

@@ -201,15 +201,19 @@ def choose_method(c: Any, t: Any, primitive: str, args: tuple) -> str:
     transport without persistent requests gets ``"blocking"``, and so does
     one on device buffers (the profile and the race time host buffers),
     unless it runs the call through a host transport (``measured_on``:
-    ``staged``), which is then measured instead.
+    ``staged`` always, ``shm`` for the calls it leaves to host MPI), which
+    is then measured instead.
     """
-    if not getattr(t, "persistent", False):
-        return "blocking"
     measured_on = getattr(t, "measured_on", None)
-    if measured_on is not None:  # a transport that runs the call through another's (staged: host MPI)
-        t, args = measured_on(args)
+    if measured_on is not None:  # a transport that runs the call through another's (staged, shm: host MPI)
+        through = measured_on(primitive, args)
+        if through is None:  # it moves the call itself, in one form
+            return "blocking"
+        t, args = through
     elif getattr(t, "array_kind", "numpy") != "numpy":
         return "blocking"  # device buffers: the profile and the race measure host buffers only
+    if not getattr(t, "persistent", False):
+        return "blocking"
     primitive, nbytes = allgather_object(c, (primitive, _message_bytes(args)), "a plan's size")[0]
     table = (load(c)["profile"] or {}).get("methods", {}).get(primitive)
     measured = verdict(table, nbytes)

@@ -224,9 +224,12 @@ class SharedMemory(Transport):
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """A ``sendrecv`` of node-shared messages prepared once: where each message comes from is read when
-        it is prepared, and each run is a node sync, the copies and a second sync. Others as host MPI's
-        where shm leaves them to it, else the contract default."""
+        it is prepared, and each run is a node sync, the copies and a second sync. A call shm leaves to host
+        MPI (:meth:`_hosts`): host MPI's prepared call (``method``: its persistent request or prebuilt
+        blocking call), decided once. Others: the contract default (shm's primitive each run)."""
         if primitive != "sendrecv":
+            if self._hosts(primitive, args):
+                return self.host.prepare(primitive, args, method)
             return super().prepare(primitive, args, method)
         found = None if self.node.multi else self._match(*args)
         if found is None:
@@ -392,8 +395,26 @@ class SharedMemory(Transport):
 
     # ------------------------------------------------------------------ all-gather
 
+    def measured_on(self, primitive: str, args: tuple) -> Optional[Tuple[Transport, tuple]]:
+        """Where a plan's persistent-or-blocking choice for ``primitive(*args)`` is measured: host MPI for a
+        call shm leaves to it (:meth:`prepare` then prepares host MPI's), else ``None`` (shm's own, one form)."""
+        return (self.host, args) if primitive != "sendrecv" and self._hosts(primitive, args) else None
+
+    def _hosts(self, primitive: str, args: tuple) -> bool:
+        """Whether host MPI moves this call (``args`` as the primitive takes them), not shm: every primitive's
+        rule, by the size every rank measures alike (the gathered result, the whole reduced array)."""
+        if primitive in ("allgatherv", "allreduce"):
+            return not self._mine(primitive, args[1].nbytes)
+        if primitive == "reduce_scatter":
+            return not self._mine(primitive, (args[1] if args[0] is None else args[0]).nbytes)
+        if primitive == "bcast":
+            return self.hosts_bcast(args[0].nbytes)
+        if primitive == "reduce":  # within one node only: across nodes host MPI moves it whole
+            return self.node.multi or not self._mine(primitive, args[1].nbytes)
+        return primitive in ("alltoallv", "gatherv", "scatterv")
+
     def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
-        if not self._mine("allgatherv", recv.nbytes):
+        if self._hosts("allgatherv", (send, recv)):
             self.host.allgatherv(send, recv, counts)
             return
         counts = list(counts)
@@ -561,7 +582,7 @@ class SharedMemory(Transport):
         return shared
 
     def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
-        if not self._mine("reduce_scatter", (recv if send is None else send).nbytes):
+        if self._hosts("reduce_scatter", (send, recv)):
             self.host.reduce_scatter(send, recv, counts, op)
             return
         counts = list(counts)
@@ -641,7 +662,7 @@ class SharedMemory(Transport):
         return target[0]
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        if not self._mine("allreduce", recv.nbytes):
+        if self._hosts("allreduce", (send, recv)):
             self.host.allreduce(send, recv, op)
             return
         if self.node.multi:
@@ -716,7 +737,7 @@ class SharedMemory(Transport):
         return self.node.multi or not self._mine("bcast", nbytes)
 
     def bcast(self, buf: Any, root: int) -> None:
-        if self.hosts_bcast(buf.nbytes):
+        if self._hosts("bcast", (buf,)):
             self.host.bcast(buf, root)
             return
         node = self.node
@@ -751,8 +772,7 @@ class SharedMemory(Transport):
             node.sync("bcast (releasing root's shared input)")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
-        # Within one node only: across nodes the message goes to host MPI whole (no hierarchical form).
-        if self.node.multi or not self._mine("reduce", recv.nbytes):
+        if self._hosts("reduce", (send, recv)):
             self.host.reduce(send, recv, op, root)
             return
         node = self.node

@@ -100,9 +100,9 @@ class Staged(Transport):
         """Whether a plan's host call can be an MPI-4 persistent request (its host transport's)."""
         return bool(self._host.persistent)
 
-    def measured_on(self, args: tuple) -> Tuple[Transport, tuple]:
-        """Where a plan's persistent-or-blocking race for ``args`` runs: host MPI, on NumPy buffers of the
-        device buffers' dtypes and sizes (the host call a prepared staged call makes)."""
+    def measured_on(self, primitive: str, args: tuple) -> Tuple[Transport, tuple]:
+        """Where a plan's persistent-or-blocking choice for ``primitive(*args)`` is measured: host MPI, on
+        NumPy buffers of the device buffers' dtypes and sizes (the host call a prepared staged call makes)."""
         import numpy as np
 
         return self._host, tuple(np.empty(a.size, a.dtype) if i in _buffers(args) else a for i, a in enumerate(args))
