@@ -488,36 +488,11 @@ class Communicator:
         """
         if collective not in EXPLAINED:
             raise ArgumentError(f"collective: expected one of {', '.join(map(repr, EXPLAINED))}; got {collective!r}")
-        many = type(x) in (list, tuple)
-        arrays = [as_array(a, f"x[{i}]" if many else "x") for i, a in enumerate(x if many else [x])]
-        kinds = {kind for _, kind in arrays}
-        if len(kinds) > 1:
-            raise ArgumentError("x: expected arrays of one kind (all NumPy or all CuPy); got both")
-        kind = kinds.pop() if kinds else "numpy"
-        xs = [a for a, _ in arrays]
-        for i, a in enumerate(xs):
-            check_dtype(a.dtype, f"x[{i}]" if many else "x")
+        many, kind, xs, op = _explained_inputs(x, collective, op)
         reducing = collective != "all_gather"
-        if reducing:
-            op = normalize_op(op)
-            for a in xs:
-                reduce_plan(a.dtype, op)  # the collective's own refusal, before any communication
         known = set(self.state)
-        exchanged = False
         notes: List[str] = []
-        if reducing:
-            each = [a.nbytes for a in xs]
-        else:
-            axes = [_axis(axis, a.ndim, f"x[{i}]" if many else "x") for i, a in enumerate(xs)]
-            if sizes is not None:
-                table = [_sizes(sizes, self.size)] * len(xs)
-            elif self.size > 1:
-                table, exchanged = exchange_extents(self, xs, axes, f"explain({collective})"), True
-            else:
-                table = [(a.shape[ax],) for a, ax in zip(xs, axes)]
-            each = [
-                prod(a.shape[:ax] + a.shape[ax + 1 :]) * a.dtype.itemsize * sum(t) for a, ax, t in zip(xs, axes, table)
-            ]
+        each, exchanged = self._explained_sizes(xs, collective, axis, sizes, many)
         nbytes = sum(each)
         if self.check and self.size > 1:
             notes.append("check mode: one pickled Allgather compares the call across ranks first")
@@ -554,20 +529,7 @@ class Communicator:
             for a in xs:
                 moves_as[a.dtype.name] = "uint8" if many else movement_dtype(a.dtype).name
             wire = each
-        split: Optional[List[Bucket]] = None
-        if many:
-            split = []
-            groups: Dict[Any, List[int]] = {}
-            for i, a in enumerate(xs):  # reductions: one group per dtype; all-gathers: raw bytes, one group
-                groups.setdefault(a.dtype if reducing else None, []).append(i)
-            for members in groups.values():
-                for bucket in buckets([wire[i] for i in members], self.bucket_bytes):
-                    idx = tuple(members[j] for j in bucket)
-                    size = sum(wire[i] for i in idx)
-                    split.append(Bucket(idx, size, _mover(t, primitive, size)))
-            movers = tuple(dict.fromkeys(b.moved_by for b in split))
-        else:
-            movers = (_mover(t, primitive, wire[0]),)
+        split, movers = self._explained_buckets(xs, wire, t, primitive, reducing, many)
         if t.name != choice.name or movers != (t.name,):
             notes.append(
                 f"a message of {nbytes} bytes: the collective calls {t.name}"
@@ -589,6 +551,41 @@ class Communicator:
             self.check,
             tuple(notes),
         )
+
+    def _explained_sizes(
+        self, xs: List[Any], collective: str, axis: int, sizes: Any, many: bool
+    ) -> Tuple[List[int], bool]:
+        """:meth:`explain`'s message bytes per array (a gather's whole result), and whether the extents were
+        exchanged to know them (``sizes=None``, as the collective exchanges them)."""
+        if collective != "all_gather":
+            return [a.nbytes for a in xs], False
+        axes = [_axis(axis, a.ndim, f"x[{i}]" if many else "x") for i, a in enumerate(xs)]
+        exchanged = False
+        if sizes is not None:
+            table = [_sizes(sizes, self.size)] * len(xs)
+        elif self.size > 1:
+            table, exchanged = exchange_extents(self, xs, axes, f"explain({collective})"), True
+        else:
+            table = [(a.shape[ax],) for a, ax in zip(xs, axes)]
+        each = [prod(a.shape[:ax] + a.shape[ax + 1 :]) * a.dtype.itemsize * sum(t) for a, ax, t in zip(xs, axes, table)]
+        return each, exchanged
+
+    def _explained_buckets(
+        self, xs: List[Any], wire: List[int], t: Any, primitive: str, reducing: bool, many: bool
+    ) -> Tuple[Optional[List["Bucket"]], Tuple[str, ...]]:
+        """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them."""
+        if not many:
+            return None, (_mover(t, primitive, wire[0]),)
+        split: List[Bucket] = []
+        groups: Dict[Any, List[int]] = {}
+        for i, a in enumerate(xs):  # reductions: one group per dtype; all-gathers: raw bytes, one group
+            groups.setdefault(a.dtype if reducing else None, []).append(i)
+        for members in groups.values():
+            for bucket in buckets([wire[i] for i in members], self.bucket_bytes):
+                idx = tuple(members[j] for j in bucket)
+                size = sum(wire[i] for i in idx)
+                split.append(Bucket(idx, size, _mover(t, primitive, size)))
+        return split, tuple(dict.fromkeys(b.moved_by for b in split))
 
     def shared_empty(self, shape: Any, dtype: Any = float) -> Any:
         """A new writeable NumPy array for this rank in node-shared memory (collective).
@@ -816,6 +813,25 @@ def _mover(t: Any, primitive: str, nbytes: int) -> str:
     if mine is not None and host is not None and not mine(primitive, nbytes):
         return str(host.name)
     return str(t.name)
+
+
+def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List[Any], Any]:
+    """:meth:`Communicator.explain`'s arrays, checked as the collective checks them before communicating:
+    ``(many, kind, arrays, op)`` (``op`` normalised for a reduction)."""
+    many = type(x) in (list, tuple)
+    arrays = [as_array(a, f"x[{i}]" if many else "x") for i, a in enumerate(x if many else [x])]
+    kinds = {kind for _, kind in arrays}
+    if len(kinds) > 1:
+        raise ArgumentError("x: expected arrays of one kind (all NumPy or all CuPy); got both")
+    kind = kinds.pop() if kinds else "numpy"
+    xs = [a for a, _ in arrays]
+    for i, a in enumerate(xs):
+        check_dtype(a.dtype, f"x[{i}]" if many else "x")
+    if collective != "all_gather":
+        op = normalize_op(op)
+        for a in xs:
+            reduce_plan(a.dtype, op)  # the collective's own refusal, before any communication
+    return many, kind, xs, op
 
 
 def _plan_notes(dtype: np.dtype, op: str, plan: ReducePlan, t: Any) -> List[str]:

@@ -313,39 +313,7 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
         if got is not None:
             return got
     many = type(x) is not np.ndarray and list_types(x) is not None
-    fields: List[_Field] = []
-    kind, xp, err = "numpy", np, None
-    widths: Tuple[int, ...] = ()
-    grid = None
-    try:
-        grid = c.grid
-        d = len(grid.dims)
-        widths = halo_of(halo, d)
-        if not isinstance(corners, (bool, np.bool_)):
-            raise ArgumentError(f"corners: expected a bool; got {corners!r}")
-        if many:
-            lst = survey_list(x, list_types(x) or set(), async_op)
-            arrays, kind = lst.arrays, lst.kind
-            names = [f"x[{i}]" for i in range(len(arrays))]
-            outs = outs_of(out, len(arrays))
-        else:
-            a, kind, xp = one_array(x)
-            arrays, names, outs = [a], ["x"], [out]
-        xp = module_of(kind)
-        for a, name, o in zip(arrays, names, outs):
-            if a.ndim < d:
-                raise ArgumentError(
-                    f"{name}: expected at least {d} dimensions (one per grid axis); got shape {a.shape}"
-                )
-            for i, h in enumerate(widths):
-                if 2 * h > a.shape[i]:
-                    raise ArgumentError(
-                        f"halo: expected 2 * halo[{i}] <= {name}.shape[{i}] (ghost layers on both sides of the "
-                        f"owned cells); got halo[{i}] == {h} and {name}.shape[{i}] == {a.shape[i]}"
-                    )
-            fields.append(_Field(a, check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL))))
-    except HpccollError as e:
-        err = e
+    grid, widths, fields, kind, err = _checked(x, c, halo, corners, out, async_op, many)
     if grid is None:  # no process grid: nothing to exchange with; this rank's error is every rank's (same comm)
         assert err is not None
         raise err
@@ -363,36 +331,12 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
         c, fields, widths, bool(corners) if err is None else False, what, err, key is not None, shared
     )
     assert layout is not None  # _agree raised every rank's error
+    xp = module_of(kind)
     results = [f.out for f in fields]
     for f in fields:
         if f.out is not f.x:
             xp.copyto(f.out, f.x)
-    # The adjoint sends the filled ghosts' cotangents back and adds what arrives into the owned cells.
-    sends, recvs = (layout.recvs, layout.sends) if adjoint else (layout.sends, layout.recvs)
-    outgoing: List[Tuple[Any, int]] = []
-    packs: List[Tuple[Any, Any]] = []  # (send buffer, region) where the buffer is a copy
-    for q in sorted(sends):
-        for i, r in sends[q]:
-            piece = results[i][r]
-            buf = _flat(piece, xp, copy=adjoint)  # the adjoint zeroes these ghosts next
-            outgoing.append((buf, q))
-            if key is not None and not piece.flags.c_contiguous:
-                packs.append((buf.reshape(piece.shape), piece))
-    if adjoint:
-        for regions in sends.values():
-            for i, r in regions:
-                results[i][r] = 0
-    incoming: List[Tuple[Any, int]] = []
-    landing: List[Tuple[Any, Any]] = []  # (received buffer, the region it goes to) where it is not the region itself
-    for q in sorted(recvs):
-        for i, r in recvs[q]:
-            target = results[i][r]
-            if not adjoint and target.flags.c_contiguous:
-                incoming.append((target.reshape(-1), q))  # straight into the ghosts
-            else:
-                buf = xp.empty(target.size, target.dtype)
-                incoming.append((buf, q))
-                landing.append((buf, target))
+    outgoing, incoming, packs, landing = _messages(results, layout, adjoint, key is not None, xp)
 
     def finish() -> Any:
         for buf, target in landing:
@@ -419,6 +363,87 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     # Every ghost received straight into place: nothing is left to finish.
     step: Callable[[], Any] = Ready(results[0]) if not landing and not many else finish
     return launch(transport, "sendrecv", (outgoing, incoming), step, async_op)
+
+
+def _checked(
+    x: Any, c: Any, halo: Any, corners: Any, out: Any, async_op: bool, many: bool
+) -> Tuple[Any, Tuple[int, ...], List[_Field], str, Any]:
+    """The call's arguments checked on this rank: ``(grid, widths, fields, kind, error)``; ``grid`` is
+    ``None`` for a communicator without one, and ``error`` this rank's ``HpccollError`` (or ``None``), which
+    the agreement hands every rank."""
+    fields: List[_Field] = []
+    kind, err = "numpy", None
+    widths: Tuple[int, ...] = ()
+    grid = None
+    try:
+        grid = c.grid
+        d = len(grid.dims)
+        widths = halo_of(halo, d)
+        if not isinstance(corners, (bool, np.bool_)):
+            raise ArgumentError(f"corners: expected a bool; got {corners!r}")
+        if many:
+            lst = survey_list(x, list_types(x) or set(), async_op)
+            arrays, kind = lst.arrays, lst.kind
+            names = [f"x[{i}]" for i in range(len(arrays))]
+            outs = outs_of(out, len(arrays))
+        else:
+            a, kind, _ = one_array(x)
+            arrays, names, outs = [a], ["x"], [out]
+        xp = module_of(kind)
+        for a, name, o in zip(arrays, names, outs):
+            if a.ndim < d:
+                raise ArgumentError(
+                    f"{name}: expected at least {d} dimensions (one per grid axis); got shape {a.shape}"
+                )
+            for i, h in enumerate(widths):
+                if 2 * h > a.shape[i]:
+                    raise ArgumentError(
+                        f"halo: expected 2 * halo[{i}] <= {name}.shape[{i}] (ghost layers on both sides of the "
+                        f"owned cells); got halo[{i}] == {h} and {name}.shape[{i}] == {a.shape[i]}"
+                    )
+            fields.append(_Field(a, check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL))))
+    except HpccollError as e:
+        err = e
+    return grid, widths, fields, kind, err
+
+
+def _messages(
+    results: List[Any], layout: _Layout, adjoint: bool, keeping: bool, xp: Any
+) -> Tuple[list, list, list, list]:
+    """The exchange's messages on the results: ``(outgoing, incoming, packs, landing)``.
+
+    ``outgoing``/``incoming`` are the transport's ``(buffer, rank)`` lists in message order: views of the
+    regions where they are contiguous, else copies (a copy of each sent region in the adjoint, whose sent
+    ghosts are zeroed here, after their copies). ``packs`` pairs a kept exchange's (``keeping``) send copies
+    with their regions; ``landing`` pairs each receive buffer that is not its region with that region.
+    """
+    # The adjoint sends the filled ghosts' cotangents back and adds what arrives into the owned cells.
+    sends, recvs = (layout.recvs, layout.sends) if adjoint else (layout.sends, layout.recvs)
+    outgoing: List[Tuple[Any, int]] = []
+    packs: List[Tuple[Any, Any]] = []  # (send buffer, region) where the buffer is a copy
+    for q in sorted(sends):
+        for i, r in sends[q]:
+            piece = results[i][r]
+            buf = _flat(piece, xp, copy=adjoint)  # the adjoint zeroes these ghosts next
+            outgoing.append((buf, q))
+            if keeping and not piece.flags.c_contiguous:
+                packs.append((buf.reshape(piece.shape), piece))
+    if adjoint:
+        for regions in sends.values():
+            for i, r in regions:
+                results[i][r] = 0
+    incoming: List[Tuple[Any, int]] = []
+    landing: List[Tuple[Any, Any]] = []  # (received buffer, the region it goes to) where it is not the region itself
+    for q in sorted(recvs):
+        for i, r in recvs[q]:
+            target = results[i][r]
+            if not adjoint and target.flags.c_contiguous:
+                incoming.append((target.reshape(-1), q))  # straight into the ghosts
+            else:
+                buf = xp.empty(target.size, target.dtype)
+                incoming.append((buf, q))
+                landing.append((buf, target))
+    return outgoing, incoming, packs, landing
 
 
 def _layout_of(c: Any, grid: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool) -> _Layout:
