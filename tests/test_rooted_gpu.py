@@ -378,7 +378,8 @@ def test_public_rooted_collectives_on_cupy_arrays(transport, name):
 def test_halo_exchange_on_cupy_arrays(transport, name):
     """halo_exchange and its adjoint with CuPy (stand-in) arrays on each GPU transport: the contract's sendrecv
     (NCCL and staged: its default, one all-to-all of packed bytes; cuda_mpi: host MPI's messages on device
-    buffers), against the same exchange of NumPy arrays over host MPI."""
+    buffers), against the same exchange of NumPy arrays over host MPI; and planned, in place and not (a plan's
+    sendrecv is the contract's default prepared call on every GPU transport)."""
     c, _ = transport
     grid = c.cartesian([c.size], periodic=True)
     host = hpccoll.Communicator(c.mpi, transport="mpi").cartesian([c.size], periodic=True)
@@ -391,10 +392,21 @@ def test_halo_exchange_on_cupy_arrays(transport, name):
             hpccoll.halo_exchange(dev(x.T.copy()).T, grid, halo=2).get(),  # non-contiguous faces: packed
             hpccoll.halo_exchange_adjoint(dev(g), grid, halo=2, async_op=True).wait().get(),
         ]
+        inplace = dev(x)
+        with hpccoll.plan(hpccoll.halo_exchange, inplace, grid, halo=2, out=inplace) as planned:
+            got.append(planned().get())
+        adjoint_in = dev(g)
+        with hpccoll.plan(hpccoll.halo_exchange_adjoint, adjoint_in, grid, halo=2) as planned:
+            for _ in range(2):  # the plan reads its input's current contents at each run
+                got.append(planned().get())
+                adjoint_in[...] = dev(x)
         want = [
             hpccoll.halo_exchange(x, host, halo=2),
             hpccoll.halo_exchange(x, host, halo=2),
             hpccoll.halo_exchange_adjoint(g, host, halo=2),
+            hpccoll.halo_exchange(x, host, halo=2),
+            hpccoll.halo_exchange_adjoint(g, host, halo=2),
+            hpccoll.halo_exchange_adjoint(x, host, halo=2),
         ]
     finally:
         grid.free()

@@ -100,11 +100,15 @@ class Staged(Transport):
         """Whether a plan's host call can be an MPI-4 persistent request (its host transport's)."""
         return bool(self._host.persistent)
 
-    def measured_on(self, primitive: str, args: tuple) -> Tuple[Transport, tuple]:
+    def measured_on(self, primitive: str, args: tuple) -> Optional[Tuple[Transport, tuple]]:
         """Where a plan's persistent-or-blocking choice for ``primitive(*args)`` is measured: host MPI, on
-        NumPy buffers of the device buffers' dtypes and sizes (the host call a prepared staged call makes)."""
+        NumPy buffers of the device buffers' dtypes and sizes (the host call a prepared staged call makes);
+        ``None`` for a primitive staged does not prepare itself (``sendrecv``: the contract's default, one
+        form)."""
         import numpy as np
 
+        if primitive not in _MOVES:
+            return None
         return self._host, tuple(np.empty(a.size, a.dtype) if i in _buffers(args) else a for i, a in enumerate(args))
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
@@ -343,6 +347,14 @@ class _StagedCall(Prepared):
         self._host_call.free()
         self._pinned.clear()
         self._into, self._out = [], []
+
+    def __del__(self) -> None:
+        """A plan dropped without :meth:`free`: its pinned buffers are released only after its last copies
+        back out of them are done (a queued copy must not read freed memory)."""
+        try:
+            self.free()
+        except Exception:  # noqa: BLE001, S110 (interpreter shutdown: the runtime may be gone)
+            pass
 
 
 class _CopyBack:
