@@ -287,7 +287,8 @@ def test_staged_plan_keeps_its_pinned_buffers(comm_of, rt, case):
         want = host(fn(dev(data), c, **{k: v for k, v in opts.items() if k != "out"}))
         np.testing.assert_allclose(got, want, rtol=1e-12)
     assert runs_made == []
-    assert methods == (("persistent",) if c.size > 1 and c.host_transport().persistent else methods)
+    if c.size > 1:  # on one rank a plan moves nothing
+        assert methods == (("persistent",) if c.host_transport().persistent else ("blocking",))
 
 
 def test_staged_plan_waits_only_when_the_stream_changes(comm_of, rt):

@@ -15,6 +15,7 @@ with ``get()`` and compared with NumPy.
 """
 
 import functools
+import gc
 import sys
 
 import numpy as np
@@ -845,6 +846,21 @@ def test_staged_plan_reads_what_was_written(fresh, runtime, standin_mode):
 
 
 @pytest.mark.parametrize("standin_mode", ["deferred", "random"])
+def test_staged_plan_dropped_unfreed_waits_for_its_copy_back(fresh, runtime, standin_mode):
+    """A staged plan dropped without ``free()`` while its copy back is still queued releases its pinned
+    buffers only after that copy (the stand-in poisons pinned memory freed under a queued copy, and
+    reports it at the next synchronisation)."""
+    c = fresh(transport="staged")
+    stack, x = stack_for(c, (3 * c.size,), np.float64, seed=4)
+    src, y = dev(x), cp.empty(3 * c.size)
+    planned = hpccoll.plan(hpccoll.all_reduce, src, c, out=y)
+    planned()  # its copy back into y is queued on the current stream
+    del planned
+    gc.collect()
+    assert_close(host(y), reference(stack, "sum"))
+
+
+@pytest.mark.parametrize("standin_mode", ["deferred", "random"])
 def test_staged_back_to_back_on_two_streams(fresh, runtime, standin_mode):
     """Staged calls reuse one pinned buffer: each waits until the previous copy out of it is done."""
     c = fresh(transport="staged")
@@ -878,22 +894,30 @@ def test_cuda_mpi_syncs_the_current_stream(fresh, runtime, monkeypatch):
 @pytest.mark.parametrize("method", ["persistent", "blocking", "auto"])
 def test_cuda_mpi_plan_syncs_before_mpi_reads(fresh, runtime, monkeypatch, method, standin_mode):
     """A cuda_mpi plan (host MPI's call on the device buffers, persistent when asked for) synchronises the
-    caller's stream before every run: the input written just before each call is what MPI reads."""
+    caller's stream before every run and every start, once: the input written just before each call is
+    what MPI reads."""
     monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "1")
     c = fresh(transport="cuda_mpi")
     x, y = cp.empty(2 * c.size), cp.empty(2 * c.size)
-    stacks = [stack_for(c, (2 * c.size,), np.float64, seed=s) for s in range(3)]
+    stacks = [stack_for(c, (2 * c.size,), np.float64, seed=s) for s in range(4)]
     with hpccoll.plan(hpccoll.all_reduce, x, c, out=y, method=method) as planned:
         got = []
-        for _, data in stacks:
+        syncs = runtime.syncs
+        for i, (_, data) in enumerate(stacks):
             x[...] = dev(data)  # queued on the caller's stream
-            got.append(host(planned()).copy())
+            if i % 2:
+                got.append(host(planned()).copy())
+            else:  # the non-blocking form
+                planned.start()
+                got.append(host(planned.wait()).copy())
+        syncs = runtime.syncs - syncs
         methods = planned.methods
     for g, (stack, _) in zip(got, stacks):
         assert_close(g, reference(stack, "sum"))
     if c.size > 1:  # auto: blocking (nothing measures device buffers); persistent where MPI has them
         persistent = method == "persistent" and c.transport_instance("cuda_mpi").persistent
-        assert methods == ("persistent",) if persistent else ("blocking",)
+        assert methods == (("persistent",) if persistent else ("blocking",))
+        assert syncs == len(stacks)
 
 
 def test_cuda_aware_setting(fresh, runtime, monkeypatch):

@@ -233,7 +233,9 @@ class _Synchronised(Prepared):
 
         self.run = synchronised_run
         self.steps = (synchronised_run,)
-        self._start = synchronised_start
+        # the prebuilt blocking call starts through this transport's own non-blocking primitive, which
+        # synchronises already; a persistent request's Start does not
+        self._start = synchronised_start if fixed.method == "persistent" else start
 
     def free(self) -> None:
         self._fixed.free()
