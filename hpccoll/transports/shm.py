@@ -107,7 +107,8 @@ class SharedMemory(Transport):
     #: at 2 ranks against host MPI's ``Bcast``/``Reduce`` (``benchmarks/bench_rooted_shm.py``): reduce
     #: 0.2-0.7x raw at 8 KiB-4 MiB, ~1 from 8 MiB (three runs of 9-15 rounds on the shared 2-core machine,
     #: MPICH, whose ``Reduce`` is slow), then on a quiet one (2026-12-02, ``--rounds 9``) 0.05-0.12x raw at
-    #: 1-64 MiB on MPICH 5.0.2 and 0.41-0.77x at 256 KiB-32 MiB on Open MPI 5.0.11 (no upper bound now).
+    #: 1-64 MiB on MPICH 5.0.2 and, on Open MPI 5.0.11 at 256 KiB-32 MiB, 0.41-0.77x in one run and
+    #: 0.57-1.12x in another (shm's per-process speed modes; no upper bound now).
     #: bcast, quiet, lost at 8 KiB-1 MiB (1.12-1.76x host MPI on MPICH 5.0.2, 1.20-1.97x on Open MPI 5.0.11) and won at 2 MiB only
     #: (0.89-0.92x), where the earlier loaded runs had it winning 8 KiB-1 MiB: bcast is left to host MPI
     #: (whose ``Ibcast`` also lets a broadcast's root copy its input while the message travels). Within
