@@ -22,7 +22,7 @@ import argparse
 import json
 import statistics
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -222,8 +222,6 @@ class Case:
     """
 
     def __init__(self, coll: str, nbytes: int, args: argparse.Namespace, comm: Any, xp: Any) -> None:
-        import hpccoll
-
         dtype, op, axis, root = args.datatype, args.op, args.axis, args.root
         self.coll, self.dtype, self.op, self.comm, self.xp = coll, dtype, op, comm, xp
         P, r = comm.size, comm.rank
@@ -255,72 +253,94 @@ class Case:
         on_device = (lambda a: a) if xp is np else xp.asarray
         xs = [on_device(a.x) for a in self.arrays]
         self.outs = [xp.empty(a.want.shape, dtype) for a in self.arrays]
-        many = args.list > 0
-        X, OUT = (xs, self.outs) if many else (xs[0], self.outs[0])
-        blocking = bool(args.blocking)
         self.in_place: Optional[Callable[[], Any]] = None
         self.reset: Callable[[], Any] = lambda: None
         self.got_in_place: Callable[[], List[Any]] = lambda: []
-        if coll == "allgather":
-            f = _finish(hpccoll.all_gather, blocking)
-            self.hpc = lambda: f(X, comm, axis=axis, sizes=sizes, out=OUT)
-            if not many:  # the list form has no in-place layout
-                own, whole = block(r), self.outs[0]
-                mine = whole[own]
-                self.in_place = lambda: f(mine, comm, axis=axis, sizes=sizes, out=whole)
-
-                def reset() -> None:  # a result with nothing of a previous call's in it, this rank's block set
-                    xp.copyto(whole, on_device(_poison(self.arrays[0].want)))
-                    whole[own] = xs[0]
-
-                self.reset = reset
-                self.got_in_place = lambda: [whole]
-        elif coll == "reducescatter":
-            f = _finish(hpccoll.reduce_scatter, blocking)
-            self.hpc = lambda: f(X, comm, op=op, axis=axis, sizes=sizes, out=OUT)
-            if not many:
-                own, scratch = block(r), xs[0].copy()
-                mine = scratch[own]
-                self.in_place = lambda: f(scratch, comm, op=op, axis=axis, sizes=sizes, out=mine)
-                self.reset = lambda: xp.copyto(scratch, xs[0])
-                self.got_in_place = lambda: [mine]
-        elif coll == "allreduce":
-            f = _finish(hpccoll.all_reduce, blocking)
-            self.hpc = lambda: f(X, comm, op=op, out=OUT)
-            scratches = [x.copy() for x in xs]
-            S = scratches if many else scratches[0]
-            self.in_place = lambda: f(S, comm, op=op, out=S)
-            self.reset = lambda: [xp.copyto(s, x) for s, x in zip(scratches, xs)]
-            self.got_in_place = lambda: scratches
-        elif coll == "alltoall":  # no in-place form (out may not overlap x)
-            f = _finish(hpccoll.all_to_all, blocking)
-            recv = [sizes[r]] * P
-            self.hpc = lambda: f(X, comm, split_axis=axis, concat_axis=axis, sizes=sizes, recv_sizes=recv, out=OUT)
-        elif coll in ("broadcast", "reduce"):
-            # in place: out=x; root's x is its input, the others' hold what they had (broadcast: every
-            # element wrong, so a rank left unwritten is counted; reduce: their own inputs)
-            if coll == "broadcast":
-                f = _finish(hpccoll.broadcast, blocking)
-                self.hpc = lambda: f(X, comm, root=root, out=OUT)
-                fill = xs if r == root else [on_device(_poison(a.want)) for a in self.arrays]
-            else:
-                f = _finish(hpccoll.reduce, blocking)
-                self.hpc = lambda: f(X, comm, op=op, root=root, out=OUT)
-                fill = xs
-            scratches = [x.copy() for x in fill]
-            S = scratches if many else scratches[0]
-            extra = {} if coll == "broadcast" else {"op": op}
-            self.in_place = lambda: f(S, comm, root=root, out=S, **extra)
-            self.reset = lambda: [xp.copyto(s, x) for s, x in zip(scratches, fill)]
-            self.got_in_place = lambda: scratches
-        else:  # gather, scatter: no in-place form (out may not overlap x)
-            f = _finish(hpccoll.gather if coll == "gather" else hpccoll.scatter, blocking)
-            each = [sizes] * n if many else sizes  # a list takes one entry per array
-            self.hpc = lambda: f(X, comm, root=root, axis=axis, sizes=each, out=OUT)
+        _CALLS[coll](self, _Inputs(xs, block, on_device, args.list > 0, bool(args.blocking), axis, r))
         self.raw: Optional[Callable[[], Any]] = None  # raw MPI on host buffers, only when asked for
         if args.baseline and xp is np:
             counts = [n * lead * s for s in sizes]
-            self.raw = _raw(coll, comm.mpi, dtype, op, counts, n * per, blocking, self.root)
+            self.raw = _raw(coll, comm.mpi, dtype, op, counts, n * per, bool(args.blocking), self.root)
+
+    @property
+    def _hpccoll(self) -> Any:
+        import hpccoll  # the public functions (imported when a case is built: the CLI loads this module first)
+
+        return hpccoll
+
+    # The calls of each collective: ``hpc`` out of place, and where it has one the in-place form, with
+    # ``reset`` (its buffers set as before a first call) and ``got_in_place`` (the arrays it wrote).
+
+    def _all_gather_calls(self, k: "_Inputs") -> None:
+        f, sizes, xp = _finish(self._hpccoll.all_gather, k.blocking), self.sizes, self.xp
+        X, OUT = k.of(self.outs)
+        self.hpc = lambda: f(X, self.comm, axis=k.axis, sizes=sizes, out=OUT)
+        if k.many:  # the list form has no in-place layout
+            return
+        own, whole = k.block(k.rank), self.outs[0]
+        mine = whole[own]
+        self.in_place = lambda: f(mine, self.comm, axis=k.axis, sizes=sizes, out=whole)
+
+        def reset() -> None:  # a result with nothing of a previous call's in it, this rank's block set
+            xp.copyto(whole, k.on_device(_poison(self.arrays[0].want)))
+            whole[own] = k.xs[0]
+
+        self.reset = reset
+        self.got_in_place = lambda: [whole]
+
+    def _reduce_scatter_calls(self, k: "_Inputs") -> None:
+        f, sizes, op = _finish(self._hpccoll.reduce_scatter, k.blocking), self.sizes, self.op
+        X, OUT = k.of(self.outs)
+        self.hpc = lambda: f(X, self.comm, op=op, axis=k.axis, sizes=sizes, out=OUT)
+        if k.many:
+            return
+        own, scratch = k.block(k.rank), k.xs[0].copy()
+        mine = scratch[own]
+        self.in_place = lambda: f(scratch, self.comm, op=op, axis=k.axis, sizes=sizes, out=mine)
+        self.reset = lambda: self.xp.copyto(scratch, k.xs[0])
+        self.got_in_place = lambda: [mine]
+
+    def _all_reduce_calls(self, k: "_Inputs") -> None:
+        f, op = _finish(self._hpccoll.all_reduce, k.blocking), self.op
+        X, OUT = k.of(self.outs)
+        self.hpc = lambda: f(X, self.comm, op=op, out=OUT)
+        self._in_place_on_copies(k, f, k.xs, {"op": op})
+
+    def _all_to_all_calls(self, k: "_Inputs") -> None:  # no in-place form (out may not overlap x)
+        f, sizes = _finish(self._hpccoll.all_to_all, k.blocking), self.sizes
+        X, OUT = k.of(self.outs)
+        recv = [sizes[k.rank]] * self.comm.size
+        self.hpc = lambda: f(X, self.comm, split_axis=k.axis, concat_axis=k.axis, sizes=sizes, recv_sizes=recv, out=OUT)
+
+    def _broadcast_calls(self, k: "_Inputs") -> None:
+        f, root = _finish(self._hpccoll.broadcast, k.blocking), self.root
+        X, OUT = k.of(self.outs)
+        self.hpc = lambda: f(X, self.comm, root=root, out=OUT)
+        # in place, out=x: root's x is its input; the others' hold every element wrong, so one left unwritten
+        # is counted
+        fill = k.xs if k.rank == root else [k.on_device(_poison(a.want)) for a in self.arrays]
+        self._in_place_on_copies(k, f, fill, {"root": root})
+
+    def _reduce_calls(self, k: "_Inputs") -> None:
+        f, op, root = _finish(self._hpccoll.reduce, k.blocking), self.op, self.root
+        X, OUT = k.of(self.outs)
+        self.hpc = lambda: f(X, self.comm, op=op, root=root, out=OUT)
+        self._in_place_on_copies(k, f, k.xs, {"op": op, "root": root})  # out=x: every rank's its own input
+
+    def _in_place_on_copies(self, k: "_Inputs", f: Callable[..., Any], fill: List[Any], options: dict) -> None:
+        """The in-place form ``f(S, comm, out=S, **options)`` on copies of ``fill``, restored by ``reset``."""
+        scratches = [x.copy() for x in fill]
+        S = scratches if k.many else scratches[0]
+        self.in_place = lambda: f(S, self.comm, out=S, **options)
+        self.reset = lambda: [self.xp.copyto(s, x) for s, x in zip(scratches, fill)]
+        self.got_in_place = lambda: scratches
+
+    def _rooted_split_calls(self, k: "_Inputs") -> None:  # gather, scatter: no in-place form
+        fn = self._hpccoll.gather if self.coll == "gather" else self._hpccoll.scatter
+        f, root = _finish(fn, k.blocking), self.root
+        X, OUT = k.of(self.outs)
+        each = [self.sizes] * len(self.arrays) if k.many else self.sizes  # a list takes one entry per array
+        self.hpc = lambda: f(X, self.comm, root=root, axis=k.axis, sizes=each, out=OUT)
 
     def _host(
         self, coll: str, i: int, P: int, r: int, axis: int, lead: int, shape: Any, block: Any, units: int, per: int
@@ -472,6 +492,35 @@ def _cells(t: Optional[float], nbytes: int, factor: float, wrong: Optional[int])
     )
 
 
+class _Inputs(NamedTuple):
+    """What a collective's calls are built from (:data:`_CALLS`)."""
+
+    xs: List[Any]  # the inputs, on the device where the buffers are
+    block: Callable[[int], tuple]  # rank q's block of a whole array (an index)
+    on_device: Callable[[Any], Any]  # a host array moved where the buffers are
+    many: bool  # the list form
+    blocking: bool  # blocking calls (else async_op=True, then wait)
+    axis: int
+    rank: int
+
+    def of(self, outs: List[Any]) -> Tuple[Any, Any]:
+        """The call's input and out: the lists, or their one array."""
+        return (self.xs, outs) if self.many else (self.xs[0], outs[0])
+
+
+#: Per collective, the Case method that builds its calls.
+_CALLS: Dict[str, Callable[[Case, _Inputs], None]] = {
+    "allgather": Case._all_gather_calls,
+    "reducescatter": Case._reduce_scatter_calls,
+    "allreduce": Case._all_reduce_calls,
+    "alltoall": Case._all_to_all_calls,
+    "broadcast": Case._broadcast_calls,
+    "reduce": Case._reduce_calls,
+    "gather": Case._rooted_split_calls,
+    "scatter": Case._rooted_split_calls,
+}
+
+
 def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List[Dict[str, Any]]:
     """Measure every size of every requested collective; print rows as they are measured.
 
@@ -493,68 +542,14 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
         form with no in-place layout, ``wrong`` None under ``-c 0``), and with ``--baseline``
         ``baseline_us`` and ``ratio`` where raw MPI has the call.
     """
-    from mpi4py import MPI
-
     xp, sync = _device(args.device)
     colls = COLLECTIVES if args.collective == "all" else (args.collective,)
-    P = comm.size
     rows: List[Dict[str, Any]] = []
     for coll in colls:
-        op = args.op if coll not in _MOVING else "none"
-        root = args.root if coll in ROOTED else -1
-        form = f", lists of {args.list} arrays" if args.list else ""
-        at = f", root {root}" if coll in ROOTED else ""
-        say(
-            f"#\n# {coll}: {P} ranks{at}, dtype {args.datatype.name}, op {op}, axis {args.axis}, "
-            f"{'uneven' if args.uneven else 'even'} shards, {args.device} buffers{form}, transport {comm.transport}"
-        )
-        head = f"#{'size':>11}{'count':>13}{'type':>10}{'redop':>8}{'root':>6}" + "".join(
-            f"{'time':>9}{'algbw':>8}{'busbw':>8}{'#wrong':>7}" for _ in range(2)
-        )
-        if args.baseline:
-            head += f"{'base':>9}{'ratio':>7}"
-        say("#" + " " * 48 + "out-of-place".center(32) + "in-place".center(32))
-        say(head)
-        say(
-            f"#{'(B)':>11}{'(elements)':>13}{'':>24}"
-            + f"{'(us)':>9}{'(GB/s)':>8}{'(GB/s)':>8}{'':>7}" * 2
-            + (f"{'(us)':>9}" if args.baseline else "")
-        )
+        _say_header(coll, args, comm, say)
         size = args.minbytes
         while size <= args.maxbytes:
-            case = Case(coll, size, args, comm, xp)
-            fns: Dict[str, Callable[[], Any]] = {"oop": case.hpc}
-            if case.in_place is not None:
-                fns["ip"] = case.in_place
-            if case.raw is not None:
-                fns["raw"] = case.raw
-            iters = args.iters if case.nbytes < (1 << 24) else max(1, args.iters // 4)
-            samples = _timing.interleave(comm, fns, iters=iters, rounds=args.rounds, warmup=args.warmup, sync=sync)
-            times = _timing.medians(samples)
-            wrong: Dict[str, Optional[int]] = {}
-            for key in [k for k in ("oop", "ip") if k in fns]:  # the same order on every rank
-                mine = sum(case.wrong(key == "ip") for _ in range(args.check))
-                wrong[key] = comm.mpi.allreduce(mine, op=MPI.SUM) if args.check else None
-            row: Dict[str, Any] = {
-                "collective": coll,
-                "size": case.nbytes,
-                "count": case.count,
-                "type": args.datatype.name,
-                "redop": op,
-                "root": root,
-            }
-            # every field starts with a space, so a wide value never runs into its neighbour
-            text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {root:>5}"
-            for key in ("oop", "ip"):
-                cells, row[key] = _cells(times.get(key), case.nbytes, _BUS[coll](P), wrong.get(key))
-                text += cells
-            if args.baseline:
-                if "raw" in times:
-                    row["baseline_us"] = times["raw"] * 1e6
-                    row["ratio"] = _timing.paired_ratio(samples, "oop", "raw")
-                    text += f" {times['raw'] * 1e6:>8.1f} {row['ratio']:>6.3f}"
-                else:  # no raw MPI equivalent (avg, 16-bit floats, bool), or device buffers
-                    text += f" {'n/a':>8} {'-':>6}"
+            row, text = _measured_row(Case(coll, size, args, comm, xp), args, comm, sync)
             say(text)
             rows.append(row)
             size *= args.stepfactor
@@ -567,6 +562,70 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
     say(f"# Avg bus bandwidth    : {avg:.4g}")
     say("#")
     return rows
+
+
+def _say_header(coll: str, args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> None:
+    """Print one collective's header: the call measured, then nccl-tests' column titles and units."""
+    op = args.op if coll not in _MOVING else "none"
+    form = f", lists of {args.list} arrays" if args.list else ""
+    at = f", root {args.root}" if coll in ROOTED else ""
+    say(
+        f"#\n# {coll}: {comm.size} ranks{at}, dtype {args.datatype.name}, op {op}, axis {args.axis}, "
+        f"{'uneven' if args.uneven else 'even'} shards, {args.device} buffers{form}, transport {comm.transport}"
+    )
+    head = f"#{'size':>11}{'count':>13}{'type':>10}{'redop':>8}{'root':>6}" + "".join(
+        f"{'time':>9}{'algbw':>8}{'busbw':>8}{'#wrong':>7}" for _ in range(2)
+    )
+    if args.baseline:
+        head += f"{'base':>9}{'ratio':>7}"
+    say("#" + " " * 48 + "out-of-place".center(32) + "in-place".center(32))
+    say(head)
+    say(
+        f"#{'(B)':>11}{'(elements)':>13}{'':>24}"
+        + f"{'(us)':>9}{'(GB/s)':>8}{'(GB/s)':>8}{'':>7}" * 2
+        + (f"{'(us)':>9}" if args.baseline else "")
+    )
+
+
+def _measured_row(case: Case, args: argparse.Namespace, comm: Any, sync: Any) -> Tuple[Dict[str, Any], str]:
+    """Time one size's forms side by side, count their wrong elements; the row and its printed line."""
+    from mpi4py import MPI
+
+    coll = case.coll
+    op = args.op if coll not in _MOVING else "none"
+    fns: Dict[str, Callable[[], Any]] = {"oop": case.hpc}
+    if case.in_place is not None:
+        fns["ip"] = case.in_place
+    if case.raw is not None:
+        fns["raw"] = case.raw
+    iters = args.iters if case.nbytes < (1 << 24) else max(1, args.iters // 4)
+    samples = _timing.interleave(comm, fns, iters=iters, rounds=args.rounds, warmup=args.warmup, sync=sync)
+    times = _timing.medians(samples)
+    wrong: Dict[str, Optional[int]] = {}
+    for key in [k for k in ("oop", "ip") if k in fns]:  # the same order on every rank
+        mine = sum(case.wrong(key == "ip") for _ in range(args.check))
+        wrong[key] = comm.mpi.allreduce(mine, op=MPI.SUM) if args.check else None
+    row: Dict[str, Any] = {
+        "collective": coll,
+        "size": case.nbytes,
+        "count": case.count,
+        "type": args.datatype.name,
+        "redop": op,
+        "root": case.root,
+    }
+    # every field starts with a space, so a wide value never runs into its neighbour
+    text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {case.root:>5}"
+    for key in ("oop", "ip"):
+        cells, row[key] = _cells(times.get(key), case.nbytes, _BUS[coll](comm.size), wrong.get(key))
+        text += cells
+    if args.baseline:
+        if "raw" in times:
+            row["baseline_us"] = times["raw"] * 1e6
+            row["ratio"] = _timing.paired_ratio(samples, "oop", "raw")
+            text += f" {times['raw'] * 1e6:>8.1f} {row['ratio']:>6.3f}"
+        else:  # no raw MPI equivalent (avg, 16-bit floats, bool), or device buffers
+            text += f" {'n/a':>8} {'-':>6}"
+    return row, text
 
 
 def _wrong_total(rows: Sequence[Dict[str, Any]]) -> int:

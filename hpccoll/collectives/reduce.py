@@ -11,7 +11,7 @@ and raises the errors.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -130,20 +130,42 @@ def into(
 # --------------------------------------------------------------------------- lists
 
 
-def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
+def _checked_list(
+    xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool
+) -> Tuple[Any, str, Optional[List[Any]]]:
+    """A list all-reduce's arguments checked (alike on every rank, and agreed on in check mode): the
+    surveyed list, the normalised op and the checked outs (``None`` without ``out``)."""
     err = desc = None
+    lst: Any = None
+    outs = None
     try:
         lst = survey_list(xs, types, async_op)
-        arrays, kind = lst.arrays, lst.kind
         op = normalize_op(op)
         for dtype in lst.dtypes:
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
-        outs = None if out is None else _list_outs(arrays, out, kind)
+        outs = None if out is None else _list_outs(lst.arrays, out, lst.kind)
         if c.check:
-            desc = all_reduce_list_desc(arrays, op)
+            desc = all_reduce_list_desc(lst.arrays, op)
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
+    return lst, op, outs
+
+
+def _dtype_groups(arrays: List[Any], dtypes: Set[np.dtype]) -> Mapping[np.dtype, Sequence[int]]:
+    """The positions of the arrays of each dtype, in order: one group per dtype (never per plan: bool and
+    uint8 share one, but not their results' dtype)."""
+    if len(dtypes) == 1:  # one dtype: one group, in order
+        return {next(iter(dtypes)): range(len(arrays))}
+    by_dtype: Dict[np.dtype, List[int]] = {}
+    for i, a in enumerate(arrays):
+        by_dtype.setdefault(a.dtype, []).append(i)
+    return by_dtype
+
+
+def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
+    lst, op, outs = _checked_list(xs, types, c, op, out, what, async_op)
+    arrays, kind = lst.arrays, lst.kind
     if c.size == 1:
         return done([_copy_into(o, a, op) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
     n = len(arrays)
@@ -151,15 +173,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
     total = nbytes[0] * n if lst.alike else sum(nbytes)
     transport = c.transport_of(kind, total)  # collective on first GPU use
     xp = module_of(kind)
-    # One group per dtype (never per plan: bool and uint8 share one, but not their results' dtype).
-    groups: Mapping[np.dtype, Sequence[int]]
-    if len(lst.dtypes) == 1:  # one dtype: one group, in order
-        groups = {next(iter(lst.dtypes)): range(n)}
-    else:
-        by_dtype: Dict[np.dtype, List[int]] = {}
-        for i, a in enumerate(arrays):
-            by_dtype.setdefault(a.dtype, []).append(i)
-        groups = by_dtype
+    groups = _dtype_groups(arrays, lst.dtypes)
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
     batch = Batch(transport, async_op)
     for dtype, members in groups.items():
