@@ -23,6 +23,9 @@
 #   HPCCOLL_JOB_NP      MPI ranks of each test job (default: 2)
 #   HPCCOLL_JOB_WAIT    seconds to wait for all the test jobs to finish (default: 600)
 #   HPCCOLL_VENV        the virtual environment the jobs use (default: .venv in this repository)
+#   HPCCOLL_TESTS       what the test jobs' `make test-N` runs (default: a few files that cover the
+#                       collectives, shm's node detection, plans and launching; `tests` for the whole
+#                       suite, about 4.5 min per job on 2 CPUs, one job after the other)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -235,6 +238,7 @@ run_test() {
     trap 'exit 143' TERM
     cd "$REPO"
     export HPCCOLL_VENV=${HPCCOLL_VENV:-$REPO/.venv} HPCCOLL_RESULTS=$DIR/out
+    export HPCCOLL_TESTS=${HPCCOLL_TESTS:-tests/test_reductions.py tests/test_all_gather.py tests/test_shm.py tests/test_plan.py tests/test_launch.py}
     local sub=(sbatch --parsable --chdir="$REPO" --output="$DIR/out/%x-%j.out")
     test_id=$("${sub[@]}" --ntasks="$NP" jobs/slurm/test-cpu.sbatch)
     bench_id=$("${sub[@]}" --ntasks="$NP" jobs/slurm/bench.sbatch)
