@@ -88,36 +88,37 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     t = c.transport_of("numpy", x.nbytes)
-    # a small blocking call makes the transport's call itself (no frames between); the others are _bcast's
-    direct = not async_op and x.nbytes < OVERLAP_BYTES
-    if c.rank == root and out is not x:
-        if x.flags.writeable:
-            # root sends straight from x, then copies it (a transport's default bcast may write root's own
-            # values back: only into a writeable x), or copies it while host MPI sends it
-            if not direct:
-                return _bcast(t, wire_flat(x, wire), root, _copier(out, x, np), async_op, early=True)
-            t.bcast(wire_flat(x, wire), root)
-            np.copyto(out, x)
-            return out
+    copy = c.rank == root and out is not x
+    if copy and not x.flags.writeable:
         np.copyto(out, x)  # a read-only x: root sends its copy
-    buf = wire_flat(out, wire)
-    if not direct:
-        return _bcast(t, buf, root, Ready(out), async_op)
-    t.bcast(buf, root)
+        copy = False
+    # root sends straight from x, then copies it (a transport's default bcast may write root's own values
+    # back: only into a writeable x), or copies it while host MPI sends it
+    buf = wire_flat(x if copy else out, wire)
+    if async_op:
+        return launch(t, "bcast", (buf, root), _copier(out, x, np) if copy else Ready(out), True)
+    if x.nbytes < OVERLAP_BYTES or not _overlapped(t, x.nbytes):  # the first test spares small calls a frame
+        t.bcast(buf, root)  # the transport's call itself, no frames between
+        if copy:
+            np.copyto(out, x)
+        return out
+    pending = t.ibcast(buf, root)  # _bcast's overlapped form: root's copy is all that runs before the wait
+    if copy:
+        np.copyto(out, x)
+    pending.wait()
     return out
 
 
 def _bcast(t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: bool, early: bool = False) -> Any:
-    """Every broadcast's transport call but the common road's small blocking one, in the form every rank makes.
+    """Every broadcast's transport call but the common road's blocking ones, in the form every rank makes.
 
-    Blocking from :data:`OVERLAP_BYTES` on, where host MPI moves the message
-    (``t.hosts_bcast``; alike on every rank, as ``buf``'s size is), it is the
-    non-blocking call waited on, and an ``early`` ``finish`` (one that reads
-    nothing that arrives: root's copy of ``x`` into ``out``) runs while the
-    message travels. MPI matches a blocking broadcast only with blocking ones.
+    Blocking and :func:`_overlapped`, it is the non-blocking call waited on,
+    and an ``early`` ``finish`` (one that reads nothing that arrives: root's
+    copy of ``x`` into ``out``) runs while the message travels. The common
+    road (:func:`_broadcast_common`) makes the same choice inline, so a rank
+    on either road makes the form the others make, whatever its layout.
     """
-    nbytes = buf.nbytes
-    if async_op or nbytes < OVERLAP_BYTES or not t.hosts_bcast(nbytes):
+    if async_op or not _overlapped(t, buf.nbytes):
         return launch(t, "bcast", (buf, root), finish, async_op)
     pending = t.ibcast(buf, root)
     if not early:
@@ -126,6 +127,16 @@ def _bcast(t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: boo
     result = finish()
     pending.wait()
     return result
+
+
+def _overlapped(t: Any, nbytes: int) -> bool:
+    """Whether a blocking broadcast of ``nbytes`` on transport ``t`` is host MPI's non-blocking one waited on.
+
+    From :data:`OVERLAP_BYTES` on, where host MPI moves the message
+    (``t.hosts_bcast``): alike on every rank, as the message's size is. MPI
+    matches a blocking broadcast only with blocking ones.
+    """
+    return nbytes >= OVERLAP_BYTES and t.hosts_bcast(nbytes)
 
 
 def _copier(out: Any, x: Any, xp: Any) -> Callable[[], Any]:

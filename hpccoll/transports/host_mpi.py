@@ -139,7 +139,10 @@ class HostMPI(Transport):
         self._blocking(*self._bcast(buf, root))
 
     def ibcast(self, buf: Any, root: int) -> Pending:
-        return self._started(*self._bcast(buf, root))
+        # made directly (no name built, no tuple): a large blocking broadcast is this call waited on, and every
+        # step between MPI's start and its wait delays the message (rooted.OVERLAP_BYTES)
+        t = _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)
+        return MPIPending(self._mpi.Ibcast([buf, t], root), None, self.comm, "MPI_Bcast")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
         self._blocking(*self._reduce(send, recv, op, root))
@@ -620,7 +623,8 @@ class MPIPending(Pending):
             self.request.Wait()
         else:
             watched(self.comm, self.what, self.request.Wait)
-        self._finish()
+        if self.then is not None:
+            self._finish()
 
     def test(self) -> bool:
         if self.request.Test():
