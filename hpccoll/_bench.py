@@ -414,50 +414,16 @@ def _raw(
     reads only at root are None elsewhere).
     """
     from ._dtypes import movement_dtype
-    from .transports._mpitypes import displacements, mpi_datatype
 
-    r, P = mpi.rank, mpi.size
+    call = _caller(mpi, blocking)
     even = counts.count(counts[0]) == len(counts)
-
-    def call(name: str, *a: Any) -> Callable[[], Any]:
-        if blocking:
-            fn = getattr(mpi, name)
-            return lambda: fn(*a)
-        ifn = getattr(mpi, "I" + name[0].lower() + name[1:])
-        return lambda: ifn(*a).Wait()
-
     if coll in _MOVING:
-        wire = movement_dtype(dtype)
-        t = mpi_datatype(wire)
-        at_root = r == root
-        if coll == "broadcast":
-            return call("Bcast", [np.zeros(total, wire), t], root)
-        if coll == "gather":
-            send = np.zeros(counts[r], wire)
-            whole = np.zeros(sum(counts), wire) if at_root else None
-            if even:
-                return call("Gather", [send, t], [whole, t] if at_root else None, root)
-            return call("Gatherv", [send, t], [whole, (counts, displacements(counts)), t] if at_root else None, root)
-        if coll == "scatter":
-            whole = np.zeros(sum(counts), wire) if at_root else None
-            recv = np.zeros(counts[r], wire)
-            if even:
-                return call("Scatter", [whole, t] if at_root else None, [recv, t], root)
-            return call("Scatterv", [whole, (counts, displacements(counts)), t] if at_root else None, [recv, t], root)
-        if coll == "allgather":
-            send, recv = np.zeros(counts[r], wire), np.zeros(sum(counts), wire)
-            if even:
-                return call("Allgather", [send, t], [recv, t])
-            return call("Allgatherv", [send, t], [recv, (counts, displacements(counts)), t])
-        send, recv = np.zeros(sum(counts), wire), np.zeros(P * counts[r], wire)
-        if even:
-            return call("Alltoall", [send, t], [recv, t])
-        back = [counts[r]] * P
-        return call("Alltoallv", [send, (counts, displacements(counts)), t], [recv, (back, displacements(back)), t])
+        return _raw_moving(call, coll, movement_dtype(dtype), counts, total, mpi.rank, mpi.size, root, even)
     plan = _raw_plan(op, dtype)
     if plan is None:
         return None
     t, o = plan
+    r = mpi.rank
     if coll == "reducescatter":
         send, recv = np.zeros(sum(counts), dtype), np.zeros(counts[r], dtype)
         if even:
@@ -467,6 +433,61 @@ def _raw(
     if coll == "reduce":
         return call("Reduce", [x, t], [out, t] if r == root else None, o, root)
     return call("Allreduce", [x, t], [out, t], o)
+
+
+def _caller(mpi: Any, blocking: bool) -> Callable[..., Callable[[], Any]]:
+    """``call(name, *args)``: a callable making mpi4py's ``name(*args)``, or its I-form and ``Wait``."""
+
+    def call(name: str, *a: Any) -> Callable[[], Any]:
+        if blocking:
+            fn = getattr(mpi, name)
+            return lambda: fn(*a)
+        ifn = getattr(mpi, "I" + name[0].lower() + name[1:])
+        return lambda: ifn(*a).Wait()
+
+    return call
+
+
+def _raw_moving(
+    call: Callable[..., Callable[[], Any]],
+    coll: str,
+    wire: np.dtype,
+    counts: List[int],
+    total: int,
+    r: int,
+    P: int,
+    root: int,
+    even: bool,
+) -> Callable[[], Any]:
+    """:func:`_raw` of the data-movement collectives, on buffers of ``wire``."""
+    from .transports._mpitypes import displacements, mpi_datatype
+
+    t = mpi_datatype(wire)
+    at_root = r == root
+    if coll == "broadcast":
+        return call("Bcast", [np.zeros(total, wire), t], root)
+    if coll == "gather":
+        send = np.zeros(counts[r], wire)
+        whole = np.zeros(sum(counts), wire) if at_root else None
+        if even:
+            return call("Gather", [send, t], [whole, t] if at_root else None, root)
+        return call("Gatherv", [send, t], [whole, (counts, displacements(counts)), t] if at_root else None, root)
+    if coll == "scatter":
+        whole = np.zeros(sum(counts), wire) if at_root else None
+        recv = np.zeros(counts[r], wire)
+        if even:
+            return call("Scatter", [whole, t] if at_root else None, [recv, t], root)
+        return call("Scatterv", [whole, (counts, displacements(counts)), t] if at_root else None, [recv, t], root)
+    if coll == "allgather":
+        send, recv = np.zeros(counts[r], wire), np.zeros(sum(counts), wire)
+        if even:
+            return call("Allgather", [send, t], [recv, t])
+        return call("Allgatherv", [send, t], [recv, (counts, displacements(counts)), t])
+    send, recv = np.zeros(sum(counts), wire), np.zeros(P * counts[r], wire)
+    if even:
+        return call("Alltoall", [send, t], [recv, t])
+    back = [counts[r]] * P
+    return call("Alltoallv", [send, (counts, displacements(counts)), t], [recv, (back, displacements(back)), t])
 
 
 def _device(name: str) -> tuple:
@@ -670,6 +691,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p : argparse.ArgumentParser
         The parser (``python -m hpccoll bench``'s, or a subcommand's).
     """
+    _nccl_tests_options(p)
+    _own_options(p)
+
+
+def _nccl_tests_options(p: argparse.ArgumentParser) -> None:
+    """The options nccl-tests has too, with its letters and meanings."""
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("32M"), help="largest size (default 32M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows (default 2)")
@@ -708,6 +735,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="0|1",
         help="1: blocking calls (default); 0: async_op=True, then wait()",
     )
+
+
+def _own_options(p: argparse.ArgumentParser) -> None:
+    """The options nccl-tests does not have: which calls, on which arrays, and what is written."""
     p.add_argument("--collective", choices=COLLECTIVES + ("all",), default="all", help="default all")
     p.add_argument("--rounds", type=_count(1), default=3, help="interleaved rounds; the median is shown (default 3)")
     p.add_argument(

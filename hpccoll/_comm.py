@@ -515,21 +515,8 @@ class Communicator:
             )
         choice = self.transport_for(xs[0]) if xs else choose_transport(self, kind)
         t = self.transport_of(kind, nbytes)
-        primitive = EXPLAINED[collective]
-        plans: Dict[str, ReducePlan] = {}
-        moves_as: Dict[str, str] = {}
-        if reducing:
-            for a in xs:
-                name = a.dtype.name
-                if name not in plans:
-                    plans[name] = plan = reduce_plan(a.dtype, op, t.native_reduce, t.saturates)
-                    notes.extend(_plan_notes(a.dtype, op, plan, t))
-            wire = [a.size * plans[a.dtype.name].wire.itemsize for a in xs]
-        else:
-            for a in xs:
-                moves_as[a.dtype.name] = "uint8" if many else movement_dtype(a.dtype).name
-            wire = each
-        split, movers = self._explained_buckets(xs, wire, t, primitive, reducing, many)
+        plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many, notes)
+        split, movers = self._explained_buckets(xs, wire, t, EXPLAINED[collective], reducing, many)
         if t.name != choice.name or movers != (t.name,):
             notes.append(
                 f"a message of {nbytes} bytes: the collective calls {t.name}"
@@ -832,6 +819,25 @@ def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List
         for a in xs:
             reduce_plan(a.dtype, op)  # the collective's own refusal, before any communication
     return many, kind, xs, op
+
+
+def _explained_dtypes(
+    xs: List[Any], op: Any, t: Any, each: List[int], reducing: bool, many: bool, notes: List[str]
+) -> Tuple[Dict[str, ReducePlan], Dict[str, str], List[int]]:
+    """:meth:`Communicator.explain`'s dtype facts: a reduction's plan per dtype (its notes appended to
+    ``notes``) or a movement's wire dtype per dtype, and the bytes each array puts on the wire."""
+    plans: Dict[str, ReducePlan] = {}
+    moves_as: Dict[str, str] = {}
+    if not reducing:
+        for a in xs:
+            moves_as[a.dtype.name] = "uint8" if many else movement_dtype(a.dtype).name
+        return plans, moves_as, each
+    for a in xs:
+        name = a.dtype.name
+        if name not in plans:
+            plans[name] = plan = reduce_plan(a.dtype, op, t.native_reduce, t.saturates)
+            notes.extend(_plan_notes(a.dtype, op, plan, t))
+    return plans, moves_as, [a.size * plans[a.dtype.name].wire.itemsize for a in xs]
 
 
 def _plan_notes(dtype: np.dtype, op: str, plan: ReducePlan, t: Any) -> List[str]:
