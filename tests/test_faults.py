@@ -19,6 +19,7 @@ from mpi4py import MPI
 import hpccoll
 from hpccoll import ArgumentError
 from hpccoll._faults import TIMEOUT_EXIT_CODE, timeout_from_env
+from hpccoll.collectives.rooted import OVERLAP_BYTES
 
 #: The issue's bound: the whole job exits non-zero within this many seconds instead of hanging.
 LIMIT = 30.0
@@ -201,6 +202,11 @@ def test_watched_collectives_give_the_same_results(comm, watched, checked, monke
     monkeypatch.setattr(HostMPI, "strided_min_bytes", 0)  # the derived-datatype gathers, watched too
     monkeypatch.setattr(HostMPI, "strided_min_piece", 0)
     results.append((calls[0](w), calls[0](comm)))
+    # broadcasts: a small one (host MPI's Bcast) and one past OVERLAP_BYTES (its Ibcast waited on), out of place
+    last = comm.size - 1
+    big = np.full(OVERLAP_BYTES // 8 + 3, float(comm.rank))
+    for a in (wide, big):
+        results.append((hpccoll.broadcast(a, w, root=last), hpccoll.broadcast(a, comm, root=last)))
     # NumPy on the global data: every rank's x and wide, drawn again from that rank's seed.
     drawn = [np.random.default_rng(r) for r in range(comm.size)]
     xs, wides = zip(*[(g.standard_normal((3, r + 1)), g.standard_normal(wide.shape)) for r, g in enumerate(drawn)])
@@ -216,6 +222,8 @@ def test_watched_collectives_give_the_same_results(comm, watched, checked, monke
         total,
         total,
         np.concatenate(xs, axis=1),
+        wides[last],
+        np.full(big.shape, float(last)),
     ]
     same = [np.array_equal(a, b) for a, b in results]  # the watchdog changes nothing, bit for bit
     right = [a.shape == b.shape and np.allclose(a, b, rtol=1e-12, atol=1e-12) for (a, _), b in zip(results, want)]

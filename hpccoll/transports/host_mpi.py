@@ -135,12 +135,18 @@ class HostMPI(Transport):
             return self._started(*self._alltoallv(send, recv, send_counts, recv_counts, even))
         return self._pairwise(send, recv, send_counts, recv_counts)
 
+    # Both broadcasts are made directly (no name built, no tuple): a small broadcast's cost is mostly these
+    # steps, and a large blocking one is the non-blocking call waited on, where every step between MPI's
+    # start and its wait delays the message (rooted.OVERLAP_BYTES).
+
     def bcast(self, buf: Any, root: int) -> None:
-        self._blocking(*self._bcast(buf, root))
+        spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
+        if self.comm.timeout is None:
+            self._mpi.Bcast(spec, root)
+        else:
+            watched(self.comm, "MPI_Bcast", self._mpi.Bcast, spec, root)
 
     def ibcast(self, buf: Any, root: int) -> Pending:
-        # made directly (no name built, no tuple): a large blocking broadcast is this call waited on, and every
-        # step between MPI's start and its wait delays the message (rooted.OVERLAP_BYTES)
         t = _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)
         return MPIPending(self._mpi.Ibcast([buf, t], root), None, self.comm, "MPI_Bcast")
 
