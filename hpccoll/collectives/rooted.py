@@ -96,7 +96,7 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     # back: only into a writeable x), or copies it while host MPI sends it
     buf = wire_flat(x if copy else out, wire)
     if async_op:
-        return launch(t, "bcast", (buf, root), _copier(out, x, np) if copy else Ready(out), True)
+        return _bcast(t, buf, root, _copier(out, x, np) if copy else Ready(out), True)
     if x.nbytes < OVERLAP_BYTES or not _overlapped(t, x.nbytes):  # the first test spares small calls a frame
         t.bcast(buf, root)  # the transport's call itself, no frames between
         if copy:

@@ -629,8 +629,7 @@ class MPIPending(Pending):
             self.request.Wait()
         else:
             watched(self.comm, self.what, self.request.Wait)
-        if self.then is not None:
-            self._finish()
+        self._finish()
 
     def test(self) -> bool:
         if self.request.Test():
