@@ -788,3 +788,50 @@ def test_broadcast_of_a_read_only_input(comm, given):
             got = hpccoll.broadcast(x, comm, root=root, out=out)
             v.same(got, X[root], f"root {root}")
             v.same(x, X[r], f"root {root}: x untouched")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
+    """At two ranks host MPI's broadcast is root's send and the other's receive (``HostMPI.pair_bcast``): every
+    form matches every other (blocking on one rank, non-blocking or planned on the other, small and past
+    ``OVERLAP_BYTES``), amid other point-to-point traffic (an all-to-all's pairs in flight); at other sizes,
+    or with ``pair_bcast`` off, MPI's ``Bcast``."""
+    from hpccoll.collectives.rooted import OVERLAP_BYTES
+    from hpccoll.transports.host_mpi import HostMPI
+
+    P, me = comm.size, comm.rank
+    with hpccoll.Communicator(comm.mpi, transport="mpi") as c, Verdict(c) as v:
+        t = c.host_transport()
+        for root in range(P):
+            name = t._bcast(np.ones(1), root)[0]
+            v.true(name == ("Bcast" if P != 2 else "Send" if me == root else "Recv"), f"root {root}: {name}")
+        if P == 2:
+            for n in (5, OVERLAP_BYTES // 8 + 3):
+                stack = stack_of(P, (n,), np.float64, seed=n % 89)
+                x = stack[me]
+                for root in range(P):
+                    want = stack[root]
+                    # rank 0 blocking, rank 1 non-blocking; then the reverse
+                    got = hpccoll.broadcast(x, c, root=root, async_op=me == 0)
+                    v.same(got.wait() if me == 0 else got, want, f"{n} root {root}: blocking against async")
+                    got = hpccoll.broadcast(x, c, root=root, async_op=me == 1)
+                    v.same(got.wait() if me == 1 else got, want, f"{n} root {root}: async against blocking")
+                    # rank 0 planned, rank 1 unplanned
+                    with hpccoll.plan(hpccoll.broadcast, x, c, root=root) as p:
+                        got = p() if me == 0 else hpccoll.broadcast(x, c, root=root)
+                        v.same(got, want, f"{n} root {root}: planned against unplanned")
+                    # amid an all-to-all's point-to-point pairs (uneven blocks: not MPI's Alltoall)
+                    blocks = [3 + 2 * me, 1]
+                    a2a = make((sum(blocks), 2), np.int32, seed=40 + me)
+                    req = hpccoll.all_to_all(a2a, c, sizes=blocks, async_op=True)
+                    v.same(hpccoll.broadcast(x, c, root=root), want, f"{n} root {root}: amid an all-to-all")
+                    theirs = [make((sum([3 + 2 * q, 1]), 2), np.int32, seed=40 + q) for q in range(P)]
+                    mine = [np.split(a, np.cumsum([3 + 2 * q, 1])[:-1])[me] for q, a in enumerate(theirs)]
+                    v.same(req.wait(), np.concatenate(mine), f"root {root}: the all-to-all beside the broadcast")
+    monkeypatch.setattr(HostMPI, "pair_bcast", False)
+    with hpccoll.Communicator(comm.mpi, transport="mpi") as c, Verdict(c) as v:
+        v.true(c.host_transport()._bcast(np.ones(1), 0)[0] == "Bcast", "pair_bcast off: not MPI's Bcast")
+        stack = stack_of(P, (7,), np.float64, seed=3)
+        for root in range(P):
+            v.same(hpccoll.broadcast(stack[me], c, root=root), stack[root], f"pair_bcast off, root {root}")

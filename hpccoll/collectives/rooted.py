@@ -36,7 +36,8 @@ _BYTES = np.dtype(np.uint8)
 #: message travels: at 1-4 MiB that hides the copy (raw ``Bcast`` then the copy ran 1.5-1.8x a raw
 #: ``Bcast``, overlapped 0.93-1.12x, MPICH 5.0.2 and Open MPI 5.0.11 at 2 ranks). Below, the non-blocking
 #: call costs more than it hides: ``Ibcast`` measured 1.7-2.0x ``Bcast`` at 8 B, 1.05-1.13x at 64 KiB and
-#: 1.00-1.04x at 256 KiB on both.
+#: 1.00-1.04x at 256 KiB on both. Between two ranks host MPI's broadcast is one message
+#: (``HostMPI.pair_bcast``): the non-blocking form is then root's ``Isend`` and the other's ``Irecv``.
 OVERLAP_BYTES = 256 << 10
 
 
