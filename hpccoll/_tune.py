@@ -24,10 +24,8 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-import numpy as np
-
 from ._comm import Communicator, as_communicator
-from .transports._tuned import FORMAT, PERSISTENT_MARGIN, choose_method, key_of, path_of, race
+from .transports._tuned import FORMAT, PERSISTENT_MARGIN, buffers, choose_method, key_of, path_of, race
 
 __all__ = ["choose_method", "tune", "add_arguments", "run_command", "PRIMITIVES", "SIZES"]
 
@@ -45,33 +43,6 @@ SIZES = (8, 64, 1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 2
 #: the same buffers; the mode holds for a process's life), so a verdict taken in ``tune``'s process does not
 #: carry over to the job's: host MPI's broadcast is steady.
 _NOT_RACED = ("alltoallv", "bcast")
-
-
-def _buffers(primitive: str, nbytes: int, c: Communicator) -> tuple:
-    """Arguments of ``primitive`` moving about ``nbytes`` (float64, or bytes below 8), every rank alike.
-
-    Ones, not zeros: pages of ``numpy.zeros`` that are never written all map the kernel's one zero page,
-    so a send from them (a broadcast's root) would read one cached page instead of the memory a real
-    buffer is in.
-    """
-    dtype = np.dtype(np.float64) if nbytes >= 8 else np.dtype(np.uint8)
-    p = c.size
-    n = max(nbytes // dtype.itemsize, 1)
-    if primitive == "allreduce":
-        return (np.ones(n, dtype), np.ones(n, dtype), "sum")
-    if primitive in ("allgatherv", "reduce_scatter", "alltoallv"):
-        block = max(n // p, 1)
-        counts = [block] * p
-        if primitive == "allgatherv":
-            return (np.ones(block, dtype), np.ones(block * p, dtype), counts)
-        if primitive == "reduce_scatter":
-            return (np.ones(block * p, dtype), np.ones(block, dtype), counts, "sum")
-        return (np.ones(block * p, dtype), np.ones(block * p, dtype), counts, counts, True)
-    if primitive == "bcast":
-        return (np.ones(n, dtype), 0)
-    if primitive == "reduce":
-        return (np.ones(n, dtype), np.ones(n, dtype), "sum", 0)
-    raise ValueError(f"primitive: expected one of {PRIMITIVES}; got {primitive!r}")
 
 
 def tune(
@@ -110,7 +81,7 @@ def tune(
     transports: Dict[str, Dict[str, Any]] = {}
     for primitive in primitives:
         for nbytes in sizes:
-            args = _buffers(primitive, nbytes, c)
+            args = buffers(primitive, nbytes, c)
             fixed = {form: mpi.prepare(primitive, args, form) for form in ("blocking", "persistent")}
             try:
                 if fixed["persistent"].method == "persistent":

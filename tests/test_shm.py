@@ -87,8 +87,10 @@ def test_selected_for_numpy_when_forced(shm, monkeypatch):
 
 
 def test_auto_offers_shm_the_large_messages_on_one_node(monkeypatch):
+    """Under ``auto`` (``wins`` taken as the verdict: ``first_use`` off) shm gets the sizes in ``wins``."""
     monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
     monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
+    monkeypatch.setattr(SharedMemory, "first_use", False)
     with hpccoll.Communicator() as c:
         choice = c.transport_for(np.zeros(3))
         assert choice.name == "mpi" and "node-shared memory" in choice.reason, choice
@@ -99,6 +101,44 @@ def test_auto_offers_shm_the_large_messages_on_one_node(monkeypatch):
         assert not big._mine("allgatherv", 1 << 20)  # measured slower than MPI here: not without a profile
         x = np.arange(SharedMemory.min_bytes // 8, dtype=np.float64) + c.rank
         np.testing.assert_array_equal(hpccoll.all_reduce(x, c), np.arange(x.size) * c.size + sum(range(c.size)))
+
+
+def test_auto_races_shm_against_host_on_first_use(monkeypatch):
+    """Without a profile, the first message of a primitive in ``wins``' ranges, per power-of-two size class,
+    times shm against host MPI on scratch buffers (collective; the slowest rank's times, so every rank
+    agrees), and the winner moves that class from then on; sizes outside ``wins`` and past
+    ``race_max_bytes`` race nothing more; results are NumPy's whichever transport won."""
+    from hpccoll.transports import shm as shm_module
+
+    monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
+    monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
+    real, raced = shm_module.race, []
+
+    def recorded(c, fns, nbytes, *args, **kwargs):
+        times = real(c, fns, nbytes, *args, **kwargs)
+        raced.append((nbytes, sorted(fns)))
+        times["ratio"] = 0.5 if nbytes < 4 << 20 else 2.0  # shm "wins" below 4 MiB and loses from there on
+        return times
+
+    monkeypatch.setattr(shm_module, "race", recorded)
+    monkeypatch.setattr(SharedMemory, "race_max_bytes", 8 << 20)
+    with hpccoll.Communicator() as c:
+        t = c.transport_of("numpy", SharedMemory.min_bytes)
+        if c.size == 1 or t.name != "shm":
+            return  # one rank: auto's chain ends at MPI's; several nodes: shm is not auto's
+        low = SharedMemory.wins["allreduce"][0]
+        assert t._mine("allreduce", low) and raced == [(low, ["mpi", "shm"])]
+        assert t._mine("allreduce", low + 8) and len(raced) == 1  # the same size class: no second race
+        assert not t._mine("allreduce", 4 << 20) and raced[-1][0] == 4 << 20  # a new class, lost
+        assert not t._mine("allreduce", 64 << 20) and raced[-1][0] == 8 << 20  # past race_max_bytes: raced there
+        assert not t._mine("allreduce", 32 << 20) and len(raced) == 3  # ... once
+        assert not t._mine("allreduce", low - 8) and not t._mine("allgatherv", 1 << 20) and len(raced) == 3
+        for nbytes in (low, 4 << 20):  # both verdicts, through the public call
+            x = np.arange(nbytes // 8, dtype=np.float64) + c.rank
+            want = np.arange(x.size) * c.size + sum(range(c.size))
+            np.testing.assert_array_equal(hpccoll.all_reduce(x, c), want)
+            np.testing.assert_array_equal(x, np.arange(x.size) + c.rank)  # the input untouched
+        assert not t.everything  # restored after each race
 
 
 def test_auto_leaves_several_nodes_to_mpi(monkeypatch):
@@ -112,9 +152,10 @@ def test_auto_leaves_several_nodes_to_mpi(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int32], ids=["f8", "i4"])
 def test_auto_large_messages_go_through_shm(dtype, monkeypatch):
-    """Under auto the sizes shm wins go through it (in place too), with NumPy's results."""
+    """Under auto (``first_use`` off) the sizes in ``wins`` go through shm (in place too), with NumPy's results."""
     monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
     monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
+    monkeypatch.setattr(SharedMemory, "first_use", False)
     mine, moved = SharedMemory._mine, set()
 
     def recording(self, primitive, nbytes):

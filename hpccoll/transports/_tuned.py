@@ -31,7 +31,7 @@ from .._timing import interleave, medians, paired_ratio
 from ._control import allgather_object, guarded
 from ._mpitypes import library
 
-__all__ = ["FORMAT", "key_of", "default_path", "path_of", "load", "verdict", "race", "choose_method"]
+__all__ = ["FORMAT", "key_of", "default_path", "path_of", "load", "verdict", "race", "buffers", "choose_method"]
 
 #: The profile's format name (its ``"format"`` field).
 FORMAT = "hpccoll-tune/1"
@@ -190,6 +190,34 @@ def race(c: Any, fns: Dict[str, Callable[[], Any]], nbytes: int, rounds: int = 7
     first, second = list(fns)[:2]
     result["ratio"] = paired_ratio(samples, first, second)
     return result
+
+
+def buffers(primitive: str, nbytes: int, c: Any) -> tuple:
+    """Arguments of transport primitive ``primitive`` moving about ``nbytes`` (float64, or bytes below 8),
+    alike on every rank of ``c``: what ``tune`` and shm's first-use race time.
+
+    Ones, not zeros: pages of ``numpy.zeros`` that are never written all map the kernel's one zero page,
+    so a send from them (a broadcast's root) would read one cached page instead of the memory a real
+    buffer is in.
+    """
+    dtype = np.dtype(np.float64) if nbytes >= 8 else np.dtype(np.uint8)
+    p = c.size
+    n = max(nbytes // dtype.itemsize, 1)
+    if primitive == "allreduce":
+        return (np.ones(n, dtype), np.ones(n, dtype), "sum")
+    if primitive in ("allgatherv", "reduce_scatter", "alltoallv"):
+        block = max(n // p, 1)
+        counts = [block] * p
+        if primitive == "allgatherv":
+            return (np.ones(block, dtype), np.ones(block * p, dtype), counts)
+        if primitive == "reduce_scatter":
+            return (np.ones(block * p, dtype), np.ones(block, dtype), counts, "sum")
+        return (np.ones(block * p, dtype), np.ones(block * p, dtype), counts, counts, True)
+    if primitive == "bcast":
+        return (np.ones(n, dtype), 0)
+    if primitive == "reduce":
+        return (np.ones(n, dtype), np.ones(n, dtype), "sum", 0)
+    raise ValueError(f"primitive: expected a transport primitive tune measures; got {primitive!r}")
 
 
 def choose_method(c: Any, t: Any, primitive: str, args: tuple) -> str:

@@ -41,6 +41,7 @@ from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import finish_reduction
+from .._log import child
 from .._request import DONE, Pending
 from ._base import WIRE_OPS, Prepared, Transport
 from ._control import guarded
@@ -48,9 +49,11 @@ from ._mpitypes import displacements as offsets
 from ._mpitypes import mpi_datatype, mpi_op
 from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, round_up, split_node
 from ._state import remembered
-from ._tuned import load, verdict
+from ._tuned import buffers, load, race, verdict
 
 __all__ = ["SharedMemory", "SHARED", "shared_empty", "holder_of"]
+
+_log = child("transport")
 
 #: The ``out=`` spelling of a node-shared result.
 SHARED = "shared"
@@ -118,7 +121,8 @@ class SharedMemory(Transport):
     #: A private all-gather is not in the table: measured 1.25-1.38x raw MPI at 256 KiB-4 MiB on this
     #: project's CI machine (issue 21) where it had won 1-4 MiB on another, so without a profile ``auto``
     #: leaves it to host MPI; a profile of ``python -m hpccoll tune`` that measured shm faster for a
-    #: primitive and size decides instead of this table (:meth:`_mine`).
+    #: primitive and size decides instead of this table (:meth:`_mine`). Where the profile has no verdict,
+    #: the table only names the sizes worth a race (:attr:`first_use`): it decides nothing by itself.
     wins = {
         "reduce_scatter": (1 << 20, 1 << 62),
         "allreduce": (256 << 10, 1 << 62),
@@ -129,6 +133,16 @@ class SharedMemory(Transport):
     #: measured with private inputs and outputs at 2 and 4 ranks on this project's machine
     #: (docs/bench/shm.md): ``auto`` offers shm the messages from there on.
     min_bytes = min(low for low, _ in wins.values())
+    #: Where no profile decides a message in :attr:`wins`' ranges, its first call of a primitive in each
+    #: power-of-two size class times shm against host MPI on scratch buffers of that size (collective:
+    #: every rank reaches the same call with the same size), the slowest rank's times deciding, and the
+    #: winner moves every later message of that class: ``auto`` measures in the job's own process, whose
+    #: shm speed may differ from another process's (on the 2-core machine shm's all-reduce ran 0.59x host
+    #: MPI in one process at 16 MiB and 1.13x in another; the mode holds for a process's life). False takes
+    #: :attr:`wins` as the verdict. Messages past :attr:`race_max_bytes` take the verdict raced there.
+    first_use = True
+    #: The largest message a first-use race allocates and times (its scratch: two buffers of this size).
+    race_max_bytes = 16 << 20
     #: Most scratch bytes per rank and per half: larger messages travel in rounds. 1 MiB (this machine's
     #: L2 per core) measured best: a 16 MiB all-reduce ran 1.99x (2 ranks) and 2.25x (4 ranks) raw MPI's
     #: speed with 1 MiB rounds, 1.08x and 1.46x with 16 MiB ones (``bench_shm.py --chunks``).
@@ -155,7 +169,8 @@ class SharedMemory(Transport):
         self.saturates = self.host.saturates  # what shm does not move itself, host MPI reduces
         #: The tuning profile's ``transports`` verdicts (``python -m hpccoll tune``), or empty.
         self.tuned: dict = (load(comm)["profile"] or {}).get("transports", {})
-        self._verdicts: dict = {}  # (primitive, nbytes) -> whether shm moves it, from the profile
+        self._verdicts: dict = {}  # (primitive, nbytes) -> whether shm moves it
+        self._raced: dict = {}  # (primitive, size class) -> whether shm won its first-use race
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -178,18 +193,40 @@ class SharedMemory(Transport):
         ``primitive`` at this size where it measured one, else :attr:`wins`."""
         if self.everything:
             return True
-        if self.tuned:
-            key = (primitive, nbytes)
-            mine = self._verdicts.get(key)
-            if mine is None:  # once per primitive and size: a dictionary lookup afterwards
-                if len(self._verdicts) > 4096:
-                    self._verdicts.clear()
-                measured = verdict(self.tuned.get(primitive), nbytes)
-                mine = self._verdicts[key] = (
-                    measured == self.name if measured is not None else self._in_wins(primitive, nbytes)
-                )
-            return mine
-        return self._in_wins(primitive, nbytes)
+        key = (primitive, nbytes)
+        mine = self._verdicts.get(key)
+        if mine is None:  # once per primitive and size: a dictionary lookup afterwards
+            if len(self._verdicts) > 4096:
+                self._verdicts.clear()
+            mine = self._verdicts[key] = self._decide(primitive, nbytes)
+        return mine
+
+    def _decide(self, primitive: str, nbytes: int) -> bool:
+        """:meth:`_mine`'s verdict: the profile's; else, in :attr:`wins`' ranges, the first-use race's."""
+        measured = verdict(self.tuned.get(primitive), nbytes) if self.tuned else None
+        if measured is not None:
+            return measured == self.name
+        if not self._in_wins(primitive, nbytes) or not self.first_use:
+            return self._in_wins(primitive, nbytes)
+        size = min(nbytes, self.race_max_bytes)
+        klass = (primitive, size.bit_length())
+        won = self._raced.get(klass)
+        if won is None:
+            won = self._raced[klass] = self._race(primitive, size)
+        return won
+
+    def _race(self, primitive: str, nbytes: int) -> bool:
+        """Whether shm's ``primitive`` ran faster than host MPI's on scratch buffers of ``nbytes`` (collective)."""
+        args = buffers(primitive, nbytes, self.comm)
+        own, theirs = getattr(self, primitive), getattr(self.host, primitive)
+        self.everything = True  # shm's own path for the race (no verdict asked); restored below
+        try:
+            times = race(self.comm, {"shm": lambda: own(*args), "mpi": lambda: theirs(*args)}, nbytes)
+        finally:
+            self.everything = False
+        won = times["ratio"] < 1.0
+        _log.debug("shm %s at %d B: first-use race shm/host %.3f, %s", primitive, nbytes, times["ratio"], won)
+        return won
 
     def _in_wins(self, primitive: str, nbytes: int) -> bool:
         """Whether ``nbytes`` lies in :attr:`wins`' range for ``primitive``."""
