@@ -117,7 +117,8 @@ def test_auto_races_shm_against_host_on_first_use(monkeypatch):
     def recorded(c, fns, nbytes, *args, **kwargs):
         times = real(c, fns, nbytes, *args, **kwargs)
         raced.append((nbytes, sorted(fns)))
-        times["ratio"] = 0.5 if nbytes < 4 << 20 else 2.0  # shm "wins" below 4 MiB and loses from there on
+        # shm "wins" below 4 MiB; from there on it is faster, but within race_margin: host MPI keeps those
+        times["ratio"] = 0.5 if nbytes < 4 << 20 else (1 + SharedMemory.race_margin) / 2
         return times
 
     monkeypatch.setattr(shm_module, "race", recorded)
