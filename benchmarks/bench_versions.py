@@ -10,8 +10,8 @@ imported as the package ``hpccoll_before`` next to the working tree's
 ``hpccoll``; both run over the same communicator, on the same buffers, in the
 same rounds (each round starts one callable further along). For each
 collective (all-gather, reduce-scatter, all-reduce; broadcast from rank 0 into ``out=`` and in place, against
-``Bcast``; ``--collectives`` picks some) at 8 B and 1 KiB per rank with ``out=`` and ``sizes`` given it
-prints the median per-call time of raw mpi4py, before and after (max over
+``Bcast``; reduce to rank 0 likewise, against ``Reduce``; ``--collectives`` picks some) at 8 B and 1 KiB per
+rank with ``out=`` and ``sizes`` given it prints the median per-call time of raw mpi4py, before and after (max over
 ranks), and the added time over raw (median over rounds of the paired
 difference); at 1 and 16 MiB the ratios to raw. ``raw/raw`` is the noise
 floor.
@@ -66,6 +66,8 @@ def cases(lib: object, comm: object, n: int, P: int, bufs: dict) -> dict:
         "all_reduce": lambda: lib.all_reduce(x, comm, out=bufs["a"]),
         "broadcast": lambda: lib.broadcast(x, comm, out=bufs["b"]),
         "broadcast x=out": lambda: lib.broadcast(bufs["b"], comm, out=bufs["b"]),
+        "reduce": lambda: lib.reduce(x, comm, out=bufs["d"]),
+        "reduce x=out": lambda: lib.reduce(bufs["e"], comm, out=bufs["e"]),
     }
 
 
@@ -78,6 +80,8 @@ def raw_cases(mpi: MPI.Intracomm, n: int, bufs: dict) -> dict:
         "all_reduce": lambda: mpi.Allreduce([x, D], [bufs["a"], D], MPI.SUM),
         "broadcast": lambda: mpi.Bcast([bufs["b"], D], 0),
         "broadcast x=out": lambda: mpi.Bcast([bufs["b"], D], 0),
+        "reduce": lambda: mpi.Reduce([x, D], [bufs["d"], D], MPI.SUM, 0),
+        "reduce x=out": lambda: mpi.Reduce([x, D], [bufs["d"], D], MPI.SUM, 0),
     }
 
 
@@ -114,6 +118,8 @@ def main(argv=None) -> int:
             r=np.empty(n),
             a=np.empty(n),
             b=np.empty(n),
+            d=np.empty(n),
+            e=rng.standard_normal(n),
         )
         mine, theirs, base = cases(hpccoll, new, n, P, bufs), cases(before, old, n, P, bufs), raw_cases(raw, n, bufs)
         for name in mine if args.collectives is None else args.collectives.split(","):

@@ -91,7 +91,7 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     t = c.transport_of("numpy", x.nbytes)
     copy = c.rank == root and out is not x
     if copy and not x.flags.writeable:
-        np.copyto(out, x)  # a read-only x: root sends its copy
+        out[...] = x  # a read-only x: root sends its copy (out: x's shape and dtype; 77 ns at 8 B, copyto 238)
         copy = False
     # root sends straight from x, then copies it (a transport's default bcast may write root's own values
     # back: only into a writeable x), or copies it while host MPI sends it
@@ -101,11 +101,11 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     if x.nbytes < OVERLAP_BYTES or not _overlapped(t, x.nbytes):  # the first test spares small calls a frame
         t.bcast(buf, root)  # the transport's call itself, no frames between
         if copy:
-            np.copyto(out, x)
+            out[...] = x
         return out
     pending = t.ibcast(buf, root)  # _bcast's overlapped form: root's copy is all that runs before the wait
     if copy:
-        np.copyto(out, x)
+        out[...] = x
     pending.wait()
     return out
 

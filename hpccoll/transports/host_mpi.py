@@ -171,7 +171,11 @@ class HostMPI(Transport):
         return MPIPending(request, None, self.comm, "MPI_Bcast")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
-        self._blocking(*self._reduce(send, recv, op, root))
+        name, args, then = self._reduce(send, recv, op, root)
+        if then is None and self.comm.timeout is None:
+            self._mpi.Reduce(*args)  # as bcast: no frame between (a small reduce's cost is mostly these steps)
+        else:
+            self._blocking(name, args, then)
 
     def ireduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Pending:
         return self._started(*self._reduce(send, recv, op, root))
@@ -419,7 +423,8 @@ class HostMPI(Transport):
             if self.comm.rank == root:
                 return "Reduce", (_in_place(), [recv, t], o, root), None
             return "Reduce", ([recv, t], None, o, root), None
-        return "Reduce", ([send, t], [recv, t], o, root), None
+        # root's recv only: MPI ignores the others' (not parsed into a message there)
+        return "Reduce", ([send, t], [recv, t] if self.comm.rank == root else None, o, root), None
 
     def _gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> tuple:
         t = _DATATYPES.get(send.dtype) or mpi_datatype(send.dtype)
