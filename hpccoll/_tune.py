@@ -25,7 +25,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ._comm import Communicator, as_communicator
-from .transports._tuned import FORMAT, PERSISTENT_MARGIN, buffers, choose_method, key_of, path_of, race
+from .transports._tuned import FORMAT, PERSISTENT_MARGIN, as_collective, buffers, choose_method, key_of, path_of, race
 
 __all__ = ["choose_method", "tune", "add_arguments", "run_command", "PRIMITIVES", "SIZES"]
 
@@ -93,8 +93,9 @@ def tune(
                         progress, c, f"{primitive:>15} {nbytes:>9} B  persistent/blocking {times['ratio']:.2f}  {best}"
                     )
                 if shm is not None and primitive not in _NOT_RACED:
-                    on_shm = functools.partial(getattr(shm, primitive), *args)
-                    times = race(c, {"shm": on_shm, "mpi": fixed["blocking"].run}, nbytes, rounds, scale=4)
+                    on_shm = as_collective(functools.partial(getattr(shm, primitive), *args), primitive, args, c.rank)
+                    on_mpi = as_collective(fixed["blocking"].run, primitive, args, c.rank)
+                    times = race(c, {"shm": on_shm, "mpi": on_mpi}, nbytes, rounds, scale=4)
                     best = "shm" if times["ratio"] < 1.0 else "mpi"
                     transports.setdefault(primitive, {})[str(nbytes)] = _entry(best, times)
                     _say(progress, c, f"{primitive:>15} {nbytes:>9} B  shm/mpi {times['ratio']:.2f}  {best}")

@@ -142,6 +142,28 @@ def test_auto_races_shm_against_host_on_first_use(monkeypatch):
         assert not t.everything  # restored after each race
 
 
+def test_races_time_the_collective_not_the_bare_primitive():
+    """A transport race (shm's first use, ``tune``) runs what the public collective runs: a reduce's ranks
+    other than root also fill their result with zeros (on Open MPI that fill alone turned a race from shm
+    to host MPI); every other call is raced as it is."""
+    from types import SimpleNamespace
+
+    from hpccoll.transports._tuned import as_collective, buffers
+
+    args = buffers("reduce", 64, SimpleNamespace(size=2))
+    calls = []
+
+    def call():
+        calls.append(1)
+
+    assert as_collective(call, "reduce", args, rank=args[3]) is call  # root keeps its result
+    assert as_collective(call, "allreduce", buffers("allreduce", 64, SimpleNamespace(size=2)), rank=1) is call
+    other = as_collective(call, "reduce", args, rank=1)
+    args[1][...] = 5
+    other()
+    assert calls == [1] and not args[1].any()
+
+
 def test_auto_leaves_several_nodes_to_mpi(monkeypatch):
     monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
     monkeypatch.setenv("HPCCOLL_NODE_SIZE", "1")

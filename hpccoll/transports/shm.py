@@ -49,7 +49,7 @@ from ._mpitypes import displacements as offsets
 from ._mpitypes import mpi_datatype, mpi_op
 from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, round_up, split_node
 from ._state import remembered
-from ._tuned import buffers, load, race, verdict
+from ._tuned import as_collective, buffers, load, race, verdict
 
 __all__ = ["SharedMemory", "SHARED", "shared_empty", "holder_of"]
 
@@ -223,11 +223,15 @@ class SharedMemory(Transport):
 
     def _race(self, primitive: str, nbytes: int) -> bool:
         """Whether shm's ``primitive`` ran faster than host MPI's on scratch buffers of ``nbytes`` (collective)."""
-        args = buffers(primitive, nbytes, self.comm)
+        args, rank = buffers(primitive, nbytes, self.comm), self.comm.rank
         own, theirs = getattr(self, primitive), getattr(self.host, primitive)
+        fns = {
+            "shm": as_collective(lambda: own(*args), primitive, args, rank),
+            "mpi": as_collective(lambda: theirs(*args), primitive, args, rank),
+        }
         self.everything = True  # shm's own path for the race (no verdict asked); restored below
         try:
-            times = race(self.comm, {"shm": lambda: own(*args), "mpi": lambda: theirs(*args)}, nbytes, self.race_rounds)
+            times = race(self.comm, fns, nbytes, self.race_rounds)
         finally:
             self.everything = False
         won = times["ratio"] <= self.race_margin
