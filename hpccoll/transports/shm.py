@@ -92,9 +92,9 @@ class SharedMemory(Transport):
     array_kind = "numpy"
     priority = 40  # before ``mpi``, for the messages it wins (``min_bytes`` and :attr:`wins`)
     chosen_because = (
-        "node-shared memory where it measured faster (every rank on one node; without a tuning profile "
-        "all-reduce from 256 KiB, reduce-scatter from 1 MiB, broadcast 256 KiB-2 MiB, reduce 256 KiB-8 MiB; "
-        "host MPI for the rest)"
+        "node-shared memory where it measured faster (every rank on one node; a tuning profile's verdict, "
+        "else a race against host MPI at the first message of each size class, for all-reduce and reduce "
+        "from 256 KiB and reduce-scatter from 1 MiB; host MPI for the rest)"
     )
     in_place = True
     #: It makes node-shared results (``out="shared"``, ``shared_empty``): see :attr:`Transport.shared_results`.
