@@ -807,6 +807,9 @@ def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
             name = t._bcast(np.ones(1), root)[0]
             v.true(name == ("Bcast" if P != 2 else "Send" if me == root else "Recv"), f"root {root}: {name}")
         if P == 2:
+            blocks = [[3 + 2 * q, 1] for q in range(P)]  # each rank's all-to-all block sizes
+            a2a = [make((sum(b), 2), np.int32, seed=40 + q) for q, b in enumerate(blocks)]
+            a2a_want = np.concatenate([np.split(a, np.cumsum(b)[:-1])[me] for a, b in zip(a2a, blocks)])
             for n in (5, OVERLAP_BYTES // 8 + 3):
                 stack = stack_of(P, (n,), np.float64, seed=n % 89)
                 x = stack[me]
@@ -822,13 +825,9 @@ def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
                         got = p() if me == 0 else hpccoll.broadcast(x, c, root=root)
                         v.same(got, want, f"{n} root {root}: planned against unplanned")
                     # amid an all-to-all's point-to-point pairs (uneven blocks: not MPI's Alltoall)
-                    blocks = [3 + 2 * me, 1]
-                    a2a = make((sum(blocks), 2), np.int32, seed=40 + me)
-                    req = hpccoll.all_to_all(a2a, c, sizes=blocks, async_op=True)
+                    req = hpccoll.all_to_all(a2a[me], c, sizes=blocks[me], async_op=True)
                     v.same(hpccoll.broadcast(x, c, root=root), want, f"{n} root {root}: amid an all-to-all")
-                    theirs = [make((sum([3 + 2 * q, 1]), 2), np.int32, seed=40 + q) for q in range(P)]
-                    mine = [np.split(a, np.cumsum([3 + 2 * q, 1])[:-1])[me] for q, a in enumerate(theirs)]
-                    v.same(req.wait(), np.concatenate(mine), f"root {root}: the all-to-all beside the broadcast")
+                    v.same(req.wait(), a2a_want, f"root {root}: the all-to-all beside the broadcast")
     monkeypatch.setattr(HostMPI, "pair_bcast", False)
     with hpccoll.Communicator(comm.mpi, transport="mpi") as c, Verdict(c) as v:
         v.true(c.host_transport()._bcast(np.ones(1), 0)[0] == "Bcast", "pair_bcast off: not MPI's Bcast")

@@ -195,8 +195,8 @@ class SharedMemory(Transport):
         return reason
 
     def _mine(self, primitive: str, nbytes: int) -> bool:
-        """Whether shm moves this message itself (else host MPI does): the tuning profile's verdict for
-        ``primitive`` at this size where it measured one, else :attr:`wins`."""
+        """Whether shm moves this message itself (else host MPI does): :meth:`_decide`'s verdict, once per
+        primitive and size."""
         if self.everything:
             return True
         key = (primitive, nbytes)
@@ -212,8 +212,9 @@ class SharedMemory(Transport):
         measured = verdict(self.tuned.get(primitive), nbytes) if self.tuned else None
         if measured is not None:
             return measured == self.name
-        if not self._in_wins(primitive, nbytes) or not self.first_use:
-            return self._in_wins(primitive, nbytes)
+        candidate = self._in_wins(primitive, nbytes)
+        if not candidate or not self.first_use:
+            return candidate
         size = min(nbytes, self.race_max_bytes)
         klass = (primitive, size.bit_length())
         won = self._raced.get(klass)
