@@ -173,6 +173,7 @@ class SharedMemory(Transport):
         #: :attr:`~Transport.hosts`, ``mpi`` by default), for what shm leaves to host MPI.
         self.host: Transport = comm.host_transport()
         self.saturates = self.host.saturates  # what shm does not move itself, host MPI reduces
+        self.bcast_forms_match = self.host.bcast_forms_match  # asked only where host MPI moves the broadcast
         #: The tuning profile's ``transports`` verdicts (``python -m hpccoll tune``), or empty.
         self.tuned: dict = (load(comm)["profile"] or {}).get("transports", {})
         self._verdicts: dict = {}  # (primitive, nbytes) -> whether shm moves it
