@@ -797,7 +797,7 @@ def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
     form matches every other (blocking on one rank, non-blocking or planned on the other, small and past
     ``OVERLAP_BYTES``), amid other point-to-point traffic (an all-to-all's pairs in flight); at other sizes,
     or with ``pair_bcast`` off, MPI's ``Bcast``."""
-    from hpccoll.collectives.rooted import OVERLAP_BYTES
+    from hpccoll.collectives.rooted import OVERLAP_BYTES, _overlapped
     from hpccoll.transports.host_mpi import HostMPI
 
     P, me = comm.size, comm.rank
@@ -806,6 +806,10 @@ def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
         for root in range(P):
             name = t._bcast(np.ones(1), root)[0]
             v.true(name == ("Bcast" if P != 2 else "Send" if me == root else "Recv"), f"root {root}: {name}")
+        # past OVERLAP_BYTES only a root with a copy to make waits on a request where the forms match (two ranks)
+        v.true(t.bcast_forms_match is (P == 2), f"bcast_forms_match {t.bcast_forms_match} at {P} ranks")
+        v.true(_overlapped(t, OVERLAP_BYTES, True), "a copying root overlaps")
+        v.true(_overlapped(t, OVERLAP_BYTES, False) is (P != 2), "the others: the blocking call at two ranks only")
         if P == 2:
             blocks = [[3 + 2 * q, 1] for q in range(P)]  # each rank's all-to-all block sizes
             a2a = [make((sum(b), 2), np.int32, seed=40 + q) for q, b in enumerate(blocks)]
