@@ -37,6 +37,9 @@ DEFAULT_BUCKET_BYTES = 64 << 20
 #: The collectives :meth:`Communicator.explain` explains, and the transport primitive each calls.
 EXPLAINED = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter", "all_gather": "allgatherv"}
 
+#: How many (kind, primitive, size) answers :meth:`Communicator.mover` keeps before it starts again.
+_MOVERS_KEPT = 4096
+
 _log = child("transport")
 
 
@@ -108,6 +111,7 @@ class Communicator:
         "state",
         "_transports",
         "_by_kind",
+        "_movers",
         "_owned",
         "_grid",
     )
@@ -137,6 +141,8 @@ class Communicator:
         self._transports: Dict[str, Any] = {}  # name -> instance
         # array kind -> (floor, ((min_bytes, instance or name), ...)): tried in order, see transport_of
         self._by_kind: Dict[str, Any] = {}
+        # (array kind, primitive, bytes) -> the transport that moves that message itself, see mover
+        self._movers: Dict[Tuple[str, str, int], Any] = {}
         self.state: Dict[str, Any] = {}
         self._grid: Optional[Grid] = None
 
@@ -375,6 +381,42 @@ class Communicator:
                 return inst if type(inst) is not str else self._admit(kind, inst, nbytes)
         return chain[-1][1]
 
+    def mover(self, kind: str, primitive: str, nbytes: int) -> Any:
+        """The transport whose own blocking ``primitive`` moves a message of ``nbytes`` of ``kind`` arrays.
+
+        :meth:`transport_of`'s choice, or the transport that one hands the
+        message to (:meth:`Transport.moved_by`: shm leaves the sizes it did
+        not measure faster to host MPI), remembered per kind, primitive and
+        size: the common roads call it directly, so a message that ``auto``
+        offers shm and shm leaves to host MPI costs one lookup, not shm's
+        dispatch on every call (1-2 us per call at 256 KiB-1 MiB, two ranks,
+        where the Python before the message ran after the last one evicted
+        the caches). Collective when :meth:`transport_of` or the transport's
+        verdict is (the first message of a size: every rank asks alike).
+
+        Parameters
+        ----------
+        kind : str
+            The array kind, ``"numpy"`` or ``"cupy"``.
+        primitive : str
+            The transport primitive the caller will call (``"allreduce"``, ``"bcast"``, ...).
+        nbytes : int
+            The size the primitive decides by, alike on every rank (see :meth:`Transport.moved_by`).
+
+        Returns
+        -------
+        Transport
+            The transport instance whose ``primitive`` moves that message itself.
+        """
+        key = (kind, primitive, nbytes)
+        found = self._movers.get(key)
+        if found is None:
+            found = self.transport_of(kind, nbytes).moved_by(primitive, nbytes)
+            if len(self._movers) >= _MOVERS_KEPT:  # a bound on a run of ever-new sizes
+                self._movers.clear()
+            self._movers[key] = found
+        return found
+
     def _chain(self, kind: str, chain: tuple) -> tuple:
         """Remember ``chain`` for ``kind`` with its floor: the smallest threshold before its last entry."""
         known = self._by_kind[kind] = (min((least for least, _ in chain[:-1]), default=1 << 62), chain)
@@ -519,8 +561,8 @@ class Communicator:
         split, movers = self._explained_buckets(xs, wire, t, EXPLAINED[collective], reducing, many)
         if t.name != choice.name or movers != (t.name,):
             notes.append(
-                f"a message of {nbytes} bytes: the collective calls {t.name}"
-                + (f", which hands it to {', '.join(m for m in movers if m != t.name)}" if movers != (t.name,) else "")
+                f"a message of {nbytes} bytes: {t.name} chosen"
+                + (f", which leaves it to {', '.join(m for m in movers if m != t.name)}" if movers != (t.name,) else "")
             )
         communicated = exchanged or any(not k.startswith("choice:") for k in set(self.state) - known)
         return Explanation(
@@ -562,7 +604,7 @@ class Communicator:
     ) -> Tuple[Optional[List["Bucket"]], Tuple[str, ...]]:
         """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them."""
         if not many:
-            return None, (_mover(t, primitive, wire[0]),)
+            return None, (t.moved_by(primitive, wire[0]).name,)
         split: List[Bucket] = []
         groups: Dict[Any, List[int]] = {}
         for i, a in enumerate(xs):  # reductions: one group per dtype; all-gathers: raw bytes, one group
@@ -571,7 +613,7 @@ class Communicator:
             for bucket in buckets([wire[i] for i in members], self.bucket_bytes):
                 idx = tuple(members[j] for j in bucket)
                 size = sum(wire[i] for i in idx)
-                split.append(Bucket(idx, size, _mover(t, primitive, size)))
+                split.append(Bucket(idx, size, t.moved_by(primitive, size).name))
         return split, tuple(dict.fromkeys(b.moved_by for b in split))
 
     def shared_empty(self, shape: Any, dtype: Any = float) -> Any:
@@ -648,6 +690,7 @@ class Communicator:
             inst.close()
         self._transports.clear()
         self._by_kind.clear()
+        self._movers.clear()
         self.state.clear()
         if self._owned and not _finalized():
             self._mpi.Free()
@@ -732,9 +775,12 @@ class Explanation:
     kind : str
         ``"numpy"`` or ``"cupy"``: the arrays' kind, which selects the transports.
     transport : str or None
-        The transport the collective calls (``None`` on one rank: a local copy).
+        The transport chosen for the message (:meth:`Communicator.transport_of`; ``None`` on one rank: a
+        local copy).
     moved_by : tuple of str
-        The transports that move the bytes: ``(transport,)``, unless ``shm`` hands (some) messages to ``mpi``.
+        The transports that move the bytes: ``(transport,)``, unless it leaves (some) messages to another
+        (``shm`` to ``mpi``: :meth:`Transport.moved_by`; a single array's blocking call then goes to that one
+        directly, :meth:`Communicator.mover`).
     reason : str
         Why that transport, as :meth:`Communicator.transport_for` says it.
     nbytes : int
@@ -788,18 +834,6 @@ def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
     if len(vals) != parts or any(v < 0 for v in vals):
         raise ArgumentError(f"sizes: expected {parts} non-negative ints (one per rank); got {sizes!r}")
     return vals
-
-
-def _mover(t: Any, primitive: str, nbytes: int) -> str:
-    """The transport that moves a blocking ``primitive`` of ``nbytes`` for ``t``: ``t`` or the one it hands to.
-
-    ``shm`` moves only the sizes it measured faster (its ``_mine``) and hands the rest to its ``host``.
-    """
-    mine = getattr(t, "_mine", None)
-    host = getattr(t, "host", None)
-    if mine is not None and host is not None and not mine(primitive, nbytes):
-        return str(host.name)
-    return str(t.name)
 
 
 def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List[Any], Any]:

@@ -88,7 +88,7 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
         out = np.empty(x.shape, x.dtype)
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
-    t = c.transport_of("numpy", x.nbytes)
+    t = c.mover("numpy", "bcast", x.nbytes)
     copy = c.rank == root and out is not x
     if copy and not x.flags.writeable:
         out[...] = x  # a read-only x: root sends its copy (out: x's shape and dtype; 77 ns at 8 B, copyto 238)
@@ -262,7 +262,7 @@ def _reduce_common(x: np.ndarray, c: Any, op: str, root: int, out: Any, async_op
     Without ``out``, a non-root rank's result is a fresh array of zeros (pages the kernel zeroes when
     first touched: no pass over memory here) and MPI gets a scratch receive buffer it never writes.
     """
-    t = c.transport_of("numpy", x.nbytes)
+    t = c.mover("numpy", "reduce", x.nbytes)
     plan = direct_plan(x.dtype, op) if not t.native_reduce else None
     if plan is None or (t.saturates and plan.op == "sum" and x.dtype in t.saturates):
         return None

@@ -451,17 +451,31 @@ class SharedMemory(Transport):
         return (self.host, args) if primitive != "sendrecv" and self._hosts(primitive, args) else None
 
     def _hosts(self, primitive: str, args: tuple) -> bool:
-        """Whether host MPI moves this call (``args`` as the primitive takes them), not shm: every primitive's
-        rule, by the size every rank measures alike (the gathered result, the whole reduced array)."""
-        if primitive in ("allgatherv", "allreduce"):
-            return not self._mine(primitive, args[1].nbytes)
-        if primitive == "reduce_scatter":
-            return not self._mine(primitive, (args[1] if args[0] is None else args[0]).nbytes)
+        """Whether host MPI moves this call (``args`` as the primitive takes them), not shm: :meth:`_hosted`
+        at the size every rank measures alike (the gathered result, the whole reduced array)."""
+        if primitive in ("allgatherv", "allreduce", "reduce"):
+            nbytes = args[1].nbytes
+        elif primitive == "reduce_scatter":
+            nbytes = (args[1] if args[0] is None else args[0]).nbytes
+        elif primitive == "bcast":
+            nbytes = args[0].nbytes
+        else:
+            nbytes = 0
+        return self._hosted(primitive, nbytes)
+
+    def _hosted(self, primitive: str, nbytes: int) -> bool:
+        """Whether host MPI moves a blocking ``primitive`` of ``nbytes``, not shm: every primitive's rule."""
+        if primitive in ("allgatherv", "allreduce", "reduce_scatter"):
+            return not self._mine(primitive, nbytes)
         if primitive == "bcast":
-            return self.hosts_bcast(args[0].nbytes)
+            return self.hosts_bcast(nbytes)
         if primitive == "reduce":  # within one node only: across nodes host MPI moves it whole
-            return self.node.multi or not self._mine(primitive, args[1].nbytes)
+            return self.node.multi or not self._mine(primitive, nbytes)
         return primitive in ("alltoallv", "gatherv", "scatterv")
+
+    def moved_by(self, primitive: str, nbytes: int) -> Transport:
+        """Host MPI for the messages shm leaves to it (:meth:`_hosted`), else shm."""
+        return self.host if self._hosted(primitive, nbytes) else self
 
     def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
         if self._hosts("allgatherv", (send, recv)):
