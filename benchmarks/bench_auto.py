@@ -7,7 +7,9 @@ Launch (2 ranks is the reference setting), after tuning at the same rank count:
 
 For each collective and size S per rank (float64, ``out=`` given), interleaved round by round on the same
 buffers: the default communicator with the profile in force (``tuned``), one with no profile (``untuned``),
-and one per transport named (``mpi``, ``shm``: every message through node-shared memory). Printed: each
+and one per transport named (``mpi``, ``shm``: every message through node-shared memory), plus a second
+``mpi`` communicator (``mpi_again``: the same path on another communicator, whose ratio to ``mpi``,
+``mpi/mpi``, is the noise floor of every ratio in its row). Printed: each
 time (slowest rank, median over rounds), ``tuned / best``, where ``best`` is whichever of ``mpi`` and ``shm``
 has the shorter median (the ratio within each round, median over rounds: the per-round minimum of the two,
 used before 2026-12-02, was biased low by the noise wherever they are close), and ``untuned / mpi``: the
@@ -50,6 +52,7 @@ def main(argv=None) -> int:
         "tuned": communicator(world, "auto", args.profile),
         "untuned": communicator(world, "auto", os.path.join(os.path.dirname(args.profile), "no-such-profile.json")),
         "mpi": communicator(world, "mpi", args.profile),
+        "mpi_again": communicator(world, "mpi", args.profile),
         "shm": communicator(world, "shm", args.profile),
     }
     P, rank = world.size, world.rank
@@ -62,7 +65,7 @@ def main(argv=None) -> int:
     say("# times: median over rounds of the per-call time (max over ranks), us; ratios: medians of same-round ratios")
     header = (
         f"{'collective':<15}{'size/rank':>10}{'tuned':>10}{'untuned':>10}{'mpi':>10}{'shm':>10}"
-        f"{'tuned/best':>12}{'untuned/mpi':>12}"
+        f"{'tuned/best':>12}{'untuned/mpi':>12}{'mpi/mpi':>9}"
     )
     say(header)
     say("-" * len(header))
@@ -87,9 +90,10 @@ def main(argv=None) -> int:
             # min(mpi, shm) would be biased low by the noise wherever the two are close)
             best = _timing.paired_ratio(s, "tuned", min(("mpi", "shm"), key=lambda k: t[k]))
             untuned = _timing.paired_ratio(s, "untuned", "mpi")
+            floor = _timing.paired_ratio(s, "mpi_again", "mpi")
             say(
                 f"{name:<15}{human(nbytes):>10}{t['tuned']:>10.1f}{t['untuned']:>10.1f}{t['mpi']:>10.1f}"
-                f"{t['shm']:>10.1f}{best:>12.3f}{untuned:>12.3f}"
+                f"{t['shm']:>10.1f}{best:>12.3f}{untuned:>12.3f}{floor:>9.3f}"
             )
     for c in comms.values():
         c.free()

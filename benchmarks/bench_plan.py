@@ -12,7 +12,9 @@ medians of same-round ratios):
   ``Alltoall``) on prebuilt buffer specs
 - ``pers``  : the raw MPI-4 persistent request (``Allreduce_init`` ... once; ``Start`` + ``Wait`` per call)
 - ``call``  : the unplanned hpccoll call with ``out=`` given (``transport="mpi"``: the same MPI calls)
-- ``plan``  : ``hpccoll.plan(...)`` made once (``--method``, default ``auto``: profile or measured), ``p()``
+- ``plan``  : ``hpccoll.plan(...)`` made once (``--method``, default ``auto``: profile or measured), ``p()``,
+  with ``out=`` the raw calls' receive buffer (like for like: a plan that allocated its own result would
+  also measure where that buffer's pages lie, which moved 1 MiB ratios by several percent between runs)
 
 and prints plan/pers, plan/raw, call/raw and the raw call timed twice per round (raw/raw, the noise floor).
 The method each plan chose is printed beside it.
@@ -52,21 +54,21 @@ def cases(raw: MPI.Intracomm, c: hpccoll.Communicator, n: int, method: str) -> d
         lambda: raw.Allreduce([x, D], [y, D], SUM),
         raw.Allreduce_init([x, D], [y, D], SUM),
         lambda: hpccoll.all_reduce(x, c, out=y),
-        hpccoll.plan(hpccoll.all_reduce, x, c, method=method),
+        hpccoll.plan(hpccoll.all_reduce, x, c, out=y, method=method),
     )
     g, gy = rng.standard_normal(n), np.empty(n * P)
     out["all_gather"] = (
         lambda: raw.Allgather([g, D], [gy, D]),
         raw.Allgather_init([g, D], [gy, D]),
         lambda: hpccoll.all_gather(g, c, out=gy),
-        hpccoll.plan(hpccoll.all_gather, g, c, method=method),
+        hpccoll.plan(hpccoll.all_gather, g, c, out=gy, method=method),
     )
     s, sy = rng.standard_normal(n * P), np.empty(n)
     out["reduce_scatter"] = (
         lambda: raw.Reduce_scatter_block([s, D], [sy, D], SUM),
         raw.Reduce_scatter_block_init([s, D], [sy, D], SUM),
         lambda: hpccoll.reduce_scatter(s, c, out=sy),
-        hpccoll.plan(hpccoll.reduce_scatter, s, c, method=method),
+        hpccoll.plan(hpccoll.reduce_scatter, s, c, out=sy, method=method),
     )
     b = rng.standard_normal(n)
     out["broadcast"] = (
@@ -81,7 +83,7 @@ def cases(raw: MPI.Intracomm, c: hpccoll.Communicator, n: int, method: str) -> d
         lambda: raw.Alltoall([a, D], [ay, D]),
         raw.Alltoall_init([a, D], [ay, D]),
         lambda: hpccoll.all_to_all(a, c, out=ay),
-        hpccoll.plan(hpccoll.all_to_all, a, c, method=method),
+        hpccoll.plan(hpccoll.all_to_all, a, c, out=ay, method=method),
     )
     return out
 

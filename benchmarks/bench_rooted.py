@@ -17,7 +17,9 @@ each with the default communicator (``transport="auto"``: on one node it picks n
 middle sizes where that measured faster) and with ``transport="mpi"`` (host MPI only: the overhead of
 hpccoll's layer over the same MPI call, the column the 1.05x target is about).
 
-``raw/raw`` times the raw call a second time in every round (the noise floor of the ratios). Then, at one size
+``raw/raw`` times the raw call a second time in every round (the noise floor of the ratios). Then, from 1 MiB,
+the in-place broadcast like for like: one buffer, raw ``Bcast`` and the two communicators' calls alone in their
+rounds. Then, at one size
 (1 MiB per rank by default), gather vs ``Gatherv`` and scatter vs ``Scatterv`` (sizes given and sizes=None),
 and, for the small-call overhead the targets compare with, all_reduce vs ``Allreduce`` at 8 B.
 """
@@ -128,6 +130,32 @@ def main(argv=None) -> int:
                 f"{t['inplace']:>11.1f}{r['inplace']:>7.3f}{t['mpi']:>11.1f}{r['mpi']:>7.3f}{added:>+9.1f}"
                 f"{t['mpi_inplace']:>11.1f}{r['mpi_inplace']:>7.3f}{r['raw_again']:>8.3f}"
             )
+
+    # like for like: in place on one buffer, nothing else timed in the round (the table above interleaves six
+    # callables over four buffers of the size; past 1 MiB, which buffers the others left in the caches moved
+    # its broadcast ratios by up to 0.3 in a run, raw/raw included)
+    say("\n# broadcast in place, like for like: raw Bcast(buf) and hpccoll.broadcast(buf, out=buf), one buffer")
+    say(f"{'collective':<11}{'size/rank':>10}{'raw':>11}{'auto':>11}{'ratio':>7}{'mpi':>11}{'ratio':>7}{'raw/raw':>8}")
+    say("-" * len(header))
+    for nbytes in [s for s in sizes if s >= 1 << 20]:
+        buf = np.random.default_rng(rank).standard_normal(max(1, nbytes // 8))
+        s = timed(
+            raw,
+            {
+                "raw": lambda: raw.Bcast([buf, D], root=root),
+                "raw_again": lambda: raw.Bcast([buf, D], root=root),
+                "inplace": lambda: hpccoll.broadcast(buf, comm, root=root, out=buf),
+                "mpi_inplace": lambda: hpccoll.broadcast(buf, mpic, root=root, out=buf),
+            },
+            nbytes,
+            args.rounds,
+        )
+        t = {k: v * 1e6 for k, v in _timing.medians(s).items()}
+        say(
+            f"{'broadcast':<11}{human(nbytes):>10}{t['raw']:>11.1f}{t['inplace']:>11.1f}"
+            f"{_timing.paired_ratio(s, 'inplace', 'raw'):>7.3f}{t['mpi_inplace']:>11.1f}"
+            f"{_timing.paired_ratio(s, 'mpi_inplace', 'raw'):>7.3f}{_timing.paired_ratio(s, 'raw_again', 'raw'):>8.3f}"
+        )
 
     # gather / scatter at one size, uneven-free (every rank vsize): sizes given and discovered
     nbytes = parse_bytes(args.vsize)
