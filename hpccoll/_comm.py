@@ -389,7 +389,7 @@ class Communicator:
         not measure faster to host MPI), remembered per kind, primitive and
         size: the common roads call it directly, so a message that ``auto``
         offers shm and shm leaves to host MPI costs one lookup, not shm's
-        dispatch on every call (1-2 us per call at 256 KiB-1 MiB, two ranks,
+        dispatch on every call (0.5-4 us per call at 256 KiB-1 MiB, two ranks,
         where the Python before the message ran after the last one evicted
         the caches). Collective when :meth:`transport_of` or the transport's
         verdict is (the first message of a size: every rank asks alike).
