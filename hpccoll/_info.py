@@ -59,6 +59,7 @@ def collect(comm: Any) -> Dict[str, Any]:
     from .transports import transport_classes
     from .transports._mpitypes import quirks
     from .transports._tuned import load
+    from .transports.cuda_mpi import cuda_aware
 
     levels = {
         MPI.THREAD_SINGLE: "single",
@@ -84,6 +85,10 @@ def collect(comm: Any) -> Dict[str, Any]:
             except Exception as exc:
                 auto = f"{type(exc).__name__}: {exc}"
         transports[name] = {"arrays": cls.array_kind, "usable": reason is None, "reason": reason, "auto": auto}
+    try:
+        aware = cuda_aware(comm)._asdict()
+    except Exception as exc:  # the variable is malformed or differs across ranks
+        aware = {"aware": None, "source": f"{type(exc).__name__}: {exc}"}
     profile = load(comm)
     return {
         "hpccoll": hpccoll.__version__,
@@ -94,6 +99,7 @@ def collect(comm: Any) -> Dict[str, Any]:
         "mpi_standard": "%d.%d" % MPI.Get_version(),
         "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
         "mpi_quirks": quirks(),
+        "cuda_aware": aware,
         "ranks": comm.size,
         "hosts": per_host,
         "gpu": _gpu(),
@@ -118,6 +124,8 @@ def report(info: Dict[str, Any]) -> str:
     lines.append(f"  library: {info['mpi_library']} (MPI {info['mpi_standard']}), thread level: {info['thread_level']}")
     hosts = ", ".join(f"{h}: {n}" for h, n in info["hosts"].items())
     lines.append(f"  ranks: {info['ranks']} on {len(info['hosts'])} host(s) ({hosts})")
+    verdict = {True: "yes", False: "no", None: "unknown"}[info["cuda_aware"]["aware"]]
+    lines.append(f"  CUDA-aware: {verdict} ({info['cuda_aware']['source']})")
     lines.append("  quirks worked around:" + ("" if info["mpi_quirks"] else " none known"))
     lines.extend(f"    - {q}" for q in info["mpi_quirks"])
     lines.append("GPU")

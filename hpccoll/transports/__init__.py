@@ -15,10 +15,10 @@ its place in ``auto``'s order (:attr:`Transport.priority`, lower first) and a
 collective probe (:meth:`Transport.auto_reason` for ``auto``,
 :meth:`Transport.unavailable_reason` when named). ``auto`` takes the first
 registered transport for the array's kind whose probe finds nothing against
-it: for CuPy arrays ``nccl``, else ``cuda_mpi`` when
-``HPCCOLL_CUDA_AWARE_MPI=1``, else ``staged``; for NumPy arrays ``shm`` for
-the messages it wins (from :attr:`~Transport.min_bytes`, when every rank
-shares one node), else ``mpi``. A
+it: for CuPy arrays ``nccl``, else ``cuda_mpi`` when MPI is CUDA-aware
+(MPI says so, or ``HPCCOLL_CUDA_AWARE_MPI=1``), else ``staged``; for NumPy
+arrays ``shm`` for the messages it wins (from :attr:`~Transport.min_bytes`,
+when every rank shares one node), else ``mpi``. A
 named transport applies to the arrays it serves; for the other kind ``auto``
 decides, except that naming a host transport sends CuPy arrays through host
 memory (``staged``). A new transport is one module plus one :func:`register`
@@ -200,7 +200,7 @@ def choose_transport(comm: Any, kind: str) -> TransportChoice:
     """The transport for arrays of ``kind`` (``"numpy"`` or ``"cupy"``) on ``comm``, and why.
 
     Collective the first time for a kind whose probes are (the NCCL probe and
-    ``HPCCOLL_CUDA_AWARE_MPI`` are agreed across ranks); the answer, or the
+    CUDA-aware MPI's are agreed across ranks); the answer, or the
     error, is cached on ``comm``.
 
     Raises
@@ -287,7 +287,8 @@ def _auto(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
             skipped.append(f"{cls.name} unusable: {last}")
             continue
         chain.append((0, cls.name))
-        said.append(cls.chosen_because)
+        chosen_for = getattr(cls, "chosen_for", None)  # a why that depends on comm (cuda_mpi: who said so)
+        said.append(chosen_for(comm) if chosen_for else cls.chosen_because)
         why = "auto: " + "; else ".join(said) + (f" ({'; '.join(skipped)})" if skipped else "")
         return TransportChoice(cls.name, why), tuple(chain)
     raise TransportUnavailable(f"no transport can move {_LABEL.get(kind, kind)} arrays here: {last}")

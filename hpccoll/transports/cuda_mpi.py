@@ -4,11 +4,17 @@ mpi4py reads device buffers through the CUDA array interface (or DLPack).
 MPI knows nothing of CUDA streams, so the producing stream, the caller's
 current one, is synchronised first (that stream only, not the whole device).
 
-Whether an MPI library is CUDA-aware cannot be detected reliably, so it is
-declared: ``HPCCOLL_CUDA_AWARE_MPI=1`` (yes), ``0`` (no) or unset (not
-declared: ``auto`` does not pick this transport, and says so once through
-:mod:`warnings`). Asking for ``transport="cuda_mpi"`` explicitly is a
-declaration too, unless the variable says ``0``.
+Whether the MPI library is CUDA-aware is asked of it, in this order, the
+first source that answers giving the verdict: MPI-4.1's
+``mpi_memory_alloc_kinds`` info key on the communicator (CUDA-aware when it
+lists ``cuda`` or ``cuda:device``), then Open MPI's
+``MPIX_Query_cuda_support()`` and MPICH's ``MPIX_GPU_query_support`` with
+``MPIX_GPU_SUPPORT_CUDA``, called through the MPI library mpi4py has loaded.
+``HPCCOLL_CUDA_AWARE_MPI=1`` or ``0`` has the last word. The verdict is agreed
+by every rank (a yes on only some ranks is a no on all); ``auto`` picks this
+transport only on a yes, and when no source answers (nor the variable) it says
+so once through :mod:`warnings`. Asking for ``transport="cuda_mpi"``
+explicitly is a declaration too, unless the variable says ``0``.
 
 Not capturable in a CUDA graph (it synchronises the host with the stream):
 called during stream capture it raises :class:`~hpccoll.TransportUnavailable`
@@ -17,9 +23,10 @@ before any MPI call (asked only when CUDA refuses the synchronisation).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import warnings
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 from .._env import env_flag
 from .._errors import MismatchError, TransportUnavailable
@@ -29,45 +36,126 @@ from ._cuda import capture_query, get_runtime, raise_if_capturing
 from ._state import remembered
 from .host_mpi import HostMPI
 
-__all__ = ["CudaMPI", "cuda_aware", "CUDA_AWARE_VARIABLE"]
+__all__ = ["CudaMPI", "CudaAwareness", "cuda_aware", "CUDA_AWARE_VARIABLE"]
 
 CUDA_AWARE_VARIABLE = "HPCCOLL_CUDA_AWARE_MPI"
-_KEY = "cuda_mpi:declared"
+_KEY = "cuda_mpi:aware"
 _warned = False
+#: A source's answer: (CUDA-aware, what it said), or None when it gave none.
+Answer = Optional[Tuple[bool, str]]
 
 
-def cuda_aware(comm: Any) -> Optional[bool]:
-    """``HPCCOLL_CUDA_AWARE_MPI`` as agreed by every rank: True, False or None (unset).
+class CudaAwareness(NamedTuple):
+    """Whether MPI is CUDA-aware (``None``: no source answered), and which source said so, with what."""
 
-    Collective the first time for ``comm`` (cached on it).
+    aware: Optional[bool]
+    source: str
+
+
+def cuda_aware(comm: Any) -> CudaAwareness:
+    """Whether this MPI is CUDA-aware, as agreed by every rank, and which source answered.
+
+    ``HPCCOLL_CUDA_AWARE_MPI`` (1/0) has the last word; unset, the MPI library is
+    asked (see the module's docstring). A yes on only some ranks is a no on all.
+    Collective the first time for ``comm`` (one allgather; cached on it).
+
+    Parameters
+    ----------
+    comm : Communicator
+        The communicator asking.
+
+    Returns
+    -------
+    CudaAwareness
+        ``(aware, source)``, e.g. ``(False, "mpi_memory_alloc_kinds='mpi,system'")``.
 
     Raises
     ------
     ArgumentError
-        The value is not 1/true/yes/on, 0/false/no/off or empty (on every rank).
+        The variable is not 1/true/yes/on, 0/false/no/off or empty (on every rank).
     MismatchError
-        The ranks disagree about the value (on every rank).
+        The ranks disagree about the variable (on every rank).
     """
-    return remembered(comm, _KEY, lambda: _agreed_flag(comm))
+    return remembered(comm, _KEY, lambda: _agreed(comm))
 
 
-def _agreed_flag(comm: Any) -> Optional[bool]:
-    values = comm.mpi.allgather(os.environ.get(CUDA_AWARE_VARIABLE, "").strip().lower())
-    for rank, value in enumerate(values):
-        if value != values[0]:
-            raise MismatchError(f"{CUDA_AWARE_VARIABLE}: rank 0 has {values[0]!r} but rank {rank} has {value!r}")
-    return env_flag(CUDA_AWARE_VARIABLE, None)  # the same value, so the same verdict, on every rank
+def _agreed(comm: Any) -> CudaAwareness:
+    values = comm.mpi.allgather((os.environ.get(CUDA_AWARE_VARIABLE, "").strip().lower(), _detected(comm)))
+    for rank, (value, _) in enumerate(values):
+        if value != values[0][0]:
+            raise MismatchError(f"{CUDA_AWARE_VARIABLE}: rank 0 has {values[0][0]!r} but rank {rank} has {value!r}")
+    declared = env_flag(CUDA_AWARE_VARIABLE, None)  # the same value, so the same verdict, on every rank
+    if declared is not None:
+        return CudaAwareness(declared, f"{CUDA_AWARE_VARIABLE}={int(declared)}")
+    found = [answer for _, answer in values]
+    for rank, answer in enumerate(found):
+        if answer.aware != found[0].aware:
+            return CudaAwareness(False, f"ranks disagree (rank 0: {found[0].source}; rank {rank}: {answer.source})")
+    return found[0]
+
+
+def _detected(comm: Any) -> CudaAwareness:
+    """This rank's answer from the first source that gives one (nothing here raises)."""
+    for source in (_alloc_kinds, _query_cuda_support, _gpu_query_support):
+        try:
+            answer = source(comm)
+        except Exception:  # a source that fails has not answered
+            answer = None
+        if answer is not None:
+            return CudaAwareness(*answer)
+    return CudaAwareness(None, "no source answered")
+
+
+def _alloc_kinds(comm: Any) -> Answer:
+    """MPI-4.1's ``mpi_memory_alloc_kinds`` on ``comm``: CUDA-aware if it lists ``cuda`` or ``cuda:device``."""
+    info = comm.mpi.Get_info()
+    try:
+        kinds = info.Get("mpi_memory_alloc_kinds")
+    finally:
+        info.Free()
+    if kinds is None:
+        return None
+    aware = any(k.strip() in ("cuda", "cuda:device") for k in kinds.split(","))
+    return aware, f"mpi_memory_alloc_kinds={kinds!r}"
+
+
+def _mpi_function(name: str) -> Any:
+    """``name`` from the MPI library mpi4py has loaded, or None (``RTLD_NOLOAD``: never loads another)."""
+    from mpi4py import MPI
+
+    try:
+        return getattr(ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD | os.RTLD_LAZY), name)
+    except (AttributeError, OSError):
+        return None
+
+
+def _query_cuda_support(comm: Any) -> Answer:
+    """Open MPI's (and MPICH's) ``int MPIX_Query_cuda_support(void)``."""
+    query = _mpi_function("MPIX_Query_cuda_support")
+    if query is None:
+        return None
+    answer = query()
+    return bool(answer), f"MPIX_Query_cuda_support()={answer}"
+
+
+def _gpu_query_support(comm: Any) -> Answer:
+    """MPICH's ``MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &supported)`` (``MPIX_GPU_SUPPORT_CUDA`` is 0)."""
+    query = _mpi_function("MPIX_GPU_query_support")
+    supported = ctypes.c_int(-1)
+    if query is None or query(0, ctypes.byref(supported)) != 0 or supported.value not in (0, 1):
+        return None
+    return bool(supported.value), f"MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA)={supported.value}"
 
 
 def warn_undeclared() -> None:
-    """Say once per process that CuPy arrays take the staged path because CUDA-awareness is undeclared."""
+    """Say once per process that CuPy arrays take the staged path because CUDA-awareness is unknown."""
     global _warned
     if not _warned:
         _warned = True
         warnings.warn(
-            f"hpccoll: {CUDA_AWARE_VARIABLE} is not set, so CuPy arrays that cannot use NCCL go through "
-            "host memory (transport 'staged'); set it to 1 if your MPI is CUDA-aware (transport 'cuda_mpi') "
-            "or to 0 to silence this warning",
+            f"hpccoll: {CUDA_AWARE_VARIABLE} is not set and MPI does not say whether it is CUDA-aware, so CuPy "
+            "arrays that cannot use NCCL go through host memory (transport 'staged'); set it to 1 if your MPI "
+            "is CUDA-aware (transport 'cuda_mpi') or to 0 to silence this warning",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -79,7 +167,12 @@ class CudaMPI(HostMPI):
     name = "cuda_mpi"
     array_kind = "cupy"
     priority = 20
-    chosen_because = "HPCCOLL_CUDA_AWARE_MPI=1 declares this MPI CUDA-aware"
+    chosen_because = "this MPI is CUDA-aware"
+
+    @classmethod
+    def chosen_for(cls, comm: Any) -> str:
+        """Why ``auto`` picks this transport for ``comm``: :attr:`chosen_because` and the source that said so."""
+        return f"{cls.chosen_because} ({cuda_aware(comm).source})"
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)  # persistent: host MPI's (MPI-4); a plan gets them only when asked for
@@ -103,8 +196,9 @@ class CudaMPI(HostMPI):
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
-        if cuda_aware(comm) is False:
-            return f"{CUDA_AWARE_VARIABLE}=0 declares this MPI not CUDA-aware"
+        found = cuda_aware(comm)
+        if found.aware is False and found.source.startswith(CUDA_AWARE_VARIABLE):
+            return f"{found.source} declares this MPI not CUDA-aware"
         try:
             get_runtime()
         except TransportUnavailable as exc:
@@ -113,12 +207,13 @@ class CudaMPI(HostMPI):
 
     @classmethod
     def auto_reason(cls, comm: Any) -> Optional[str]:
-        declared = cuda_aware(comm)
-        if declared:
+        found = cuda_aware(comm)
+        if found.aware:
             return cls.unavailable_reason(comm)
-        if declared is None:
+        if found.aware is None:
             warn_undeclared()
-        return f"{CUDA_AWARE_VARIABLE} {'is unset' if declared is None else '=0'}"
+            return f"CUDA-awareness unknown ({found.source}; {CUDA_AWARE_VARIABLE} is unset)"
+        return f"not CUDA-aware ({found.source})"
 
     def _sync(self) -> None:
         """MPI knows no streams: wait for the current one (refused during stream capture)."""
