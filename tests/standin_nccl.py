@@ -31,7 +31,8 @@ Like NCCL (and CuPy's binding of it) it
   be a silent data race);
 * rendezvouses through the unique id alone (the id names its creator's
   ``COMM_WORLD`` rank, as NCCL's names the root's socket address), and refuses
-  two ranks on one GPU (same PCI bus id) as NCCL does ("Duplicate GPU");
+  two ranks on one GPU (same PCI bus id) as NCCL does ("Duplicate GPU"),
+  unless NCCL >= 2.30 runs with ``NCCL_MULTI_RANK_GPU_ENABLE=1``;
   ``device_id()`` is the GPU that was current when the communicator was made;
 * checks that every rank called the same collective with the same count,
   datatype, op and root when the calls run (NCCL would hang or corrupt; this
@@ -388,9 +389,10 @@ class MPIStandInNcclCommunicator:
         self.calls: List[tuple] = []
         bus = RUNTIME.bus_id(self._device) if RUNTIME is not None else f"device {self._device}"
         where = self._mpi.allgather((MPI.Get_processor_name(), bus))
+        shared = VERSION >= 23000 and os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE") == "1"  # NCCL 2.30's mode
         for other, seen in enumerate(where):
             first = where.index(seen)
-            if first != other:
+            if first != other and not shared:
                 self._mpi.Free()
                 self._mpi = None
                 raise NcclError(

@@ -635,8 +635,9 @@ def test_auto_picks_nccl(fresh, runtime):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_two_ranks_on_one_gpu_refused_and_auto_falls_back(fresh, runtime):
+def test_two_ranks_on_one_gpu_refused_and_auto_falls_back(fresh, runtime, monkeypatch):
     runtime.devices = 1  # every rank picks GPU 0: same node, same bus id
+    monkeypatch.setattr(cuda_mpi, "_detected", lambda comm: cuda_mpi.CudaAwareness(None, "no source answered"))
     c = fresh()
     with pytest.warns(RuntimeWarning, match="HPCCOLL_CUDA_AWARE_MPI is not set"):
         choice = choose_transport(c, "cupy")
@@ -677,7 +678,8 @@ def test_one_rank_on_one_gpu_is_fine(comm, fresh, runtime):
     "setup,match",
     [("no-nccl", "NCCL is missing"), ("no-gpu", "no GPU"), ("broken-bus", "RuntimeError: bus")],
 )
-def test_unusable_reasons(fresh, runtime, setup, match):
+def test_unusable_reasons(fresh, runtime, monkeypatch, setup, match):
+    monkeypatch.setattr(cuda_mpi, "_detected", lambda comm: cuda_mpi.CudaAwareness(None, "no source answered"))
     if setup == "no-nccl":
         runtime.nccl, runtime.nccl_missing = None, "stand-in: NCCL switched off"
     elif setup == "no-gpu":
@@ -1198,3 +1200,32 @@ def test_prepared_allreduce_refuses_a_closed_transport(gpu):
     t.close()
     with pytest.raises(hpccoll.TransportUnavailable, match="closed"):
         fixed.run()
+
+
+# --------------------------------------------------------------------------- NCCL's multi-rank mode (issue 43)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize(
+    "version,switch,allowed",
+    [(23007, "1", True), (22809, "1", False), (23007, None, False), (23007, "0", False)],
+)
+def test_ranks_share_a_gpu_only_in_nccls_multi_rank_mode(fresh, runtime, monkeypatch, version, switch, allowed):
+    runtime.devices = 1  # every rank picks GPU 0
+    monkeypatch.setattr(standin, "VERSION", version)
+    if switch is None:
+        monkeypatch.delenv("NCCL_MULTI_RANK_GPU_ENABLE", raising=False)
+    else:
+        monkeypatch.setenv("NCCL_MULTI_RANK_GPU_ENABLE", switch)
+    monkeypatch.setenv("HPCCOLL_CUDA_AWARE_MPI", "0")
+    c = fresh()
+    choice = choose_transport(c, "cupy")
+    if not allowed:
+        assert choice.name == "staged" and "NCCL_MULTI_RANK_GPU_ENABLE=1" in choice.reason, choice
+        return
+    assert choice.name == "nccl", choice
+    x = np.arange(3.0 * (c.rank + 1)) + 10 * c.rank
+    got = host(hpccoll.all_gather(dev(x), c))
+    sizes = [3 * (r + 1) for r in range(c.size)]
+    want = np.concatenate([np.arange(3.0 * (r + 1)) + 10 * r for r in range(c.size)])
+    assert nccl_of(c).device == 0 and got.tolist() == want.tolist(), sizes

@@ -8,8 +8,10 @@ gets its own), made on first GPU use, in two collective steps:
    earlier; else the node-local rank modulo the visible device count) and
    reads its PCI bus id; the ranks exchange what they found over MPI and agree
    on one verdict, so every rank raises, or falls back, together. Two ranks of
-   the communicator on one GPU are refused. ``HPCCOLL_NCCL_UNEVEN`` is read
-   and agreed here too.
+   the communicator on one GPU are refused, unless every rank runs NCCL >= 2.30
+   with ``NCCL_MULTI_RANK_GPU_ENABLE=1`` (NCCL's experimental mode of several
+   ranks per GPU, for testing multi-rank code on one GPU; docs/gpu.md).
+   ``HPCCOLL_NCCL_UNEVEN`` is read and agreed here too.
 2. *Bootstrap* (:func:`bootstrap`, collective): rank 0 makes the NCCL unique
    id and broadcasts it over MPI; if that fails, the error is broadcast
    instead and every rank raises :class:`~hpccoll.TransportUnavailable`.
@@ -36,6 +38,9 @@ __all__ = ["NcclProbe", "probe", "bootstrap", "destroy", "nccl_version", "check_
 UNEVEN_DESIGNS = ("auto", "grouped", "pad")
 
 _PROBE_KEY = "nccl:probe"
+
+#: The first NCCL version (2.30.0) with several ranks per GPU, and the variable that turns that mode on.
+MULTI_RANK_VERSION, MULTI_RANK_VARIABLE = 23000, "NCCL_MULTI_RANK_GPU_ENABLE"
 
 #: The live NCCL transports (anything with ``close()``), closed at exit by :func:`_close_all`.
 LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -87,7 +92,7 @@ def _probe(comm: Any, chosen: Optional[int]) -> NcclProbe:
     finally:
         node.Free()
     uneven = os.environ.get("HPCCOLL_NCCL_UNEVEN", "").strip() or "auto"
-    why, device, how, bus = None, -1, "", None
+    why, device, how, bus, shared = None, -1, "", None, ""
     try:
         rt = get_runtime()
         if rt.nccl is None:
@@ -101,12 +106,21 @@ def _probe(comm: Any, chosen: Optional[int]) -> NcclProbe:
         local = local_rank_from_environment() or (node_rank, "MPI.COMM_TYPE_SHARED split")
         device, how = _choose_device(rt, count, local, chosen)
         bus = rt.bus_id(device)
+        shared = _multi_rank_mode(rt.nccl)
     except TransportUnavailable as exc:
         why = str(exc)
     except Exception as exc:  # a broken driver or binding: unusable, said plainly
         why = f"{type(exc).__name__}: {exc}"
-    facts = comm.mpi.allgather((why, leader, bus, uneven))
+    facts = comm.mpi.allgather((why, leader, bus, uneven, shared))
     return NcclProbe(_verdict(facts), device, how, uneven, _uneven_error(facts))
+
+
+def _multi_rank_mode(nccl: Any) -> str:
+    """Why several ranks may share a GPU here (``""``: they may not); see :data:`MULTI_RANK_VERSION`."""
+    version = nccl_version(nccl)
+    if os.environ.get(MULTI_RANK_VARIABLE, "").strip() != "1" or version < MULTI_RANK_VERSION:
+        return ""
+    return f"NCCL {version // 10000}.{version // 100 % 100}.{version % 100} with {MULTI_RANK_VARIABLE}=1"
 
 
 def _choose_device(rt: Any, count: int, local: Tuple[int, str], chosen: Optional[int]) -> Tuple[int, str]:
@@ -123,17 +137,20 @@ def _choose_device(rt: Any, count: int, local: Tuple[int, str], chosen: Optional
 
 def _verdict(facts: List[tuple]) -> Optional[str]:
     many = len(facts) > 1
-    for rank, (why, _, _, _) in enumerate(facts):
+    for rank, (why, *_) in enumerate(facts):
         if why is not None:
             return f"rank {rank}: {why}" if many else why
+    if all(f[4] for f in facts):  # NCCL's multi-rank mode on every rank: sharing a GPU is allowed
+        return None
     owner: Dict[tuple, int] = {}
-    for rank, (_, node, bus, _) in enumerate(facts):
+    for rank, (_, node, bus, *_) in enumerate(facts):
         other = owner.setdefault((node, bus), rank)
         if other != rank:
             return (
                 f"ranks {other} and {rank} would share one GPU (PCI bus {bus}), which NCCL does not support: "
                 "run one rank per GPU (e.g. srun --gpus-per-task=1, or mpiexec with as many ranks per node "
-                "as GPUs), or select a different GPU per rank before the first collective"
+                "as GPUs), or select a different GPU per rank before the first collective "
+                f"(for testing only: NCCL >= 2.30 with {MULTI_RANK_VARIABLE}=1 on every rank lets ranks share a GPU)"
             )
     return None
 
