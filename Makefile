@@ -228,6 +228,37 @@ bench-gpu: $(GPU_PREP)
 	$(GPU_RUN) 240 $(GPU_MPIEXEC) -n 1 $(PY) -m mpi4py benchmarks/bench_gpu.py
 	$(GPU_RUN) 240 $(GPU_MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_gpu.py
 
+# The lent GPU machine (docs/gpu.md, "make gpu-check"): Python with CuPy, torch and JAX but no MPI
+# library and no package registry. `make gpu-bundle` (here, with PyPI) fills $(GPU_BUNDLE)/ with the
+# mpich, mpi4py and pytest-mpi wheels for Python $(GPU_PYVER), the project (its working tree as git
+# sees it, as a tar) and NCCL 2.30.7 for Hopper (../shared/gpu/libnccl.so.2.xz); carry that folder. `make gpu-check`
+# there runs jobs/gpu/gpu_check.py from the bundle with GPU_CHECK_PY (python3): the GPU suite, the
+# benchmark and the transports at 1, 2 and 4 ranks (NCCL's multi-rank mode on one GPU), each step
+# capped, everything within GPU_DEADLINE seconds; the dated report (Markdown and JSON) goes to $$OUT
+# (else gpu-check-report/). `make gpu-check-dry` rehearses it all here without a GPU (CI runs it).
+
+.PHONY: gpu-bundle gpu-check gpu-check-dry
+
+GPU_BUNDLE   ?= gpu-bundle
+GPU_PYVER    ?= 3.12
+GPU_DEADLINE ?= 480
+GPU_CHECK_PY ?= python3
+
+## gpu-bundle: everything make gpu-check needs on a GPU machine without MPI or a registry, in $(GPU_BUNDLE)/
+gpu-bundle:
+	$(PYTHON) jobs/gpu/gpu_check.py bundle --out $(GPU_BUNDLE) --python-version "$(GPU_PYVER)"
+
+## gpu-check: the GPU proof from $(GPU_BUNDLE)/ in one call, report to $$OUT (python3 jobs/gpu/gpu_check.py run)
+gpu-check:
+	@test -f $(GPU_BUNDLE)/MANIFEST.json || { echo "make: no $(GPU_BUNDLE)/MANIFEST.json: run make gpu-bundle where PyPI is reachable, and carry $(GPU_BUNDLE)/"; exit 1; }
+	$(GPU_CHECK_PY) $(GPU_BUNDLE)/gpu_check.py run --bundle $(GPU_BUNDLE) --deadline $(GPU_DEADLINE)
+
+## gpu-check-dry: the rehearsal without a GPU: a bundle for this Python, then the whole run with python3 alone
+gpu-check-dry:
+	$(MAKE) gpu-bundle GPU_BUNDLE=.gpu-bundle-dry GPU_PYVER=
+	$(GPU_CHECK_PY) .gpu-bundle-dry/gpu_check.py run --dry --bundle .gpu-bundle-dry --out .gpu-check-dry \
+	  --work $${TMPDIR:-/tmp}/hpccoll-gpu-check-dry --deadline $(GPU_DEADLINE)
+
 # ----------------------------------------------------------------------------
 # Batch job scripts in jobs/ (docs/cluster.md): lint them, then submit the Slurm ones to a
 # throwaway one-node Slurm cluster on this machine.

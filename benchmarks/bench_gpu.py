@@ -10,8 +10,9 @@ Sections (each row: hpccoll, the reference, their ratio, the target of issue 12)
 
 ``nccl``      all_gather / reduce_scatter / all_reduce (float32, ``out=`` and ``sizes`` given; at one
               rank the transport itself) against ``NcclCommunicator.allGather/reduceScatter/allReduce``
-              on the same communicator and buffers. Targets: <= 1.5 us added at <= 1 KiB, <= 1.01x at
-              >= 64 MiB.
+              on the same communicator and buffers, then plans of all_gather and all_reduce against the
+              same raw calls. Targets (issue 43): per call at <= 1 KiB, <= 1.3x unplanned and <= 1.05x
+              planned; <= 1.01x at >= 64 MiB, where the rows give GB/s.
 ``uneven``    the NCCL transport's two uneven-shard designs (grouped, pad) and, as a floor, one raw
               allGather/reduceScatter of the padded size. Needs >= 2 ranks with a GPU each.
 ``relayout``  the axis != 0 relayout (``hpccoll._relayout.copy_blocks``, all_gather's unpacking) against
@@ -20,7 +21,8 @@ Sections (each row: hpccoll, the reference, their ratio, the target of issue 12)
               at >= 64 MiB, <= 3x its time at 1 MiB.
 ``staged``    the staged transport's all-reduce against D2H + MPI Allreduce + H2D written by
               hand with pinned buffers. Target: <= 1.2x at every size.
-``cuda_mpi``  (only with HPCCOLL_CUDA_AWARE_MPI=1) against mpi4py's Allreduce on device buffers.
+``cuda_mpi``  (only where MPI is CUDA-aware, detected or HPCCOLL_CUDA_AWARE_MPI=1) against mpi4py's
+              Allreduce on device buffers.
 
 Times are per call: the slowest rank's mean over a timed loop that starts and ends with a stream
 sync, the median of ``--rounds`` interleaved rounds (``hpccoll._timing``, as every benchmark here);
@@ -33,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -145,16 +146,26 @@ def bench_nccl(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
         n = max(size // 4, 1)
         x, g, r = cp.ones(n, cp.float32), cp.empty(n * P, cp.float32), cp.empty(n, cp.float32)
         big = cp.ones(n * P, cp.float32)
-        target = "<= 1.01x" if size >= 64 * MIB else "<= 1.5 us added" if size <= KIB else ""
+        large = size >= 64 * MIB
+        target = "<= 1.01x" if large else "<= 1.3x" if size <= KIB else ""
         even = [n] * P
+        raw_gather = lambda: nc.allGather(x.data.ptr, g.data.ptr, n, f32, stream())  # noqa: E731
+        raw_reduce = lambda: nc.allReduce(x.data.ptr, r.data.ptr, n, f32, SUM, stream())  # noqa: E731
+        gather = hpccoll.plan(hpccoll.all_gather, x, comm, sizes=even, out=g)
+        reduce = hpccoll.plan(hpccoll.all_reduce, x, comm, out=r)
+        with gather, reduce:
+            planned = "<= 1.01x" if large else "<= 1.05x" if size <= KIB else ""
+            b.compare("nccl", "plan(all_gather, out=) vs allGather", size, gather, raw_gather, planned, large)
+            b.compare("nccl", "plan(all_reduce, out=) vs allReduce", size, reduce, raw_reduce, planned, large)
         if P == 1:  # the API copies without communicating at one rank: time the transport itself
             b.compare(
                 "nccl",
                 "transport.allgatherv vs allGather (1 rank)",
                 size,
                 lambda: t.allgatherv(x, g, even),
-                lambda: nc.allGather(x.data.ptr, g.data.ptr, n, f32, stream()),
+                raw_gather,
                 target,
+                large,
             )
             b.compare(
                 "nccl",
@@ -163,14 +174,16 @@ def bench_nccl(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
                 lambda: t.reduce_scatter(big, r, even, "sum"),
                 lambda: nc.reduceScatter(big.data.ptr, r.data.ptr, n, f32, SUM, stream()),
                 target,
+                large,
             )
             b.compare(
                 "nccl",
                 "transport.allreduce vs allReduce",
                 size,
                 lambda: t.allreduce(x, r, "sum"),
-                lambda: nc.allReduce(x.data.ptr, r.data.ptr, n, f32, SUM, stream()),
+                raw_reduce,
                 target,
+                large,
             )
             continue
         b.compare(
@@ -178,8 +191,9 @@ def bench_nccl(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
             "all_gather(sizes=, out=) vs allGather",
             size,
             lambda: hpccoll.all_gather(x, comm, sizes=even, out=g),
-            lambda: nc.allGather(x.data.ptr, g.data.ptr, n, f32, stream()),
+            raw_gather,
             target,
+            large,
         )
         b.compare(
             "nccl",
@@ -188,14 +202,16 @@ def bench_nccl(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
             lambda: hpccoll.reduce_scatter(big, comm, out=r),
             lambda: nc.reduceScatter(big.data.ptr, r.data.ptr, n, f32, SUM, stream()),
             target,
+            large,
         )
         b.compare(
             "nccl",
             "all_reduce(out=) vs allReduce",
             size,
             lambda: hpccoll.all_reduce(x, comm, out=r),
-            lambda: nc.allReduce(x.data.ptr, r.data.ptr, n, f32, SUM, stream()),
+            raw_reduce,
             target,
+            large,
         )
 
 
@@ -330,8 +346,11 @@ def bench_staged(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
 
 def bench_cuda_mpi(b: Bench, hpccoll: Any, sizes: List[int]) -> None:
     cp, comm = b.cp, b.comm
-    if os.environ.get("HPCCOLL_CUDA_AWARE_MPI", "").strip() != "1":
-        b.note("cuda_mpi", "skipped: set HPCCOLL_CUDA_AWARE_MPI=1 where MPI is CUDA-aware")
+    from hpccoll.transports.cuda_mpi import cuda_aware
+
+    aware = cuda_aware(comm)
+    if not aware.aware:
+        b.note("cuda_mpi", f"skipped: MPI is not known to be CUDA-aware ({aware.source})")
         return
     with transport_of(comm, hpccoll, "cuda_mpi") as (_, t):
         for size in sizes:

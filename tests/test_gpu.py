@@ -1,9 +1,13 @@
 """Real GPU tests: CuPy arrays over nccl, staged and cuda_mpi (``make test-gpu``).
 
 Skipped, and reported as skipped at the end of the run, without CuPy or a
-GPU. ``cuda_mpi`` runs only where ``HPCCOLL_CUDA_AWARE_MPI=1`` declares the
-MPI CUDA-aware (handing device pointers to a host-only MPI crashes). NCCL
-needs one GPU per rank: where ranks outnumber GPUs, its refusal is tested.
+GPU. ``cuda_mpi`` runs only where MPI says it is CUDA-aware, or
+``HPCCOLL_CUDA_AWARE_MPI=1`` declares it (handing device pointers to a host-only
+MPI crashes). NCCL
+needs one GPU per rank, unless NCCL >= 2.30 runs with
+``NCCL_MULTI_RANK_GPU_ENABLE=1`` (its experimental multi-rank mode; ``make
+gpu-check`` runs the suite so at 2 and 4 ranks on one GPU): otherwise, where
+ranks outnumber GPUs, its refusal is tested.
 
 Every rank selects its GPU from its node-local rank before allocating, as
 a user program should (hpccoll's NCCL transport would pick the same one).
@@ -13,11 +17,22 @@ import os
 
 import numpy as np
 import pytest
-from conftest import DTYPE_IDS, DTYPES, LAYOUTS, SIZE_PATTERNS, assert_close, assert_same, layout, make, reference
+from conftest import (
+    DTYPE_IDS,
+    DTYPES,
+    LAYOUTS,
+    SIZE_PATTERNS,
+    assert_close,
+    assert_same,
+    layout,
+    make,
+    reference,
+)
 from test_all_gather import shards
 from test_reductions import OPS, block, stack_for, unsupported
 
 import hpccoll
+from hpccoll.transports.cuda_mpi import cuda_aware
 
 try:
     import cupy
@@ -28,7 +43,6 @@ except Exception:  # no CuPy, no driver, no GPU
 
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi, pytest.mark.skipif(GPUS < 1, reason="needs CuPy and a CUDA GPU")]
 
-CUDA_AWARE = os.environ.get("HPCCOLL_CUDA_AWARE_MPI", "").strip().lower() in ("1", "true", "yes", "on")
 TRANSPORTS = ["nccl", "staged", "cuda_mpi"]
 
 
@@ -40,6 +54,16 @@ def _bf16_supported() -> bool:
         return False
 
 
+def _nccl_shares_gpus() -> bool:
+    """NCCL's multi-rank mode: NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (ranks may share a GPU)."""
+    try:
+        from cupy.cuda import nccl
+
+        return os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE") == "1" and nccl.get_version() >= 23000
+    except Exception:  # no NCCL binding
+        return False
+
+
 if GPUS:
     from hpccoll._local import local_rank
 
@@ -47,6 +71,12 @@ if GPUS:
     BF16 = _bf16_supported()
 else:
     BF16 = False
+SHARED = bool(GPUS) and _nccl_shares_gpus()
+
+
+def nccl_fits(comm) -> bool:
+    """Whether NCCL can run on ``comm``: one GPU per rank, or NCCL's multi-rank mode."""
+    return comm.size <= GPUS or SHARED
 
 
 def up(a):
@@ -72,9 +102,9 @@ def skip_unsupported_dtype(dtype):
 def tcomm(request, comm):
     """A Communicator asking for one GPU transport by name."""
     name = request.param
-    if name == "cuda_mpi" and not CUDA_AWARE:
-        pytest.skip("set HPCCOLL_CUDA_AWARE_MPI=1 where MPI is CUDA-aware to test cuda_mpi")
-    if name == "nccl" and comm.size > GPUS:
+    if name == "cuda_mpi" and not cuda_aware(comm).aware:
+        pytest.skip(f"MPI is not known to be CUDA-aware ({cuda_aware(comm).source})")  # the same on every rank
+    if name == "nccl" and not nccl_fits(comm):
         pytest.skip("NCCL needs one GPU per rank (test_nccl_refuses_shared_gpu covers this size)")
     c = hpccoll.Communicator(comm.mpi, transport=name)
     yield c
@@ -194,7 +224,7 @@ def test_transport_for_and_split(comm):
         sub_nccl = sub.transport_instance("nccl")
         sub_nccl.allreduce(None, got, "sum")
         sub.free()
-        if comm.size <= GPUS:
+        if nccl_fits(comm):
             assert choice.name == "nccl", choice
         else:
             assert choice.name in ("staged", "cuda_mpi") and "share one GPU" in choice.reason, choice
@@ -206,8 +236,8 @@ def test_transport_for_and_split(comm):
 
 @pytest.mark.mpi(min_size=2)
 def test_nccl_refuses_shared_gpu(comm):
-    if comm.size <= GPUS:
-        pytest.skip("enough GPUs for one rank each")  # the same on every rank
+    if nccl_fits(comm):
+        pytest.skip("enough GPUs for one rank each, or NCCL's multi-rank mode")  # the same on every rank
     c = hpccoll.Communicator(comm.mpi, transport="nccl")
     try:
         with pytest.raises(hpccoll.TransportUnavailable, match="share one GPU"):
@@ -337,8 +367,8 @@ def test_cuda_graph_capture_and_replay_nccl(comm):
 
 def test_cuda_graph_capture_world_nccl(comm):
     """The world's collectives (``out=`` and ``sizes`` given) captured and replayed, with one GPU per rank."""
-    if comm.size > GPUS:
-        pytest.skip("needs one GPU per rank")  # the same on every rank
+    if not nccl_fits(comm):
+        pytest.skip("needs one GPU per rank or NCCL's multi-rank mode")  # the same on every rank
     c = hpccoll.Communicator(comm.mpi, transport="nccl")
     try:
         n, P = 1 << 10, comm.size
@@ -374,8 +404,8 @@ def test_cuda_graph_capture_world_nccl(comm):
 @pytest.mark.parametrize("name", ["staged", "cuda_mpi"])
 def test_synchronising_transports_refuse_capture(comm, name):
     """staged and cuda_mpi wait on the host for the stream: under capture they raise, before any MPI call."""
-    if name == "cuda_mpi" and not CUDA_AWARE:
-        pytest.skip("set HPCCOLL_CUDA_AWARE_MPI=1 where MPI is CUDA-aware to test cuda_mpi")
+    if name == "cuda_mpi" and not cuda_aware(comm).aware:
+        pytest.skip(f"MPI is not known to be CUDA-aware ({cuda_aware(comm).source})")
     c = hpccoll.Communicator(comm.mpi, transport=name)
     try:
         t = c.transport_instance(name)
@@ -399,3 +429,120 @@ def test_synchronising_transports_refuse_capture(comm, name):
         np.testing.assert_array_equal(down(y), np.full(16, comm.size, np.float32))
     finally:
         c.free()
+
+
+# --------------------------------------------------------------------------- plans, rooted, halo (issue 43)
+
+
+def test_plans_against_numpy(tcomm):
+    """Plans of all_gather (uneven, axis 1), reduce_scatter and all_reduce (in place) on device buffers."""
+    P, me = tcomm.size, tcomm.rank
+    sizes = [r % 3 + 1 for r in range(P)]
+    stack = [np.arange(4.0 * s).reshape(4, s) + 100 * r for r, s in enumerate(sizes)]
+    full = np.arange(3.0 * sum(sizes)).reshape(sum(sizes), 3)
+    x, f, y = up(stack[me]), up(full + me), up(full + me)
+    got = []
+    gather = hpccoll.plan(hpccoll.all_gather, x, tcomm, axis=1, sizes=sizes)
+    scatter = hpccoll.plan(hpccoll.reduce_scatter, f, tcomm, sizes=sizes)
+    inplace = hpccoll.plan(hpccoll.all_reduce, y, tcomm, out=y)
+    with gather, scatter, inplace:
+        for k in (1, 2):  # each run reads its buffers' current contents
+            x[...] = up(stack[me] * k)
+            f[...] = up((full + me) * k)
+            y[...] = up((full + me) * k)
+            got.append([down(gather()), down(scatter()), down(inplace())])
+    total = P * full + P * (P - 1) / 2
+    lo = sum(sizes[:me])
+    for k, (g, r, a) in zip((1, 2), got):
+        assert_same(g, np.concatenate(stack, axis=1) * k, tcomm)
+        assert_same(r, total[lo : lo + sizes[me]] * k, tcomm)
+        assert_same(a, total * k, tcomm)
+
+
+def test_rooted_collectives_every_root(tcomm):
+    """broadcast, reduce, gather and scatter (uneven, an empty shard where P >= 3) on device arrays, every root."""
+    P, me = tcomm.size, tcomm.rank
+    rng = np.random.default_rng(5)
+    stack = rng.standard_normal((P, 4, 3))
+    ints = rng.integers(-50, 50, (P, 5)).astype(np.int32)
+    sizes = [(q + 1) % 3 for q in range(P)]
+    whole = rng.standard_normal((sum(sizes), 2))
+    own = whole[sum(sizes[:me]) : sum(sizes[: me + 1])]
+    got, want = [], []
+    for root in range(P):
+        mine = root == me
+        got.append(hpccoll.broadcast(up(stack[me]), tcomm, root=root))
+        want.append(stack[root])
+        got.append(hpccoll.reduce(up(ints[me]), tcomm, root=root))
+        want.append(ints.sum(0, dtype=np.int32) if mine else np.zeros(5, np.int32))
+        got.append(hpccoll.gather(up(own), tcomm, root=root))
+        want.append(whole if mine else whole[:0])
+        got.append(hpccoll.scatter(up(whole if mine else whole[:0]), tcomm, root=root, sizes=sizes))
+        want.append(own)
+    for g, w in zip(got, want):
+        assert_same(down(g), w, tcomm)
+
+
+def test_halo_exchange_against_host_mpi(tcomm):
+    """halo_exchange and its adjoint on device arrays (contiguous and strided faces, planned in place) against
+    the same exchange of NumPy arrays over host MPI."""
+    grid = tcomm.cartesian([tcomm.size], periodic=True)
+    host = hpccoll.Communicator(tcomm.mpi, transport="mpi").cartesian([tcomm.size], periodic=True)
+    try:
+        rng = np.random.default_rng(tcomm.rank)
+        x, g = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
+        got = [
+            down(hpccoll.halo_exchange(up(x), grid, halo=2)),
+            down(hpccoll.halo_exchange(up(x.T.copy()).T, grid, halo=2)),  # strided faces
+            down(hpccoll.halo_exchange_adjoint(up(g), grid, halo=2)),
+        ]
+        inplace = up(x)
+        with hpccoll.plan(hpccoll.halo_exchange, inplace, grid, halo=2, out=inplace) as planned:
+            got.append(down(planned()))
+        exchanged = hpccoll.halo_exchange(x, host, halo=2)
+        want = [exchanged, exchanged, hpccoll.halo_exchange_adjoint(g, host, halo=2), exchanged]
+        for a, b in zip(got, want):
+            assert_same(np.ascontiguousarray(a), np.ascontiguousarray(b), tcomm)
+    finally:
+        grid.free()
+        host.free()
+
+
+def test_cuda_graph_capture_of_plans_nccl(comm):
+    """Plans over nccl captured in a CUDA graph once and replayed with new inputs (on the world where NCCL
+    fits it, else on one rank each)."""
+    world = hpccoll.Communicator(comm.mpi, transport="nccl")
+    c = world if nccl_fits(comm) else world.split(comm.rank)
+    try:
+        P, n = c.size, 1 << 10
+        x, big = cupy.zeros(n, cupy.float32), cupy.zeros(n * P, cupy.float32)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            plans = [
+                hpccoll.plan(hpccoll.all_gather, x, c, sizes=[n] * P),
+                hpccoll.plan(hpccoll.reduce_scatter, big, c),
+                hpccoll.plan(hpccoll.all_reduce, x, c),
+            ]
+            outs = [p() for p in plans]  # warm-up outside the capture: NCCL connects, kernels compile
+            stream.synchronize()
+            stream.begin_capture()
+            outs = [p() for p in plans]
+            graph = stream.end_capture()
+            seen = []
+            for k in (2, 3):
+                x[...] = k * (c.rank + 1)
+                big[...] = k * (c.rank + 1)
+                graph.launch(stream)
+                stream.synchronize()
+                seen.append([down(o) for o in outs])
+            for p in plans:
+                p.free()
+        for k, (g, r, a) in zip((2, 3), seen):
+            total = k * P * (P + 1) / 2
+            assert_same(g, np.repeat(k * np.arange(1.0, P + 1), n).astype(np.float32), c)
+            assert_same(r, np.full(n, total, np.float32), c)
+            assert_same(a, np.full(n, total, np.float32), c)
+    finally:
+        if c is not world:
+            c.free()
+        world.free()
