@@ -253,10 +253,14 @@ gpu-check:
 	@test -f $(GPU_BUNDLE)/MANIFEST.json || { echo "make: no $(GPU_BUNDLE)/MANIFEST.json: run make gpu-bundle where PyPI is reachable, and carry $(GPU_BUNDLE)/"; exit 1; }
 	$(GPU_CHECK_PY) $(GPU_BUNDLE)/gpu_check.py run --bundle $(GPU_BUNDLE) --deadline $(GPU_DEADLINE)
 
-## gpu-check-dry: the rehearsal without a GPU: a bundle for this Python, then the whole run with python3 alone
+## gpu-check-dry: the rehearsal without a GPU: a Python like the GPU image's (NumPy; no MPI, no pytest), a bundle
+## for it, then the whole run with that Python alone
+GPU_IMAGE_PY := .venv-gpu-image/bin/python
 gpu-check-dry:
+	test -x $(GPU_IMAGE_PY) || $(PYTHON) -m venv .venv-gpu-image
+	$(GPU_IMAGE_PY) -m pip install -q numpy
 	$(MAKE) gpu-bundle GPU_BUNDLE=.gpu-bundle-dry GPU_PYVER=
-	$(GPU_CHECK_PY) .gpu-bundle-dry/gpu_check.py run --dry --bundle .gpu-bundle-dry --out .gpu-check-dry \
+	$(GPU_IMAGE_PY) .gpu-bundle-dry/gpu_check.py run --dry --bundle .gpu-bundle-dry --out .gpu-check-dry \
 	  --work $${TMPDIR:-/tmp}/hpccoll-gpu-check-dry --deadline $(GPU_DEADLINE)
 
 # ----------------------------------------------------------------------------

@@ -325,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
         steps.append({"step": "install", "status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
         return _finish(report, out, clock)
     env, src = ready["env"], ready["src"]
+    report["pytest"] = "the bundle's wheels (the image has none)" if ready["pytest_from_bundle"] else "the image's"
     mpiexec = str(Path(args.work) / "mpi" / "bin" / "mpiexec")
 
     def step(name: str, argv: List[str], cap: float, environ: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
@@ -391,7 +392,8 @@ def markdown(report: Dict[str, Any]) -> str:
         f"wheels for Python {report['bundle']['python']}, NCCL: {report['bundle']['nccl']}. "
         f"Deadline {report['deadline_s']:.0f} s, used {report.get('used_s', 0)} s.",
         "",
-        f"Multi-rank NCCL on one GPU: {report.get('multi_rank_nccl', 'not reached')}.",
+        f"Multi-rank NCCL on one GPU: {report.get('multi_rank_nccl', 'not reached')}. "
+        f"pytest: {report.get('pytest', 'not reached')}.",
         "",
         "## Machine",
         "",
