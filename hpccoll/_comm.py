@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import operator
-import os
 from dataclasses import dataclass, field
 from logging import DEBUG
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import _settings
 from ._arrays import as_array, prod
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
-from ._env import env_flag
 from ._errors import ArgumentError, HpccollError, MismatchError
-from ._faults import timeout_from_env
 from ._layout import buckets
 from ._log import child, configure
+from ._settings import DEFAULT_BUCKET_BYTES
 from .transports import (
     choose_transport,
     host_transport_name,
@@ -31,14 +30,9 @@ from .transports.shm import shared_empty
 
 __all__ = ["Communicator", "Grid", "Explanation", "Bucket", "as_communicator", "DEFAULT_BUCKET_BYTES", "EXPLAINED"]
 
-#: Largest message the list forms pack arrays into (``HPCCOLL_BUCKET_BYTES`` overrides).
-DEFAULT_BUCKET_BYTES = 64 << 20
 
 #: The collectives :meth:`Communicator.explain` explains, and the transport primitive each calls.
 EXPLAINED = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter", "all_gather": "allgatherv"}
-
-#: How many (kind, primitive, size) answers :meth:`Communicator.mover` keeps before it starts again.
-_MOVERS_KEPT = 4096
 
 _log = child("transport")
 
@@ -111,7 +105,6 @@ class Communicator:
         "state",
         "_transports",
         "_by_kind",
-        "_movers",
         "_owned",
         "_grid",
     )
@@ -119,7 +112,7 @@ class Communicator:
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
         configure()  # HPCCOLL_DEBUG's handler, once per process (a bad value raises before the collective Dup)
-        transport, check, timeout = _settings(transport, check)  # validated before the collective Dup
+        transport, check, timeout = _validated(transport, check)  # validated before the collective Dup
         self._setup(base.Dup(), transport, check, timeout)
 
     @classmethod
@@ -136,13 +129,10 @@ class Communicator:
         self.size: int = mpi_comm.Get_size()
         self.transport: str = transport
         self.check: bool = check
-        self.bucket_bytes: int = _bucket_bytes()
+        self.bucket_bytes: int = _settings.get("HPCCOLL_BUCKET_BYTES")
         self.timeout: Optional[float] = timeout
         self._transports: Dict[str, Any] = {}  # name -> instance
-        # array kind -> (floor, ((min_bytes, instance or name), ...)): tried in order, see transport_of
-        self._by_kind: Dict[str, Any] = {}
-        # (array kind, primitive, bytes) -> the transport that moves that message itself, see mover
-        self._movers: Dict[Tuple[str, str, int], Any] = {}
+        self._by_kind: Dict[str, Any] = {}  # array kind -> ((min_bytes, instance or name), ...), tried in order
         self.state: Dict[str, Any] = {}
         self._grid: Optional[Grid] = None
 
@@ -364,70 +354,22 @@ class Communicator:
         Transport
             The transport instance that moves that message.
         """
-        known = self._by_kind.get(kind)
-        if known is None:
-            known = self._chain(
-                kind,
-                tuple(
-                    (least, name if least else self.transport_instance(name))
-                    for least, name in transport_chain(self, kind)
-                ),
+        chain = self._by_kind.get(kind)
+        if chain is None:
+            chain = self._by_kind[kind] = tuple(
+                (least, name if least else self.transport_instance(name)) for least, name in transport_chain(self, kind)
             )
-        floor, chain = known
-        if nbytes < floor:  # below every threshold (or no threshold at all): the last transport
-            return chain[-1][1]
         for least, inst in chain:
             if nbytes >= least:
                 return inst if type(inst) is not str else self._admit(kind, inst, nbytes)
         return chain[-1][1]
-
-    def mover(self, kind: str, primitive: str, nbytes: int) -> Any:
-        """The transport whose own blocking ``primitive`` moves a message of ``nbytes`` of ``kind`` arrays.
-
-        :meth:`transport_of`'s choice, or the transport that one hands the
-        message to (:meth:`Transport.moved_by`: shm leaves the sizes it did
-        not measure faster to host MPI), remembered per kind, primitive and
-        size: the common roads call it directly, so a message that ``auto``
-        offers shm and shm leaves to host MPI costs one lookup, not shm's
-        dispatch on every call (0.5-4 us per call at 256 KiB-1 MiB, two ranks,
-        where the Python before the message ran after the last one evicted
-        the caches). Collective when :meth:`transport_of` or the transport's
-        verdict is (the first message of a size: every rank asks alike).
-
-        Parameters
-        ----------
-        kind : str
-            The array kind, ``"numpy"`` or ``"cupy"``.
-        primitive : str
-            The transport primitive the caller will call (``"allreduce"``, ``"bcast"``, ...).
-        nbytes : int
-            The size the primitive decides by, alike on every rank (see :meth:`Transport.moved_by`).
-
-        Returns
-        -------
-        Transport
-            The transport instance whose ``primitive`` moves that message itself.
-        """
-        key = (kind, primitive, nbytes)
-        found = self._movers.get(key)
-        if found is None:
-            found = self.transport_of(kind, nbytes).moved_by(primitive, nbytes)
-            if len(self._movers) >= _MOVERS_KEPT:  # a bound on a run of ever-new sizes
-                self._movers.clear()
-            self._movers[key] = found
-        return found
-
-    def _chain(self, kind: str, chain: tuple) -> tuple:
-        """Remember ``chain`` for ``kind`` with its floor: the smallest threshold before its last entry."""
-        known = self._by_kind[kind] = (min((least for least, _ in chain[:-1]), default=1 << 62), chain)
-        return known
 
     def _admit(self, kind: str, name: str, nbytes: int) -> Any:
         """Probe the size-limited transport ``name`` (collective), keep it in the chain or drop it; then choose."""
         reason = registered(name).auto_reason(self)
         usable = reason is None
         if _log.isEnabledFor(DEBUG):  # once per Communicator and size-limited transport
-            least = next(least for least, inst in self._by_kind[kind][1] if inst == name)
+            least = next(least for least, inst in self._by_kind[kind] if inst == name)
             _log.debug(
                 "%s messages of >= %d bytes on a %d-rank communicator: %s",
                 {"numpy": "NumPy", "cupy": "CuPy"}.get(kind, kind),
@@ -437,13 +379,10 @@ class Communicator:
                 if usable
                 else f"{name} unusable ({reason}): the next transport takes them",
             )
-        self._chain(
-            kind,
-            tuple(
-                (least, self.transport_instance(name) if inst == name else inst)
-                for least, inst in self._by_kind[kind][1]
-                if inst != name or usable
-            ),
+        self._by_kind[kind] = tuple(
+            (least, self.transport_instance(name) if inst == name else inst)
+            for least, inst in self._by_kind[kind]
+            if inst != name or usable
         )
         return self.transport_of(kind, nbytes)
 
@@ -604,7 +543,7 @@ class Communicator:
     ) -> Tuple[Optional[List["Bucket"]], Tuple[str, ...]]:
         """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them."""
         if not many:
-            return None, (t.moved_by(primitive, wire[0]).name,)
+            return None, (_mover(t, primitive, wire[0]),)
         split: List[Bucket] = []
         groups: Dict[Any, List[int]] = {}
         for i, a in enumerate(xs):  # reductions: one group per dtype; all-gathers: raw bytes, one group
@@ -613,7 +552,7 @@ class Communicator:
             for bucket in buckets([wire[i] for i in members], self.bucket_bytes):
                 idx = tuple(members[j] for j in bucket)
                 size = sum(wire[i] for i in idx)
-                split.append(Bucket(idx, size, t.moved_by(primitive, size).name))
+                split.append(Bucket(idx, size, _mover(t, primitive, size)))
         return split, tuple(dict.fromkeys(b.moved_by for b in split))
 
     def shared_empty(self, shape: Any, dtype: Any = float) -> Any:
@@ -690,7 +629,6 @@ class Communicator:
             inst.close()
         self._transports.clear()
         self._by_kind.clear()
-        self._movers.clear()
         self.state.clear()
         if self._owned and not _finalized():
             self._mpi.Free()
@@ -775,12 +713,9 @@ class Explanation:
     kind : str
         ``"numpy"`` or ``"cupy"``: the arrays' kind, which selects the transports.
     transport : str or None
-        The transport chosen for the message (:meth:`Communicator.transport_of`; ``None`` on one rank: a
-        local copy).
+        The transport the collective calls (``None`` on one rank: a local copy).
     moved_by : tuple of str
-        The transports that move the bytes: ``(transport,)``, unless it leaves (some) messages to another
-        (``shm`` to ``mpi``: :meth:`Transport.moved_by`; a single array's blocking call then goes to that one
-        directly, :meth:`Communicator.mover`).
+        The transports that move the bytes: ``(transport,)``, unless ``shm`` hands (some) messages to ``mpi``.
     reason : str
         Why that transport, as :meth:`Communicator.transport_for` says it.
     nbytes : int
@@ -834,6 +769,18 @@ def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
     if len(vals) != parts or any(v < 0 for v in vals):
         raise ArgumentError(f"sizes: expected {parts} non-negative ints (one per rank); got {sizes!r}")
     return vals
+
+
+def _mover(t: Any, primitive: str, nbytes: int) -> str:
+    """The transport that moves a blocking ``primitive`` of ``nbytes`` for ``t``: ``t`` or the one it hands to.
+
+    ``shm`` moves only the sizes it measured faster (its ``_mine``) and hands the rest to its ``host``.
+    """
+    mine = getattr(t, "_mine", None)
+    host = getattr(t, "host", None)
+    if mine is not None and host is not None and not mine(primitive, nbytes):
+        return str(host.name)
+    return str(t.name)
 
 
 def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List[Any], Any]:
@@ -894,26 +841,13 @@ def _plan_notes(dtype: np.dtype, op: str, plan: ReducePlan, t: Any) -> List[str]
     return said
 
 
-def _bucket_bytes() -> int:
-    raw = os.environ.get("HPCCOLL_BUCKET_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_BUCKET_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 1:
-        raise ArgumentError(f"HPCCOLL_BUCKET_BYTES: expected a positive int (bytes); got {raw!r}")
-    return value
-
-
-def _settings(transport: Any, check: Any) -> tuple:
+def _validated(transport: Any, check: Any) -> tuple:
     name = resolve_transport_name(transport)
     if check is None:
-        check = env_flag("HPCCOLL_CHECK", False)
+        check = _settings.get("HPCCOLL_CHECK")
     elif not isinstance(check, bool):
         raise ArgumentError(f"check: expected True, False or None; got {check!r}")
-    return name, check, timeout_from_env()
+    return name, check, _settings.get("HPCCOLL_TIMEOUT")
 
 
 def _portable(error: Optional[HpccollError]) -> Optional[tuple]:

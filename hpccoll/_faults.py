@@ -23,7 +23,6 @@ Two tools, both opt-in:
 from __future__ import annotations
 
 import faulthandler
-import math
 import os
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ._errors import ArgumentError
 from ._log import world_tag
 
-__all__ = ["abort_on_exception", "timeout_from_env", "watched", "dump_stacks", "stack_dump", "TIMEOUT_EXIT_CODE"]
+__all__ = ["abort_on_exception", "watched", "dump_stacks", "stack_dump", "TIMEOUT_EXIT_CODE"]
 
 #: The status the watchdog ends the job with (that of ``timeout(1)`` for a command that timed out).
 TIMEOUT_EXIT_CODE = 124
@@ -80,20 +79,6 @@ def abort_on_exception(errorcode: int = 1) -> None:
 
     hook.hpccoll_aborts = True  # type: ignore[attr-defined]
     sys.excepthook = hook
-
-
-def timeout_from_env() -> Optional[float]:
-    """``HPCCOLL_TIMEOUT`` in seconds, or ``None`` (no watchdog) when unset, empty or 0."""
-    raw = os.environ.get("HPCCOLL_TIMEOUT", "").strip()
-    if raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (value >= 0 and math.isfinite(value)):
-        raise ArgumentError(f"HPCCOLL_TIMEOUT: expected a number of seconds >= 0 (0 or unset: no limit); got {raw!r}")
-    return value or None
 
 
 # thread id -> (deadline, what, timeout, rank, size) of the MPI call that thread is in

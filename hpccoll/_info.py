@@ -8,6 +8,8 @@ import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from . import _settings
+
 __all__ = ["add_arguments", "collect", "main", "report", "run_command"]
 
 _ENV_PREFIXES = (
@@ -113,6 +115,7 @@ def collect(comm: Any) -> Dict[str, Any]:
         },
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
         "settings": {"transport": comm.transport, "check": comm.check, "bucket_bytes": comm.bucket_bytes},
+        "variables": [{"name": n, "set": s, "meaning": m} for n, s, m in _settings.report()],
     }
 
 
@@ -150,6 +153,9 @@ def report(info: Dict[str, Any]) -> str:
     lines.append("settings")
     for key, value in info["settings"].items():
         lines.append(f"  {key} = {value}")
+    lines.append("variables hpccoll reads (hpccoll/_settings.py)")
+    for row in info["variables"]:
+        lines.append(f"  {row['name']:<26} {row['set']:<10} {row['meaning']}")
     lines.append("environment")
     if not info["environment"]:
         lines.append("  (no HPCCOLL_, NCCL_, UCX_, FI_, MPICH or Open MPI variables set)")

@@ -25,7 +25,7 @@ import logging
 import sys
 from typing import Any, List, Optional, Sequence
 
-from ._env import env_flag
+from . import _settings
 
 __all__ = ["logger", "child", "configure", "world_tag", "brief", "RankFormatter", "DEBUG_VARIABLE"]
 
@@ -143,7 +143,7 @@ def configure(force: Optional[bool] = None) -> Optional[logging.Handler]:
     """
     if _CONFIGURED and force is None:
         return None
-    wanted = env_flag(DEBUG_VARIABLE, False) if force is None else force
+    wanted = _settings.get(DEBUG_VARIABLE) if force is None else force
     _CONFIGURED.append(True)
     if not wanted or logger.handlers or logger.level != logging.NOTSET:
         return None

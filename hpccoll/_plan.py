@@ -373,9 +373,6 @@ class _View(Communicator):
     def transport_of(self, kind: str, nbytes: int = 0) -> Any:
         return self._wrap(self._real.transport_of(kind, nbytes))
 
-    def mover(self, kind: str, primitive: str, nbytes: int) -> Any:
-        return self._wrap(self._real.mover(kind, primitive, nbytes))
-
     def transport_instance(self, name: str) -> Any:
         return self._wrap(self._real.transport_instance(name))
 

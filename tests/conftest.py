@@ -330,10 +330,10 @@ def pytest_collection_modifyitems(config, items):
 
     The decision depends on the environment only, so it is the same on every rank.
     """
-    from hpccoll._comm import env_flag
+    from hpccoll._settings import flag
 
     large = [item for item in items if "large" in item.keywords]
-    if env_flag("HPCCOLL_TEST_LARGE", False):
+    if flag("HPCCOLL_TEST_LARGE", os.environ.get("HPCCOLL_TEST_LARGE", "").strip()):
         for item in large:
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(1500))

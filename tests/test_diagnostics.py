@@ -1,11 +1,10 @@
 """Diagnostics: ``Communicator.explain`` against what the collectives really do, and ``HPCCOLL_DEBUG``'s records.
 
 ``explain`` is checked call by call against a trace of the collective made
-right after it on the same communicator: the transport ``transport_of``
-chose, the transport whose primitive finally moved each message (``shm``
-leaves the sizes it does not win to ``mpi``; a single array's common road
-asks ``Communicator.mover`` and calls that one directly), the wire dtype the
-primitive received and, for lists, the number and sizes of the messages.
+right after it on the same communicator: the transport the collective asked
+``transport_of`` for, the transport whose primitive finally moved each
+message (``shm`` hands the sizes it does not win to ``mpi``), the wire dtype
+the primitive received and, for lists, the number and sizes of the messages.
 """
 
 import contextlib
@@ -34,34 +33,20 @@ class Trace:
     """What a collective did: the transports ``transport_of`` returned, and one chain of calls per message."""
 
     def __init__(self):
-        self.chosen = []  # transport_of's answers
-        self.handed = []  # the transports the collective itself was handed: transport_of's or mover's answers
+        self.chosen = []
         self.messages = []  # per top-level primitive call: [(transport name, primitive, send, recv), ...]
         self.depth = 0
-        self.in_mover = False
 
 
 @contextlib.contextmanager
 def traced():
-    """Record ``transport_of``'s and ``mover``'s answers and the (nested) primitive calls of the host and shm
-    transports."""
+    """Record ``transport_of``'s answers and the (nested) primitive calls of the host and shm transports."""
     t = Trace()
-    real_of, real_mover = Communicator.transport_of, Communicator.mover
+    real_of = Communicator.transport_of
 
     def transport_of(self, kind, nbytes=0):
         inst = real_of(self, kind, nbytes)
         t.chosen.append(inst.name)
-        if not t.in_mover:
-            t.handed.append(inst.name)
-        return inst
-
-    def mover(self, kind, primitive, nbytes):
-        t.in_mover = True
-        try:
-            inst = real_mover(self, kind, primitive, nbytes)
-        finally:
-            t.in_mover = False
-        t.handed.append(inst.name)
         return inst
 
     def wrap(cls, name):
@@ -81,7 +66,6 @@ def traced():
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(Communicator, "transport_of", transport_of)
-        m.setattr(Communicator, "mover", mover)
         for cls in (HostMPI, SharedMemory):
             for name in PRIMITIVES:
                 m.setattr(cls, name, wrap(cls, name))
@@ -170,11 +154,7 @@ def test_explain_says_what_the_collective_does(case):
             assert set(t.chosen) == {e.transport}, (t.chosen, e)
             movers = tuple(dict.fromkeys(chain[-1][0] for chain in t.messages))
             assert movers == e.moved_by, (movers, e)
-            # every message starts at the transport the collective was handed last: transport_of's choice, or
-            # mover's answer, which moves the message itself (no hand-over)
-            assert [chain[0][0] for chain in t.messages] == [t.handed[-1]] * len(t.messages), (t.handed, e)
-            if t.handed[-1] != e.transport:
-                assert t.handed[-1] in e.moved_by and all(len(chain) == 1 for chain in t.messages), (t.messages, e)
+            assert [chain[0][0] for chain in t.messages] == [e.transport] * len(t.messages)
             # the dtype each message travels in: the plan's wire dtype (reductions), the movement dtype (gathers)
             recv_dtypes = {chain[-1][3].dtype for chain in t.messages}
             if collective == "all_gather":

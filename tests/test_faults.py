@@ -17,8 +17,8 @@ from launch import run_mpiexec
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll import ArgumentError
-from hpccoll._faults import TIMEOUT_EXIT_CODE, timeout_from_env
+from hpccoll import ArgumentError, _settings
+from hpccoll._faults import TIMEOUT_EXIT_CODE
 from hpccoll.collectives.rooted import OVERLAP_BYTES
 
 #: The issue's bound: the whole job exits non-zero within this many seconds instead of hanging.
@@ -148,7 +148,7 @@ def test_stack_dump_tags_every_line():
 @pytest.mark.parametrize("raw,want", [("", None), ("0", None), ("2.5", 2.5), (" 30 ", 30.0)])
 def test_timeout_setting(monkeypatch, raw, want):
     monkeypatch.setenv("HPCCOLL_TIMEOUT", raw)
-    assert timeout_from_env() == want
+    assert _settings.get("HPCCOLL_TIMEOUT") == want
     with hpccoll.Communicator() as c:
         assert c.timeout == want
         sub = c.split(0)

@@ -19,7 +19,6 @@ from conftest import (
     DTYPE_IDS,
     DTYPES,
     SIZE_PATTERNS,
-    agree,
     all_ranks,
     assert_close,
     assert_same,
@@ -102,53 +101,6 @@ def test_auto_offers_shm_the_large_messages_on_one_node(monkeypatch):
         assert not big._mine("allgatherv", 1 << 20)  # measured slower than MPI here: not without a profile
         x = np.arange(SharedMemory.min_bytes // 8, dtype=np.float64) + c.rank
         np.testing.assert_array_equal(hpccoll.all_reduce(x, c), np.arange(x.size) * c.size + sum(range(c.size)))
-
-
-def test_mover_names_the_transport_that_moves_the_message(monkeypatch):
-    """``Communicator.mover`` (``first_use`` off: ``wins`` decides): host MPI below shm's sizes and for what shm
-    leaves to it, shm for what it wins, remembered per kind, primitive and size; a named transport moves
-    everything itself. The common roads call it, so a message shm leaves to host MPI never enters shm's
-    primitive, and the results are NumPy's. Every check is agreed before the next collective."""
-    from hpccoll._comm import Communicator
-
-    monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
-    monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
-    monkeypatch.setattr(SharedMemory, "first_use", False)
-
-    def refused(*args, **kwargs):
-        raise AssertionError("not to be called")
-
-    with hpccoll.Communicator() as c, hpccoll.Communicator(transport="mpi") as m:
-        big = c.transport_of("numpy", SharedMemory.min_bytes)
-        host_only = m.transport_of("numpy")
-        agree(c, all(m.mover("numpy", p, 1 << 20) is host_only for p in ("allreduce", "allgatherv")), "mpi")
-        if c.size == 1 or big.name != "shm":
-            return  # one rank: auto's chain ends at MPI's; several nodes: shm is not auto's
-        host, low = big.host, SharedMemory.wins["allreduce"][0]
-
-        def answers():
-            assert c.mover("numpy", "allreduce", low) is big and c.mover("numpy", "reduce", low) is big
-            assert c.mover("numpy", "allreduce", low - 8) is host  # below shm's sizes: transport_of's choice
-            for primitive in ("allgatherv", "alltoallv", "bcast"):  # not in wins: left to host MPI
-                assert c.mover("numpy", primitive, 1 << 20) is host, primitive
-            with monkeypatch.context() as patched:  # remembered: transport_of is not asked again
-                patched.setattr(Communicator, "transport_of", refused)
-                assert c.mover("numpy", "allreduce", low) is big and c.mover("numpy", "bcast", 1 << 20) is host
-
-        agree(c, answers)
-        P, r, n = c.size, c.rank, (1 << 20) // 8
-        with monkeypatch.context() as patched:  # shm's own primitives are not entered for what it leaves
-            for primitive in ("allgatherv", "bcast", "alltoallv"):
-                patched.setattr(SharedMemory, primitive, refused)
-            x = np.arange(n, dtype=np.float64) + r
-            got = hpccoll.broadcast(x, c, root=P - 1)
-            agree(c, lambda: np.testing.assert_array_equal(got, np.arange(n) + P - 1))
-            agree(c, lambda: np.testing.assert_array_equal(x, np.arange(n) + r))  # the input untouched
-            got = hpccoll.all_gather(x, c)
-            agree(c, lambda: np.testing.assert_array_equal(got, np.concatenate([np.arange(n) + q for q in range(P)])))
-    with hpccoll.Communicator(transport="shm") as named:
-        t = named.transport_of("numpy", 8)
-        agree(named, all(named.mover("numpy", p, 8) is t for p in ("allgatherv", "allreduce", "bcast")), "named")
 
 
 def test_auto_races_shm_against_host_on_first_use(monkeypatch):

@@ -90,7 +90,7 @@ def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: 
     elif not (x.size and total and plain_out(out, oshape, x.dtype) and not may_share(out, x)):
         return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op, even)  # another out, or empty
     recv_counts = recv_sizes if inner == 1 else [s * inner for s in recv_sizes]
-    t = c.mover("numpy", "alltoallv", nbytes)
+    t = c.transport_of("numpy", nbytes)
     args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts, even)
     if async_op:
         return launch(t, "alltoallv", args, Ready(out), True)

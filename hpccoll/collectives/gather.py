@@ -82,7 +82,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
         return _one(x, c, axis, sizes, out, what, async_op)
     inner = 1 if len(shape) == 1 else prod(shape[1:])
     oshape = (total,) + shape[1:]
-    t = c.mover("numpy", "allgatherv", total * inner * x.itemsize)
+    t = c.transport_of("numpy", total * inner * x.itemsize)
     in_place = False
     if not total * inner:
         send = None  # an empty result: the general branch

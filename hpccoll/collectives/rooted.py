@@ -33,11 +33,8 @@ _BYTES = np.dtype(np.uint8)
 
 #: From this many bytes on, a blocking broadcast that host MPI moves is MPI's non-blocking one on every rank
 #: (chosen alike: every rank's ``x`` has the same shape), so that root copies ``x`` into its ``out`` while the
-#: message travels: at 1-4 MiB that hides the copy (raw ``Bcast`` then the copy ran 1.5-1.8x a raw
-#: ``Bcast``, overlapped 0.93-1.12x, MPICH 5.0.2 and Open MPI 5.0.11 at 2 ranks). Below, the non-blocking
-#: call costs more than it hides: ``Ibcast`` measured 1.7-2.0x ``Bcast`` at 8 B, 1.05-1.13x at 64 KiB and
-#: 1.00-1.04x at 256 KiB on both. Between two ranks host MPI's broadcast is one message
-#: (``HostMPI.pair_bcast``): the non-blocking form is then root's ``Isend`` and the other's ``Irecv``.
+#: message travels and the copy is hidden. Below, the non-blocking call costs more than it hides
+#: (docs/benchmarks.md, the rooted collectives).
 OVERLAP_BYTES = 256 << 10
 
 
@@ -88,10 +85,10 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
         out = np.empty(x.shape, x.dtype)
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
-    t = c.mover("numpy", "bcast", x.nbytes)
+    t = c.transport_of("numpy", x.nbytes)
     copy = c.rank == root and out is not x
     if copy and not x.flags.writeable:
-        out[...] = x  # a read-only x: root sends its copy (out: x's shape and dtype; 77 ns at 8 B, copyto 238)
+        np.copyto(out, x)  # a read-only x: root sends its copy
         copy = False
     # root sends straight from x, then copies it (a transport's default bcast may write root's own values
     # back: only into a writeable x), or copies it while host MPI sends it
@@ -101,11 +98,11 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     if x.nbytes < OVERLAP_BYTES or not _overlapped(t, x.nbytes, copy):  # the first test spares small calls a frame
         t.bcast(buf, root)  # the transport's call itself, no frames between
         if copy:
-            out[...] = x
+            np.copyto(out, x)
         return out
     pending = t.ibcast(buf, root)  # _bcast's overlapped form: root's copy is all that runs before the wait
     if copy:
-        out[...] = x
+        np.copyto(out, x)
     pending.wait()
     return out
 
@@ -138,8 +135,8 @@ def _overlapped(t: Any, nbytes: int, copy: bool) -> bool:
     matches a blocking broadcast only with blocking ones. Where the two forms
     match (``t.bcast_forms_match``: host MPI's two-rank broadcast, one
     message), only a root with a ``copy`` to make while it travels takes the
-    non-blocking one: waiting on a request, straight after starting it, cost
-    2-3 us more than the blocking call at 1 MiB.
+    non-blocking one: waiting on a request straight after starting it costs
+    more than the blocking call.
     """
     return nbytes >= OVERLAP_BYTES and (copy or not t.bcast_forms_match) and t.hosts_bcast(nbytes)
 
@@ -262,7 +259,7 @@ def _reduce_common(x: np.ndarray, c: Any, op: str, root: int, out: Any, async_op
     Without ``out``, a non-root rank's result is a fresh array of zeros (pages the kernel zeroes when
     first touched: no pass over memory here) and MPI gets a scratch receive buffer it never writes.
     """
-    t = c.mover("numpy", "reduce", x.nbytes)
+    t = c.transport_of("numpy", x.nbytes)
     plan = direct_plan(x.dtype, op) if not t.native_reduce else None
     if plan is None or (t.saturates and plan.op == "sum" and x.dtype in t.saturates):
         return None

@@ -90,7 +90,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         sizes = split_sizes(shape[0], c.size)
     elif plain_total(sizes, c.size) != shape[0]:
         return None  # the general branch checks them
-    t = c.mover("numpy", "reduce_scatter", x.nbytes)
+    t = c.transport_of("numpy", x.nbytes)
     plan = None if t.native_reduce else direct_plan(dtype, op)
     mine = sizes[c.rank]
     if len(shape) == 1:

@@ -27,10 +27,10 @@ call, which works at any time (choices already cached on a Communicator stay).
 
 from __future__ import annotations
 
-import os
 from logging import DEBUG
 from typing import Any, List, NamedTuple, Optional, Tuple, Type
 
+from .. import _settings
 from .._errors import ArgumentError, HpccollError, TransportUnavailable
 from .._log import child
 from ._base import Transport
@@ -179,7 +179,7 @@ def resolve_transport_name(name: Any) -> str:
     """Validate a requested transport name; ``"auto"`` defers to ``HPCCOLL_TRANSPORT``."""
     source = "transport"
     if name == "auto":
-        env = os.environ.get("HPCCOLL_TRANSPORT", "").strip()
+        env = _settings.raw("HPCCOLL_TRANSPORT")
         if env:
             name, source = env, "HPCCOLL_TRANSPORT"
     if name != "auto" and name not in TRANSPORTS:

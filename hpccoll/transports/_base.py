@@ -12,8 +12,7 @@ A transport declares what it can do: the array kind it serves, its place in
 ``auto``'s order, a collective probe, and optional capabilities the
 collectives consult (:attr:`~Transport.in_place`,
 :attr:`~Transport.native_reduce`, :attr:`~Transport.saturates`, :attr:`~Transport.reduce_ops`,
-:attr:`~Transport.hosts`, :attr:`~Transport.shared_results`, :meth:`~Transport.allgather_into`,
-:meth:`~Transport.moved_by`).
+:attr:`~Transport.hosts`, :attr:`~Transport.shared_results`, :meth:`~Transport.allgather_into`).
 """
 
 from __future__ import annotations
@@ -303,31 +302,6 @@ class Transport(abc.ABC):
             ``True`` where :meth:`ibcast` may stand in for :meth:`bcast` at this size.
         """
         return self.hosts
-
-    def moved_by(self, primitive: str, nbytes: int) -> "Transport":
-        """The transport whose own blocking ``primitive`` moves a message of ``nbytes``: this one by default.
-
-        A transport that leaves some messages to another (shm: the sizes it
-        did not measure faster, to its host transport) names that one, so
-        that a caller can call it directly, without passing through this
-        transport's dispatch (``Communicator.mover`` remembers the answer).
-        Its own primitive, called for such a message, hands it on alike.
-
-        Parameters
-        ----------
-        primitive : str
-            A primitive's name (``"allreduce"``, ``"bcast"``, ...).
-        nbytes : int
-            The size the primitive decides by, alike on every rank: the whole
-            array of a reduction or broadcast, the gathered result of an
-            all-gather.
-
-        Returns
-        -------
-        Transport
-            ``self``, or the transport this one hands that message to.
-        """
-        return self
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
         """Reduce ``send`` over ranks into root's ``recv``.

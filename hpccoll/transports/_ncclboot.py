@@ -24,18 +24,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from .. import _settings
 from .._errors import ArgumentError, HpccollError, MismatchError, TransportUnavailable
+from .._settings import UNEVEN_DESIGNS
 from ._cuda import get_runtime
 from ._state import remembered
 
 __all__ = ["NcclProbe", "probe", "bootstrap", "destroy", "nccl_version", "check_uneven", "UNEVEN_DESIGNS", "LIVE"]
 
-#: Values of the NCCL transport's ``uneven`` and of ``HPCCOLL_NCCL_UNEVEN``.
-UNEVEN_DESIGNS = ("auto", "grouped", "pad")
 
 _PROBE_KEY = "nccl:probe"
 
@@ -91,7 +90,7 @@ def _probe(comm: Any, chosen: Optional[int]) -> NcclProbe:
         node_rank, leader = node.Get_rank(), node.bcast(comm.rank, root=0)
     finally:
         node.Free()
-    uneven = os.environ.get("HPCCOLL_NCCL_UNEVEN", "").strip() or "auto"
+    uneven = _settings.raw("HPCCOLL_NCCL_UNEVEN") or "auto"
     why, device, how, bus, shared = None, -1, "", None, ""
     try:
         rt = get_runtime()
@@ -118,7 +117,7 @@ def _probe(comm: Any, chosen: Optional[int]) -> NcclProbe:
 def _multi_rank_mode(nccl: Any) -> str:
     """Why several ranks may share a GPU here (``""``: they may not); see :data:`MULTI_RANK_VERSION`."""
     version = nccl_version(nccl)
-    if os.environ.get(MULTI_RANK_VARIABLE, "").strip() != "1" or version < MULTI_RANK_VERSION:
+    if _settings.raw(MULTI_RANK_VARIABLE) != "1" or version < MULTI_RANK_VERSION:
         return ""
     return f"NCCL {version // 10000}.{version // 100 % 100}.{version % 100} with {MULTI_RANK_VARIABLE}=1"
 

@@ -28,10 +28,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .._errors import ArgumentError
+from .. import _settings
 from ._control import guarded
 
-__all__ = ["NODE_SIZE_ENV", "node_size_from_env", "split_node", "Block", "Node", "Segment", "Pool", "holder_of"]
+__all__ = ["NODE_SIZE_ENV", "split_node", "Block", "Node", "Segment", "Pool", "holder_of"]
 
 #: Group ranks into simulated nodes of this many consecutive ranks (testing the multi-node logic on one machine).
 NODE_SIZE_ENV = "HPCCOLL_NODE_SIZE"
@@ -45,36 +45,17 @@ _NAP_AFTER = 0.02
 _NAP = 50e-6
 
 
-def node_size_from_env() -> Optional[Tuple[int, bool]]:
-    """``HPCCOLL_NODE_SIZE`` as ``(ranks per node, cyclic)``, or ``None`` when unset or empty (the real nodes).
-
-    ``k`` groups ranks ``rank // k`` (consecutive ranks share a node, as
-    ``mpiexec`` places them by default); ``k,cyclic`` deals them round-robin
-    onto ``ceil(size / k)`` nodes (``--map-by node``), so nodes hold
-    non-consecutive ranks.
-    """
-    raw = os.environ.get(NODE_SIZE_ENV, "").strip()
-    if not raw:
-        return None
-    head, _, tail = raw.partition(",")
-    try:
-        value = int(head)
-    except ValueError:
-        value = 0
-    if value < 1 or tail.strip() not in ("", "cyclic"):
-        raise ArgumentError(
-            f"{NODE_SIZE_ENV}: expected a positive int (ranks per simulated node), optionally followed by "
-            f"',cyclic'; got {raw!r}"
-        )
-    return value, bool(tail.strip())
-
-
 def split_node(mpi: Any) -> Any:
-    """The node communicator of ``mpi``: real (``COMM_TYPE_SHARED``) or simulated (``HPCCOLL_NODE_SIZE``)."""
+    """The node communicator of ``mpi``: real (``COMM_TYPE_SHARED``) or simulated (``HPCCOLL_NODE_SIZE``).
+
+    ``HPCCOLL_NODE_SIZE=k`` groups ranks ``rank // k`` (consecutive ranks share a node, as ``mpiexec``
+    places them by default); ``k,cyclic`` deals them round-robin onto ``ceil(size / k)`` nodes
+    (``--map-by node``), so nodes hold non-consecutive ranks.
+    """
     from mpi4py import MPI
 
     me = mpi.Get_rank()
-    simulated = node_size_from_env()
+    simulated = _settings.get(NODE_SIZE_ENV)
     if simulated is None:
         return mpi.Split_type(MPI.COMM_TYPE_SHARED, key=me)
     k, cyclic = simulated
@@ -127,7 +108,7 @@ class Node:
     """The ranks of one communicator that share memory: topology, control window and synchronisation.
 
     The node is ``Split_type(COMM_TYPE_SHARED)`` of the communicator, or a
-    simulated one (``HPCCOLL_NODE_SIZE``, see :func:`node_size_from_env`). Local ranks follow
+    simulated one (``HPCCOLL_NODE_SIZE``, see :func:`split_node`). Local ranks follow
     the communicator's rank order; the node's leader is its local rank 0.
 
     Attributes

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .. import _settings
 from .._timing import interleave, medians, paired_ratio
 from ._control import allgather_object, guarded
 from ._mpitypes import library
@@ -69,7 +70,7 @@ def _slug(text: str) -> str:
 
 def default_path(key: Mapping[str, Any]) -> str:
     """Where ``tune`` writes, and ``auto`` looks for, the profile of ``key`` (without ``HPCCOLL_TUNE_FILE``)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    cache = _settings.get("XDG_CACHE_HOME")
     mpi = _slug(" ".join(str(key["mpi"]).replace("Version:", "").split()[:3]))
     name = f"tune-{_slug(str(key['host']))}-{mpi}-{key['ranks']}r{key['nodes']}n.json"
     return os.path.join(cache, "hpccoll", name)
@@ -77,7 +78,7 @@ def default_path(key: Mapping[str, Any]) -> str:
 
 def path_of(key: Mapping[str, Any]) -> str:
     """The profile in force for ``key``: ``HPCCOLL_TUNE_FILE`` when set, else :func:`default_path`."""
-    return os.environ.get("HPCCOLL_TUNE_FILE") or default_path(key)
+    return _settings.get("HPCCOLL_TUNE_FILE") or default_path(key)
 
 
 def _matches(profile: Any, key: Mapping[str, Any]) -> Optional[str]:

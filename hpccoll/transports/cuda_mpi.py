@@ -28,7 +28,7 @@ import os
 import warnings
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
-from .._env import env_flag
+from .. import _settings
 from .._errors import MismatchError, TransportUnavailable
 from .._request import Pending
 from ._base import Prepared
@@ -80,11 +80,11 @@ def cuda_aware(comm: Any) -> CudaAwareness:
 
 
 def _agreed(comm: Any) -> CudaAwareness:
-    values = comm.mpi.allgather((os.environ.get(CUDA_AWARE_VARIABLE, "").strip().lower(), _detected(comm)))
+    values = comm.mpi.allgather((_settings.raw(CUDA_AWARE_VARIABLE).lower(), _detected(comm)))
     for rank, (value, _) in enumerate(values):
         if value != values[0][0]:
             raise MismatchError(f"{CUDA_AWARE_VARIABLE}: rank 0 has {values[0][0]!r} but rank {rank} has {value!r}")
-    declared = env_flag(CUDA_AWARE_VARIABLE, None)  # the same value, so the same verdict, on every rank
+    declared = _settings.get(CUDA_AWARE_VARIABLE)  # the same value, so the same verdict, on every rank
     if declared is not None:
         return CudaAwareness(declared, f"{CUDA_AWARE_VARIABLE}={int(declared)}")
     found = [answer for _, answer in values]

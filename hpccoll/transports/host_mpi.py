@@ -46,19 +46,18 @@ class HostMPI(Transport):
     strided_min_piece = 512
     #: All-to-alls that are not known even on every rank (``even`` False) among
     #: at most this many ranks go as point-to-point pairs (:meth:`_pairwise`),
-    #: which MPICH runs 1.4-2.6x faster than its ``MPI_Alltoallv`` at >= 1 MiB per
-    #: rank, and as fast as its ``MPI_Alltoall`` (docs/bench/alltoall.md); more
-    #: ranks keep ``MPI_Alltoallv`` and MPI's own throttling. The choice
+    #: which measured faster than MPICH's ``MPI_Alltoallv`` and as fast as its
+    #: ``MPI_Alltoall`` (docs/bench/alltoall.md); more ranks keep
+    #: ``MPI_Alltoallv`` and MPI's own throttling. The choice
     #: depends only on the communicator's size and on ``even``, both the same
     #: on every rank: a rank in ``MPI_Alltoallv`` and one posting pairs would
     #: hang. 0 turns the pairs off.
     pairwise_max_ranks = 8
     #: Between two ranks a broadcast is one message, and it goes as one: root's ``Send`` (``Isend``,
-    #: ``Send_init``) matched by the other's ``Recv`` (``Irecv``, ``Recv_init``) on a tag of its own. MPICH
-    #: 5.0.2 and Open MPI 5.0.11 ran that 0.87-0.97x their ``Bcast`` at 8 B-64 KiB and 0.84-0.98x at 1-4 MiB
-    #: (2 ranks, interleaved), and every form of it matches every other (a blocking broadcast on one rank, a
-    #: non-blocking or a planned one on the other). The choice depends only on the communicator's size, the
-    #: same on every rank. False keeps MPI's ``Bcast`` at two ranks too.
+    #: ``Send_init``) matched by the other's ``Recv`` (``Irecv``, ``Recv_init``) on a tag of its own, faster
+    #: than MPI's ``Bcast`` there (docs/benchmarks.md), and every form of it matches every other (a blocking
+    #: broadcast on one rank, a non-blocking or a planned one on the other). The choice depends only on the
+    #: communicator's size, the same on every rank. False keeps MPI's ``Bcast`` at two ranks too.
     pair_bcast = True
 
     def __init__(self, comm: Any) -> None:
@@ -266,8 +265,7 @@ class HostMPI(Transport):
         pairs' tags make them match), byte counts at the buffers' absolute
         addresses (``MPI_BOTTOM``). Measured faster than the same messages as
         persistent ``Recv_init``/``Send_init`` pairs on both MPIs this project
-        tests (docs/benchmarks.md, halo exchange: 0.90-0.98x on MPICH 5.0.2,
-        0.54-1.03x on Open MPI 5.0.11); where the MPI library has no
+        tests (docs/benchmarks.md, halo exchange); where the MPI library has no
         persistent neighbourhood collectives, those pairs.
         """
         from mpi4py import MPI

@@ -37,6 +37,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _settings
 from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError, MismatchError
@@ -47,7 +48,7 @@ from ._base import WIRE_OPS, Prepared, Transport
 from ._control import guarded
 from ._mpitypes import displacements as offsets
 from ._mpitypes import mpi_datatype, mpi_op
-from ._shmseg import Block, Node, Pool, Segment, holder_of, node_size_from_env, round_up, split_node
+from ._shmseg import NODE_SIZE_ENV, Block, Node, Pool, Segment, holder_of, round_up, split_node
 from ._state import remembered
 from ._tuned import as_collective, buffers, load, race, verdict
 
@@ -105,24 +106,18 @@ class SharedMemory(Transport):
     #: private all-gather stops winning at 4 MiB: it copies every block once more than MPI's single-copy
     #: transfers do (into shared memory, then out by each of the P ranks: P + 1 against P), which shows
     #: once the blocks outgrow the caches.
-    #: The rooted ones (``bcast``: root writes each round once into the scratch window, every rank copies
-    #: it out; ``reduce``: root reduces, in rank order, the inputs the others put in scratch) were measured
-    #: at 2 ranks against host MPI's ``Bcast``/``Reduce`` (``benchmarks/bench_rooted_shm.py``): reduce
-    #: 0.2-0.7x raw at 8 KiB-4 MiB, ~1 from 8 MiB (three runs of 9-15 rounds on the shared 2-core machine,
-    #: MPICH, whose ``Reduce`` is slow), then on a quiet one (2026-12-02, ``--rounds 9``) 0.05-0.12x raw at
-    #: 1-64 MiB on MPICH 5.0.2 and, on Open MPI 5.0.11 at 256 KiB-32 MiB, 0.41-0.77x in one run and
-    #: 0.57-1.12x in another (shm's per-process speed modes; no upper bound now).
-    #: bcast, quiet, lost at 8 KiB-1 MiB (1.12-1.76x host MPI on MPICH 5.0.2, 1.20-1.97x on Open MPI 5.0.11) and won at 2 MiB only
-    #: (0.89-0.92x), where the earlier loaded runs had it winning 8 KiB-1 MiB: bcast is left to host MPI
-    #: (whose ``Ibcast`` also lets a broadcast's root copy its input while the message travels). Within
-    #: one node only; rooted gathers and scatters always go to host MPI. The reduce range starts at 256 KiB,
-    #: not at the 8 KiB where it began to win: below ``min_bytes`` every collective's messages would pass
-    #: through shm's dispatch on the way to host MPI.
-    #: A private all-gather is not in the table: measured 1.25-1.38x raw MPI at 256 KiB-4 MiB on this
-    #: project's CI machine (issue 21) where it had won 1-4 MiB on another, so without a profile ``auto``
-    #: leaves it to host MPI; a profile of ``python -m hpccoll tune`` that measured shm faster for a
-    #: primitive and size decides instead of this table (:meth:`_mine`). Where the profile has no verdict,
-    #: the table only names the sizes worth a race (:attr:`first_use`): it decides nothing by itself.
+    #: The rooted ones: ``reduce`` (root reduces, in rank order, the inputs the others put in scratch) won
+    #: against host MPI's ``Reduce`` on both MPIs; ``bcast`` (root writes each round once into the scratch
+    #: window, every rank copies it out) lost at most sizes, so it is left to host MPI, whose ``Ibcast``
+    #: also lets a broadcast's root copy its input while the message travels. Within one node only; rooted
+    #: gathers and scatters always go to host MPI. The reduce range starts at 256 KiB, below the size where
+    #: it began to win: below ``min_bytes`` every collective's messages would pass through shm's dispatch on
+    #: the way to host MPI. A private all-gather is not in the table: it did not win on this project's CI
+    #: machine (issue 21), so without a profile ``auto`` leaves it to host MPI. The figures:
+    #: docs/benchmarks.md (the rooted collectives; figures moved out of the code).
+    #: A profile of ``python -m hpccoll tune`` that measured shm faster for a primitive and size decides
+    #: instead of this table (:meth:`_mine`). Where the profile has no verdict, the table only names the
+    #: sizes worth a race (:attr:`first_use`): it decides nothing by itself.
     wins = {
         "reduce_scatter": (1 << 20, 1 << 62),
         "allreduce": (256 << 10, 1 << 62),
@@ -137,21 +132,18 @@ class SharedMemory(Transport):
     #: power-of-two size class times shm against host MPI on scratch buffers of that size (collective:
     #: every rank reaches the same call with the same size), the slowest rank's times deciding, and the
     #: winner moves every later message of that class: ``auto`` measures in the job's own process, whose
-    #: shm speed may differ from another process's (on the 2-core machine shm's all-reduce ran 0.59x host
-    #: MPI in one process at 16 MiB and 1.13x in another; the mode holds for a process's life). False takes
+    #: shm speed may differ from another process's (a mode that holds for the process's life). False takes
     #: :attr:`wins` as the verdict. Messages past :attr:`race_max_bytes` take the verdict raced there.
     first_use = True
     #: The largest message a first-use race allocates and times (its scratch: two buffers of this size).
     race_max_bytes = 16 << 20
     #: A first-use race gives shm the size class only where shm took at most this fraction of host MPI's
-    #: time: host MPI is the steady choice, and a closer verdict is within a short race's noise (one
-    #: reduce size in one Open MPI 5.0.11 process raced shm/host 0.998, 1.04-1.11 in six other races).
+    #: time: host MPI is the steady choice, and a closer verdict is within a short race's noise.
     race_margin = 0.95
     #: Interleaved rounds of a first-use race (each a batch of about 8 MiB moved per side, at least 4 calls).
     race_rounds = 11
     #: Most scratch bytes per rank and per half: larger messages travel in rounds. 1 MiB (this machine's
-    #: L2 per core) measured best: a 16 MiB all-reduce ran 1.99x (2 ranks) and 2.25x (4 ranks) raw MPI's
-    #: speed with 1 MiB rounds, 1.08x and 1.46x with 16 MiB ones (``bench_shm.py --chunks``).
+    #: L2 per core) measured best (docs/bench/shm.md, ``bench_shm.py --chunks``).
     chunk_bytes = 1 << 20
     #: All-reduces up to this many bytes are reduced whole by every rank (one sync per round); larger
     #: ones are reduce-scattered in shared memory, then read by all (two syncs, less arithmetic).
@@ -451,31 +443,17 @@ class SharedMemory(Transport):
         return (self.host, args) if primitive != "sendrecv" and self._hosts(primitive, args) else None
 
     def _hosts(self, primitive: str, args: tuple) -> bool:
-        """Whether host MPI moves this call (``args`` as the primitive takes them), not shm: :meth:`_hosted`
-        at the size every rank measures alike (the gathered result, the whole reduced array)."""
-        if primitive in ("allgatherv", "allreduce", "reduce"):
-            nbytes = args[1].nbytes
-        elif primitive == "reduce_scatter":
-            nbytes = (args[1] if args[0] is None else args[0]).nbytes
-        elif primitive == "bcast":
-            nbytes = args[0].nbytes
-        else:
-            nbytes = 0
-        return self._hosted(primitive, nbytes)
-
-    def _hosted(self, primitive: str, nbytes: int) -> bool:
-        """Whether host MPI moves a blocking ``primitive`` of ``nbytes``, not shm: every primitive's rule."""
-        if primitive in ("allgatherv", "allreduce", "reduce_scatter"):
-            return not self._mine(primitive, nbytes)
+        """Whether host MPI moves this call (``args`` as the primitive takes them), not shm: every primitive's
+        rule, by the size every rank measures alike (the gathered result, the whole reduced array)."""
+        if primitive in ("allgatherv", "allreduce"):
+            return not self._mine(primitive, args[1].nbytes)
+        if primitive == "reduce_scatter":
+            return not self._mine(primitive, (args[1] if args[0] is None else args[0]).nbytes)
         if primitive == "bcast":
-            return self.hosts_bcast(nbytes)
+            return self.hosts_bcast(args[0].nbytes)
         if primitive == "reduce":  # within one node only: across nodes host MPI moves it whole
-            return self.node.multi or not self._mine(primitive, nbytes)
+            return self.node.multi or not self._mine(primitive, args[1].nbytes)
         return primitive in ("alltoallv", "gatherv", "scatterv")
-
-    def moved_by(self, primitive: str, nbytes: int) -> Transport:
-        """Host MPI for the messages shm leaves to it (:meth:`_hosted`), else shm."""
-        return self.host if self._hosted(primitive, nbytes) else self
 
     def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
         if self._hosts("allgatherv", (send, recv)):
@@ -1146,7 +1124,7 @@ def _probe(comm: Any) -> Tuple[Optional[str], int]:
     from mpi4py import MPI
 
     reason, head = None, -1
-    node_size_from_env()  # a bad HPCCOLL_NODE_SIZE raises ArgumentError (on every rank alike)
+    _settings.get(NODE_SIZE_ENV)  # a bad HPCCOLL_NODE_SIZE raises ArgumentError (on every rank alike)
     try:
         node = split_node(comm.mpi)
         try:
