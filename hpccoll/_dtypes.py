@@ -386,28 +386,35 @@ def reduce_plan(
 _DIRECT: Dict[str, Dict[np.dtype, Optional[ReducePlan]]] = {}
 
 
-def direct_plan(dtype: np.dtype, op: str) -> Optional[ReducePlan]:
+def direct_plan(dtype: np.dtype, op: str, transport: Any = None) -> Optional[ReducePlan]:
     """The plan for ``(dtype, op)`` when it reduces without widening on a host transport, else ``None``.
 
-    The caller checks the transport's ``saturates`` itself (a saturated sum widens).
+    With ``transport``, also ``None`` where that transport reduces natively
+    (``native_reduce``: the general branch plans for it) or saturates this
+    sum (``saturates``: the sum widens): the one rule the collectives'
+    common-case branches share.
 
     ``op`` is a name as the caller wrote it (``"sum"``, ``"SUM"``, ...). Two
-    dictionary lookups once known: the collectives' common-case branches use
-    it, and leave every other pair (and every error) to :func:`reduce_plan`.
+    dictionary lookups once known: the common-case branches use it, and
+    leave every other pair (and every error) to :func:`reduce_plan`.
     """
+    if transport is not None and transport.native_reduce:
+        return None
     plans = _DIRECT.get(op)
-    if plans is not None:
+    direct = None if plans is None else plans.get(dtype, _UNKNOWN)
+    if plans is None or direct is _UNKNOWN:
         try:
-            return plans[dtype]
-        except KeyError:
-            pass
-    try:
-        plan = reduce_plan(dtype, normalize_op(op))
-    except (ArgumentError, DTypeError):
-        return None  # not remembered: the general path raises it every time
-    direct = None if plan.widen or plan.op not in BASIC_OPS else plan
-    _DIRECT.setdefault(op, {})[dtype] = direct
+            plan = reduce_plan(dtype, normalize_op(op))
+        except (ArgumentError, DTypeError):
+            return None  # not remembered: the general path raises it every time
+        direct = None if plan.widen or plan.op not in BASIC_OPS else plan
+        _DIRECT.setdefault(op, {})[dtype] = direct
+    if direct is not None and transport is not None and transport.saturates and direct.op == "sum":
+        return None if dtype in transport.saturates else direct
     return direct
+
+
+_UNKNOWN: Any = object()
 
 
 def _make_plan(dtype: np.dtype, op: str, native: frozenset, saturates: frozenset, ops: frozenset) -> ReducePlan:

@@ -46,8 +46,8 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> 
 def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
     """The common case, or ``None`` when the general branch must decide."""
     t = c.transport_of("numpy", x.nbytes)
-    plan = direct_plan(x.dtype, op) if not t.native_reduce else None
-    if plan is None or (t.saturates and plan.op == "sum" and x.dtype in t.saturates):
+    plan = direct_plan(x.dtype, op, t)
+    if plan is None:
         return None
     wire = plan.wire
     if out is None:

@@ -260,8 +260,8 @@ def _reduce_common(x: np.ndarray, c: Any, op: str, root: int, out: Any, async_op
     first touched: no pass over memory here) and MPI gets a scratch receive buffer it never writes.
     """
     t = c.transport_of("numpy", x.nbytes)
-    plan = direct_plan(x.dtype, op) if not t.native_reduce else None
-    if plan is None or (t.saturates and plan.op == "sum" and x.dtype in t.saturates):
+    plan = direct_plan(x.dtype, op, t)
+    if plan is None:
         return None
     wire, mine = plan.wire, c.rank == root
     zero = not mine

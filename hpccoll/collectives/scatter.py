@@ -91,13 +91,13 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
     elif plain_total(sizes, c.size) != shape[0]:
         return None  # the general branch checks them
     t = c.transport_of("numpy", x.nbytes)
-    plan = None if t.native_reduce else direct_plan(dtype, op)
+    plan = direct_plan(dtype, op, t)
     mine = sizes[c.rank]
     if len(shape) == 1:
         inner, oshape = 1, (mine,)
     else:
         inner, oshape = prod(shape[1:]), (mine,) + shape[1:]
-    if plan is None or not mine * inner or (t.saturates and plan.op == "sum" and dtype in t.saturates):
+    if plan is None or not mine * inner:
         return None
     wire = plan.wire
     as_is = len(shape) == 1 and dtype is wire  # x and out are already the wire buffers
