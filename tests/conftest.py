@@ -9,9 +9,12 @@ global array.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
+import signal
 import tempfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -58,6 +61,119 @@ def pytest_configure(config):
     # A profile of `python -m hpccoll tune` in the developer's cache would change what auto and plans choose:
     # the suite runs on no profile unless a test names one.
     os.environ["HPCCOLL_TUNE_FILE"] = os.path.join(tempfile.gettempdir(), "hpccoll-tests-no-profile.json")
+    name_the_test_when_killed(config, world)
+
+
+# --------------------------------------------------------------------------- a run killed at its time limit
+
+#: The node id of the test this process started last (PYTEST_CURRENT_TEST names the running one, and is unset
+#: between tests).
+_last_started = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _last_started[:] = [nodeid]
+
+
+#: The signals that end a run at its time limit: TERM, and USR2, which the Makefile's ``timeout`` sends under Open MPI
+#: (its mpiexec passes USR2 on to the ranks and still forwards what they print; on TERM it aborts the job at once and
+#: drops their output). MPICH's mpiexec passes TERM on. (USR1 is not ours: MPICH's ranks catch it themselves.)
+LIMIT_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+
+
+def name_the_test_when_killed(config, world):
+    """On SIGTERM (or SIGUSR2), say on this rank which test it was in, dump every thread's stack, end the jobs
+    that the test started in sessions of their own, and exit with status 128 + the signal's number.
+
+    The Makefile runs each suite under ``timeout``, which signals ``pytest`` (serial) or ``mpiexec``, which
+    passes the signal on to every rank (each rank runs in a session or process group of its own). Python runs
+    a signal handler only in the main thread, between bytecodes, so a rank blocked inside an MPI call (a hang
+    in a collective) would never run it: the signal also wakes a thread of this module through
+    :func:`signal.set_wakeup_fd`, and whichever of the two comes first reports. Without this a run killed at
+    its limit ended with make's ``Error 124`` and no test named.
+    """
+    if threading.current_thread() is not threading.main_thread() or any(
+        signal.getsignal(s) not in (signal.SIG_DFL, None) for s in LIMIT_SIGNALS
+    ):
+        return  # not ours to take: an embedding program handles these signals itself
+    lock = threading.Lock()
+
+    def report(signum, *_):
+        if not lock.acquire(blocking=False):
+            return  # the other path is reporting; it ends the process
+        captured = ("", "")
+        try:
+            capman = config.pluginmanager.getplugin("capturemanager")
+            if capman is not None:
+                capman.suspend_global_capture(in_=True)  # fd 2 is the terminal (or make's log) again
+                captured = capman.read_global_capture()  # what the test printed so far
+        except Exception:  # noqa: BLE001 - report whatever the capture's state
+            pass
+        current = os.environ.get("PYTEST_CURRENT_TEST")
+        where = (
+            f"in {current}"
+            if current
+            else f"between tests, after {_last_started[0]}"
+            if _last_started
+            else "before the first test (collecting)"
+        )
+        os.write(
+            2,
+            f"\nKILLED by {signal.Signals(signum).name} (the run's time limit, make's TEST_TIMEOUT, or another kill) "
+            f"on rank {world.rank} of {world.size}: {where}\n".encode(),
+        )
+        for name, text in zip(("stdout", "stderr"), captured):
+            if text:
+                os.write(2, f"--- its captured {name} (tail)\n{text[-2000:]}\n".encode(errors="replace"))
+        try:
+            faulthandler.dump_traceback(file=2, all_threads=True)
+        except (OSError, ValueError):
+            pass
+        end_child_sessions()
+        if world.size > 1:
+            time.sleep(1)  # the other ranks got the signal too: let them say where they were before mpiexec ends them
+        os._exit(128 + signum)
+
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    for s in LIMIT_SIGNALS:
+        signal.signal(s, report)
+    theirs = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    if theirs != -1:  # another user of the wakeup fd: give it back, and rely on the handler alone
+        signal.set_wakeup_fd(theirs)
+        os.close(read)
+        os.close(write)
+        return
+
+    def watch():
+        while True:
+            got = os.read(read, 64)
+            if not got:
+                return
+            for s in LIMIT_SIGNALS:
+                if int(s) in got:
+                    report(int(s))
+
+    threading.Thread(target=watch, name="hpccoll kill reporter", daemon=True).start()
+
+
+def end_child_sessions():
+    """SIGTERM to the process group of each child that runs in a group of its own (``start_new_session``: the
+    jobs tests/launch.py and the README test start), which the run's signal did not reach. Linux (/proc)."""
+    me, group = os.getpid(), os.getpgrp()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+            ppid, pgrp = int(fields[1]), int(fields[2])
+            if ppid == me and pgrp not in (group, 0):
+                os.killpg(pgrp, signal.SIGTERM)
+        except (OSError, IndexError, ValueError):
+            continue
 
 
 def pytest_report_header(config):
