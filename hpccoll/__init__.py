@@ -1,5 +1,5 @@
 """hpccoll: array-level collectives (all-gather, reduce-scatter, all-reduce, all-to-all, broadcast, reduce,
-gather, scatter), each with a forward and an adjoint.
+gather, scatter, halo exchange, shift), each with a forward and an adjoint.
 
 Every collective takes NumPy arrays (and CuPy arrays where a GPU transport is
 available), an optional communicator (``None`` is a private duplicate of
@@ -28,6 +28,8 @@ from ._api import (
     reduce_scatter_adjoint,
     scatter,
     scatter_adjoint,
+    shift,
+    shift_adjoint,
     split_sizes,
 )
 from ._comm import Communicator
@@ -53,6 +55,7 @@ from ._operators import (
     Reduce,
     ReduceScatter,
     Scatter,
+    Shift,
 )
 from ._plan import Plan, plan
 from ._request import Request
@@ -79,6 +82,8 @@ __all__ = [
     "scatter_adjoint",
     "halo_exchange",
     "halo_exchange_adjoint",
+    "shift",
+    "shift_adjoint",
     "adjoint_of",
     "split_sizes",
     "plan",
@@ -94,6 +99,7 @@ __all__ = [
     "Gather",
     "Scatter",
     "HaloExchange",
+    "Shift",
     "HpccollError",
     "ArgumentError",
     "DTypeError",

@@ -39,6 +39,7 @@ from .collectives import gather as gathering
 from .collectives import reduce as reducing
 from .collectives import scatter as scattering
 from .collectives.halo import halo_exchange as _halo
+from .collectives.shift import shift as _shift
 
 if TYPE_CHECKING:
     from .transports._mpitypes import MPIComm, MPIOp
@@ -62,6 +63,8 @@ __all__ = [
     "scatter_adjoint",
     "halo_exchange",
     "halo_exchange_adjoint",
+    "shift",
+    "shift_adjoint",
     "split_sizes",
     "CommLike",
     "OpLike",
@@ -1495,6 +1498,106 @@ def halo_exchange_adjoint(
     return _halo(g, c, halo, corners, out, "halo_exchange_adjoint", async_op, True)
 
 
+# --------------------------------------------------------------------------- shift along the ring
+
+
+@overload
+def shift(
+    x: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[False] = False
+) -> ArrayT: ...
+@overload
+def shift(
+    x: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[True]
+) -> Request[ArrayT]: ...
+def shift(
+    x: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: bool = False
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Pass every rank's block ``offset`` ranks along the ring: rank ``r`` gets the ``x`` of rank ``(r - offset) mod P``.
+
+    The ring step of sequence-parallel (ring) attention, pipelines and
+    systolic algorithms: one message to rank ``(r + offset) mod P`` and one
+    from rank ``(r - offset) mod P``.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy), or a list of arrays
+        This rank's block. Every rank's has the same shape and dtype (check
+        mode compares them). A list shifts every array in one call.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks, in ring order; ``None`` is the world.
+    offset : int
+        How many ranks along the ring each block moves (any sign; taken
+        modulo the number of ranks, so a multiple of it moves nothing).
+    out : array or list of arrays, optional
+        Where to write the result (``x``'s shape and dtype); ``out=x`` shifts
+        in place.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result (compute on the block in hand meanwhile).
+
+    Returns
+    -------
+    array or list of arrays
+        The block of rank ``(r - offset) mod P``, in a new array (or ``out``).
+
+    Raises
+    ------
+    ArgumentError
+        A bad ``offset`` or ``out``, or an unsupported dtype.
+    MismatchError
+        In check mode, ranks whose shapes, dtypes or ``offset`` differ (on
+        every rank).
+
+    Notes
+    -----
+    The adjoint of a permutation is its inverse: :func:`shift_adjoint` is the
+    shift by ``-offset``. A :func:`~hpccoll.plan` of it (``out`` not ``x``,
+    ``x`` C-contiguous) is one pair of MPI persistent requests on host MPI.
+
+    Examples
+    --------
+    >>> kv = hpccoll.shift(kv, comm)             # doctest: +SKIP
+    >>> req = hpccoll.shift(kv, comm, async_op=True)   # doctest: +SKIP
+    """
+    c = as_communicator(comm)
+    return _shift(x, c, offset, out, "shift", async_op, False)
+
+
+@overload
+def shift_adjoint(
+    y: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[False] = False
+) -> ArrayT: ...
+@overload
+def shift_adjoint(
+    y: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[True]
+) -> Request[ArrayT]: ...
+def shift_adjoint(
+    y: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: bool = False
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Adjoint of :func:`shift`: the shift by ``-offset`` (a permutation's transpose is its inverse).
+
+    Parameters
+    ----------
+    y : array_like (NumPy or CuPy), or a list of arrays
+        The cotangent of the forward's result.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The forward's ranks.
+    offset : int
+        The forward's ``offset``.
+    out : array or list of arrays, optional
+        Where to write the result; ``out=y`` in place.
+    async_op : bool
+        As for :func:`shift`.
+
+    Returns
+    -------
+    array or list of arrays
+        The cotangent of this rank's ``x``: the ``y`` of rank ``(r + offset) mod P``.
+    """
+    c = as_communicator(comm)
+    return _shift(y, c, offset, out, "shift_adjoint", async_op, True)
+
+
 # --------------------------------------------------------------------------- the pairs, declared once
 
 
@@ -1542,6 +1645,7 @@ PAIRS: Tuple[Pair, ...] = (
     Pair(gather, gather_adjoint),
     Pair(scatter, scatter_adjoint),
     Pair(halo_exchange, halo_exchange_adjoint),
+    Pair(shift, shift_adjoint),
 )
 
 

@@ -31,11 +31,21 @@ from ._dtypes import OPS
 
 __all__ = ["COLLECTIVES", "ROOTED", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
 
-COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
+COLLECTIVES = (
+    "allgather",
+    "reducescatter",
+    "allreduce",
+    "alltoall",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "shift",
+)
 #: The collectives with a root (``-r``); the others' rows show root -1.
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 #: The collectives with no reduction op (their rows show redop none).
-_MOVING = ("allgather", "alltoall", "broadcast", "gather", "scatter")
+_MOVING = ("allgather", "alltoall", "broadcast", "gather", "scatter", "shift")
 #: nccl-tests' bus bandwidth factors, n ranks.
 _BUS: Dict[str, Callable[[int], float]] = {
     "allgather": lambda n: (n - 1) / n,
@@ -46,6 +56,7 @@ _BUS: Dict[str, Callable[[int], float]] = {
     "reduce": lambda n: 1.0,
     "gather": lambda n: (n - 1) / n,
     "scatter": lambda n: (n - 1) / n,
+    "shift": lambda n: 1.0,  # nccl-tests' sendrecv
 }
 #: nccl-tests' datatype names, and short ones, for NumPy's.
 _ALIASES = {
@@ -230,7 +241,7 @@ class Case:
         self.checked = coll not in ("reduce", "gather") or r == root
         n = max(args.list, 1)
         lead = 8 if axis == 1 else 1
-        if coll in ("allreduce", "broadcast", "reduce"):
+        if coll in ("allreduce", "broadcast", "reduce", "shift"):
             units, per = 0, max(nbytes // dtype.itemsize // n, 1)
         else:
             units = max(nbytes // dtype.itemsize // lead // P // n, 1) * P
@@ -327,6 +338,12 @@ class Case:
         self.hpc = lambda: f(X, self.comm, op=op, root=root, out=OUT)
         self._in_place_on_copies(k, f, k.xs, {"op": op, "root": root})  # out=x: every rank's its own input
 
+    def _shift_calls(self, k: "_Inputs") -> None:
+        f = _finish(self._hpccoll.shift, k.blocking)
+        X, OUT = k.of(self.outs)
+        self.hpc = lambda: f(X, self.comm, out=OUT)
+        self._in_place_on_copies(k, f, k.xs, {})
+
     def _in_place_on_copies(self, k: "_Inputs", f: Callable[..., Any], fill: List[Any], options: dict) -> None:
         """The in-place form ``f(S, comm, out=S, **options)`` on copies of ``fill``, restored by ``reset``."""
         scratches = [x.copy() for x in fill]
@@ -357,8 +374,10 @@ class Case:
                 return _Array(blocks[r], whole, block(r))
             # gather: root gets the concatenation, the others an empty array of x's other extents
             return _Array(blocks[r], whole if r == root else np.empty(shape(0), dtype), None)
-        if coll in ("allreduce", "broadcast", "reduce"):
+        if coll in ("allreduce", "broadcast", "reduce", "shift"):
             parts = [_values(per, q + 3 * i, dtype, op) for q in range(P)]
+            if coll == "shift":  # every rank gets the previous rank's
+                return _Array(parts[r], parts[(r - 1) % P].copy(), None)
             if coll == "broadcast":  # every rank gets root's (the others' inputs differ from it)
                 return _Array(parts[r], parts[root].copy(), None)
             return _Array(parts[r], _reduce(parts, op, dtype), None)  # reduce: only root's result is checked
@@ -417,6 +436,15 @@ def _raw(
 
     call = _caller(mpi, blocking)
     even = counts.count(counts[0]) == len(counts)
+    if coll == "shift":  # to the next rank, from the previous one: Sendrecv, or Irecv and Isend
+        from .transports._mpitypes import mpi_datatype
+
+        wire = movement_dtype(dtype)
+        sbuf, rbuf = [np.zeros(total, wire), mpi_datatype(wire)], [np.zeros(total, wire), mpi_datatype(wire)]
+        to, source = (mpi.rank + 1) % mpi.size, (mpi.rank - 1) % mpi.size
+        if blocking:
+            return lambda: mpi.Sendrecv(sbuf, to, 0, rbuf, source, 0)
+        return lambda: [q.Wait() for q in (mpi.Irecv(rbuf, source, 0), mpi.Isend(sbuf, to, 0))]
     if coll in _MOVING:
         return _raw_moving(call, coll, movement_dtype(dtype), counts, total, mpi.rank, mpi.size, root, even)
     plan = _raw_plan(op, dtype)
@@ -539,6 +567,7 @@ _CALLS: Dict[str, Callable[[Case, _Inputs], None]] = {
     "reduce": Case._reduce_calls,
     "gather": Case._rooted_split_calls,
     "scatter": Case._rooted_split_calls,
+    "shift": Case._shift_calls,
 }
 
 

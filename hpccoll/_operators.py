@@ -26,6 +26,7 @@ from ._plan import plan as make_plan
 from .collectives.alltoall import recv_extents
 from .collectives.halo import halo_of
 from .collectives.rooted import root_of
+from .collectives.shift import offset_of
 from .transports._control import exchange_extents, run
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Gather",
     "Scatter",
     "HaloExchange",
+    "Shift",
 ]
 
 #: How many layouts (distinct shapes) an operator remembers; the least recently used is forgotten first.
@@ -916,3 +918,28 @@ class HaloExchange(_PairOperator):
 
     def __repr__(self) -> str:
         return f"HaloExchange(halo={self.halo}, corners={self.corners}, dims={self.comm.dims})"
+
+
+class Shift(_PairOperator):
+    """Shift along the ring: rank ``r`` gets rank ``(r - offset) mod P``'s block; adjoint: the shift by ``-offset``.
+
+    Its result has its input's shape, so it has no extents to remember.
+
+    Parameters
+    ----------
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks, in ring order; ``None`` is the world.
+    offset : int
+        How many ranks along the ring each block moves (see :func:`hpccoll.shift`).
+    """
+
+    def __init__(self, comm: CommLike = None, *, offset: int = 1) -> None:
+        super().__init__()
+        self.comm = as_communicator(comm)
+        self.offset = offset_of(offset)
+        self.keywords = dict(offset=self.offset)
+
+    pair = PAIR["shift"]
+
+    def __repr__(self) -> str:
+        return f"Shift(offset={self.offset}, size={self.comm.size})"

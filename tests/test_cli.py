@@ -41,6 +41,7 @@ FUNCTIONS = {
     "reduce": "reduce",
     "gather": "gather",
     "scatter": "scatter",
+    "shift": "shift",
 }
 
 
@@ -166,7 +167,7 @@ def test_bench_table(capsys, extra):
         assert out == ""
         return
     rows = table_of(out)
-    assert len(rows) == 8 * 4  # eight collectives (the rooted ones too), sizes 8 B, 64 B, 512 B, 4 KiB
+    assert len(rows) == len(FUNCTIONS) * 4  # every collective (the rooted ones too), sizes 8 B, 64 B, 512 B, 4 KiB
     assert [c for c, _ in rows] == [c for c in _bench.COLLECTIVES for _ in range(4)]
     assert set(_bench.COLLECTIVES) == set(FUNCTIONS) and set(_bench.ROOTED) == set(ROOTED)
     width = 5 + 8 + (2 if "--baseline" in extra else 0)
@@ -364,7 +365,7 @@ def test_root_flag_is_honoured(monkeypatch, capsys):
         assert c.roots and set(c.roots) == {root}, coll  # every call, timed and checked, got -r
     if WORLD.rank == 0:
         rows = table_of(out)
-        assert len(rows) == 32 and all(r[8] == "0" for _, r in rows), out
+        assert len(rows) == len(FUNCTIONS) * 4 and all(r[8] == "0" for _, r in rows), out
         assert [r[4] for _, r in rows] == [str(root) if c in ROOTED else "-1" for c, _ in rows]
         assert all(f"# {c}: {n} ranks, root {root}," in out for c in ROOTED), out
 
@@ -389,10 +390,10 @@ def test_list_form(monkeypatch, capsys):
     if WORLD.rank != 0:
         return
     rows = table_of(out)
-    assert len(rows) == 32 and "arrays per call: 3 (list form)" in out
+    assert len(rows) == len(FUNCTIONS) * 4 and "arrays per call: 3 (list form)" in out
     for coll, row in rows:
         assert row[8] == "0", (coll, row)
-        in_place = coll in ("allreduce", "broadcast", "reduce")  # the list forms with an in-place form (out=x)
+        in_place = coll in ("allreduce", "broadcast", "reduce", "shift")  # the list forms with an in-place form (out=x)
         assert (row[12] == "0") if in_place else (row[9:13] == ["n/a"] * 4), (coll, row)
         assert int(row[1]) % 3 == 0  # the count is split among 3 arrays of one size
 
@@ -462,7 +463,7 @@ def test_device_cupy_on_the_gpu_standin(monkeypatch, capsys, standin_gpu, extra)
         assert xs and all(type(a) is standin_cupy.ndarray for x in xs for a in (x if isinstance(x, list) else [x]))
     if WORLD.rank == 0:
         rows = rows_of(out)
-        assert len(rows) == 32 and all(r[8] == "0" for r in rows), out
+        assert len(rows) == len(FUNCTIONS) * 4 and all(r[8] == "0" for r in rows), out
         assert "cupy buffers" in out and "# Out of bounds values : 0 OK" in out
 
 

@@ -34,10 +34,11 @@ import numpy as np
 from autograd.extend import defjvp, defvjp, primitive
 from autograd.tracer import getval
 
-from .._api import CommLike, OpLike
+from .._api import PAIR, CommLike, OpLike
 from .._arrays import Array
 from .._comm import as_communicator
 from .._core.validate import axis_of
+from ..collectives.shift import offset_of
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -67,6 +68,7 @@ __all__ = [
     "gather",
     "scatter",
     "halo_exchange",
+    "shift",
 ]
 
 
@@ -358,3 +360,23 @@ def halo_exchange(x: Array, comm: CommLike, *, halo: Union[int, Sequence[int]], 
         cotangent into that owned cell (on its owner) and zeroes the ghost.
     """
     return _linear(x, *halo_exchange_maps(as_communicator(comm), halo, corners))
+
+
+def shift(x: Array, comm: CommLike = None, *, offset: int = 1) -> Array:
+    """Differentiable :func:`hpccoll.shift`; its VJP is :func:`hpccoll.shift_adjoint` (the shift back).
+
+    Parameters
+    ----------
+    x : array_like
+        This rank's block; every rank's has the same shape and dtype.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks, in ring order.
+    offset : int
+        How many ranks along the ring each block moves.
+
+    Returns
+    -------
+    array
+        The block of rank ``(r - offset) mod P``.
+    """
+    return _linear(x, *PAIR["shift"].bind(comm=as_communicator(comm), offset=offset_of(offset)))

@@ -37,12 +37,13 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .._api import CommLike, OpLike
+from .._api import PAIR, CommLike, OpLike
 from .._arrays import Array
 from .._comm import as_communicator
 from .._core.validate import axis_of
 from .._dtypes import ml_dtype
 from .._errors import ArgumentError, DTypeError
+from ..collectives.shift import offset_of
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -72,6 +73,7 @@ __all__ = [
     "gather",
     "scatter",
     "halo_exchange",
+    "shift",
     "to_array",
     "from_array",
 ]
@@ -518,3 +520,25 @@ def halo_exchange(
     """
     _shape_of(x)
     return _Linear.apply(x, *halo_exchange_maps(as_communicator(comm), halo, corners))
+
+
+def shift(x: torch.Tensor, comm: CommLike = None, *, offset: int = 1) -> torch.Tensor:
+    """Differentiable :func:`hpccoll.shift` of a tensor; backward: :func:`hpccoll.shift_adjoint` (the shift back).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        This rank's block; every rank's has the same shape and dtype.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks, in ring order.
+    offset : int
+        How many ranks along the ring each block moves.
+
+    Returns
+    -------
+    torch.Tensor
+        A new tensor: the block of rank ``(r - offset) mod P``. Backward
+        passes each gradient back ``offset`` ranks.
+    """
+    _shape_of(x)
+    return _Linear.apply(x, *PAIR["shift"].bind(comm=as_communicator(comm), offset=offset_of(offset)))

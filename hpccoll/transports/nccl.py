@@ -793,6 +793,35 @@ class NcclTransport(Transport):
             else:
                 mine[...] = block
 
+    # ------------------------------------------------------------------ point-to-point
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+        self._enqueue_messages(sends, recvs)
+        self._watch()
+
+    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+        self._enqueue_messages(sends, recvs)
+        return self._pending()
+
+    def _enqueue_messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+        """The buffers themselves, as bytes: one grouped ``ncclSend``/``ncclRecv`` per message (NCCL matches
+        the messages between a pair in order, as the contract does); a message to this rank is a device copy."""
+        messages = [(b, q, True) for b, q in sends] + [(b, q, False) for b, q in recvs]
+        if not messages:
+            return
+        nc = self._ready(None, messages[0][0])
+        rt, me, t = self._rt, self.comm.rank, self._types["uint8"]
+        stream = rt.stream()
+        with self._group():
+            for buf, q, sending in messages:
+                if rt.device_of(buf) != self.device:
+                    self._wrong_device(rt.device_of(buf))
+                if q != me:
+                    call, p = (nc.send if sending else nc.recv), rt.ptr(buf)
+                    for off, n in _chunks(buf.nbytes, self.max_count):
+                        call(p + off, n, t, q, stream)
+        for buf, src in zip([b for b, q in recvs if q == me], [b for b, q in sends if q == me]):
+            buf.view(np.uint8)[...] = src.view(np.uint8)
+
     # ------------------------------------------------------------------ all-to-all
     # ``even`` changes nothing here: grouped send/recv is NCCL's only all-to-all.
     def alltoallv(

@@ -1,0 +1,104 @@
+"""shift: every rank passes its block ``offset`` ranks along the ring; one array or a list, blocking or not.
+
+Rank ``r`` receives the ``x`` of rank ``(r - offset) mod P``: the ring step of
+sequence-parallel attention, pipelines and systolic algorithms. The shift is a
+permutation of the ranks' blocks, so its adjoint is its inverse, the shift by
+``-offset``.
+
+It is one ``sendrecv`` of the transport contract, the primitive the halo
+exchange uses: one message to ``(r + offset) mod P`` and one from
+``(r - offset) mod P`` per array, matched in list order. Host MPI posts an
+``Irecv``/``Isend`` pair (persistent requests in a plan), NCCL a grouped
+send/recv, and the contract's default (``staged``) one all-to-all of the
+packed bytes. With ``transport="shm"``, arrays in node-shared memory
+(:meth:`hpccoll.Communicator.shared_empty`) are read straight from the
+sender's memory. The message is sent from ``x`` itself where ``x`` is
+C-contiguous and not also ``out``; in place, ``x`` is copied first (MPI may not
+send from and receive into one buffer).
+
+Every rank's arrays must have one shape and dtype (the ring moves blocks, it
+does not reshape them); check mode (``HPCCOLL_CHECK=1``) compares them, and
+``offset``, across ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Tuple
+
+import numpy as np
+
+from .._arrays import module_of
+from .._core.agree import descriptor, settle
+from .._core.blocks import ALL, in_place_test, is_in_place
+from .._core.launch import Ready, done, launch
+from .._core.lists import list_types, survey_list
+from .._core.validate import check_out, one_array, outs_of
+from .._errors import ArgumentError, HpccollError
+
+__all__ = ["shift", "offset_of"]
+
+
+def offset_of(offset: Any) -> int:
+    """``offset`` checked: an int (any sign; taken modulo the communicator's size)."""
+    if isinstance(offset, (int, np.integer)) and not isinstance(offset, (bool, np.bool_)):
+        return int(offset)
+    raise ArgumentError(f"offset: expected an int; got {offset!r}")
+
+
+def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjoint: bool) -> Any:
+    """``hpccoll.shift`` (``adjoint``: the shift by ``-offset``), one array or a list; ``what`` names the public call."""
+    many = type(x) is not np.ndarray and list_types(x) is not None
+    err = desc = None
+    arrays: List[Any] = []
+    outs: List[Any] = []
+    kind, step = "numpy", 0
+    try:
+        step = (-offset_of(offset) if adjoint else offset_of(offset)) % c.size
+        if many:
+            lst = survey_list(x, list_types(x) or set(), async_op)
+            arrays, kind = lst.arrays, lst.kind
+            wanted = outs_of(out, len(arrays))
+        else:
+            a, kind, _ = one_array(x)
+            arrays, wanted = [a], [out]
+        xp = module_of(kind)
+        outs = [check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL)) for a, o in zip(arrays, wanted)]
+        if c.check:
+            desc = descriptor(what, offset=step, arrays=[(a.dtype.name, a.shape) for a in arrays])
+    except HpccollError as e:
+        err = e
+    settle(c, what, desc, None, err, async_op)
+    xp = module_of(kind)
+    result = outs if many else outs[0]
+    if step == 0:  # every rank keeps its own block (one rank, or a whole turn of the ring)
+        for a, o in zip(arrays, outs):
+            if o is not a:
+                xp.copyto(o, a)
+        return done(result, async_op, kind)
+    to, source = (c.rank + step) % c.size, (c.rank - step) % c.size
+    sends: List[Tuple[Any, int]] = []
+    recvs: List[Tuple[Any, int]] = []
+    landing: List[Tuple[Any, Any]] = []  # (received buffer, out) where out is not C-contiguous
+    for a, o in zip(arrays, outs):
+        if not a.size:
+            continue  # every rank's array has this shape: nobody sends it
+        send = a.reshape(-1)  # a view where a is C-contiguous, else a copy in C order
+        if a.flags.c_contiguous and is_in_place(o, a, ALL):  # MPI may not send from the buffer it receives into
+            send = send.copy()
+        sends.append((send, to))
+        if o.flags.c_contiguous:
+            recvs.append((o.reshape(-1), source))
+        else:
+            buf = xp.empty(o.size, o.dtype)
+            recvs.append((buf, source))
+            landing.append((buf, o))
+    if not sends:
+        return done(result, async_op, kind)
+
+    def finish() -> Any:
+        for buf, o in landing:
+            o[...] = buf.reshape(o.shape)
+        return result
+
+    step_after: Callable[[], Any] = Ready(result) if not landing else finish
+    return launch(c.transport_of(kind), "sendrecv", (sends, recvs), step_after, async_op)

@@ -1,0 +1,26 @@
+"""The framework adapters' shift: the gradient of sum(w * shift(x)) is shift_adjoint(w), at any rank count."""
+
+import pytest
+from conftest import assert_same
+from test_shift import stack
+
+pytestmark = pytest.mark.mpi
+
+
+def test_shift_adapters(comm):
+    """torch and autograd: the gradient of sum(w * shift(x)) is shift_adjoint(w)."""
+    P, r = comm.size, comm.rank
+    G, W = stack(comm), stack(comm, seed=11)
+    torch = pytest.importorskip("torch")
+    from hpccoll.adapters import torch as hct
+
+    t = torch.tensor(G[r], requires_grad=True)
+    y = hct.shift(t, comm, offset=2)
+    (y * torch.tensor(W[r])).sum().backward()
+    assert_same(y.detach().numpy(), G[(r - 2) % P], comm)
+    assert_same(t.grad.numpy(), W[(r + 2) % P], comm)
+    autograd = pytest.importorskip("autograd")
+    from hpccoll.adapters import autograd as hca
+
+    g = autograd.grad(lambda v: (hca.shift(v, comm, offset=2) * W[r]).sum())(G[r])
+    assert_same(g, W[(r + 2) % P], comm)
