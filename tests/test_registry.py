@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import hpccoll
 from hpccoll import transports
@@ -91,3 +92,70 @@ def test_auto_order_is_priority_then_registration():
     assert all(
         a.priority <= b.priority for a, b in zip(transports.transport_classes(), transports.transport_classes()[1:])
     )
+
+
+class Nonblocking(hpccoll.transports.Transport):
+    """A transport written outside the tree with only the non-blocking forms of the four data primitives (over
+    mpi4py's I-calls): its blocking forms are their wait(), and the contract's other defaults build on those."""
+
+    name = "nonblocking"
+    array_kind = "numpy"
+    priority = 90
+    calls: list = []
+
+    def _call(self, name, *args):
+        Nonblocking.calls.append(name)
+        req = getattr(self.comm.mpi, name)(*args)
+
+        class Waiting:
+            def wait(self):
+                req.Wait()
+
+            def test(self):
+                return req.Test()
+
+        return Waiting()
+
+    def iallgatherv(self, send, recv, counts):
+        return self._call("Iallgatherv", MPI.IN_PLACE if send is None else send, [recv, (list(counts), None)])
+
+    def ireduce_scatter(self, send, recv, counts, op):
+        assert op == "sum"
+        return self._call("Ireduce_scatter", MPI.IN_PLACE if send is None else send, recv, list(counts))
+
+    def iallreduce(self, send, recv, op):
+        assert op == "sum"
+        return self._call("Iallreduce", MPI.IN_PLACE if send is None else send, recv)
+
+    def ialltoallv(self, send, recv, send_counts, recv_counts, even=False):
+        return self._call("Ialltoallv", [send, (list(send_counts), None)], [recv, (list(recv_counts), None)])
+
+
+def test_a_transport_of_non_blocking_forms_only(comm):
+    """The blocking forms default to the non-blocking ones' wait() where only those are written; the rooted
+    collectives, the halo's sendrecv and shift run on the contract's defaults built on them."""
+    transports.register(Nonblocking)
+    c = hpccoll.Communicator(comm.mpi, transport="nonblocking")
+    try:
+        P, r = c.size, c.rank
+        assert Nonblocking.allreduce is not hpccoll.transports.Transport.allreduce
+        x = np.arange(4.0) + r
+        assert np.array_equal(hpccoll.all_reduce(x, c), sum(np.arange(4.0) + q for q in range(P)))
+        assert np.array_equal(hpccoll.all_gather(x, c), np.concatenate([np.arange(4.0) + q for q in range(P)]))
+        assert np.array_equal(hpccoll.broadcast(x, c, root=P - 1), np.arange(4.0) + P - 1)
+        assert np.array_equal(hpccoll.shift(x, c), np.arange(4.0) + (r - 1) % P)
+        if P > 1:
+            assert {"Iallreduce", "Iallgatherv", "Ialltoallv"} <= set(Nonblocking.calls)
+    finally:
+        c.free()
+        transports.unregister("nonblocking")
+        Nonblocking.calls = []
+
+
+def test_a_transport_without_either_form_is_abstract():
+    class Neither(hpccoll.transports.Transport):
+        name = "neither"
+        array_kind = "numpy"
+
+    with pytest.raises(TypeError, match="abstract"):
+        Neither(None)

@@ -26,7 +26,49 @@ import numpy as np
 from .._dtypes import BASIC_OPS, WIRE_OPS
 from .._request import DONE, Pending
 
-__all__ = ["Transport", "Prepared", "BASIC_OPS", "WIRE_OPS"]
+__all__ = ["Transport", "Prepared", "PRIMITIVES", "moved", "sent", "BASIC_OPS", "WIRE_OPS"]
+
+#: The contract's primitives and what each of their arguments is, declared once: what a call reads and
+#: writes on a rank (:func:`moved`, :func:`sent`) is derived from it for plans (which calls send the input's
+#: own memory), ``staged`` (what a prepared call copies in and back) and ``cuda_mpi`` (which calls wait for
+#: the stream first). Each primitive also has a non-blocking ``i`` form with the same arguments.
+#: The roles: ``send`` (read; ``None``: in place, the argument after it holds the input), ``send@root``
+#: (read at the root, ``None`` elsewhere), ``recv`` (written), ``recv@root`` (written at the root, ``None``
+#: elsewhere), ``buf`` (read at the root, written elsewhere), ``sends``/``recvs`` (lists of ``(buffer,
+#: rank)``), and values: counts, ``op``, ``root``, ``even``.
+PRIMITIVES = {
+    "allgatherv": ("send", "recv", "counts"),
+    "reduce_scatter": ("send", "recv", "counts", "op"),
+    "allreduce": ("send", "recv", "op"),
+    "alltoallv": ("send", "recv", "send_counts", "recv_counts", "even"),
+    "bcast": ("buf", "root"),
+    "reduce": ("send", "recv@root", "op", "root"),
+    "gatherv": ("send", "recv@root", "counts", "root"),
+    "scatterv": ("send@root", "recv", "counts", "root"),
+    "sendrecv": ("sends", "recvs"),
+}
+
+
+def moved(primitive: str, args: tuple, rank: int) -> Tuple[List[int], List[int]]:
+    """The positions in ``args`` of the buffers a call of ``primitive`` reads and of those it writes on ``rank``
+    (:data:`PRIMITIVES`; a ``sendrecv``'s lists count as positions 0 and 1)."""
+    roles = PRIMITIVES[primitive]
+    at_root = "root" not in roles or args[roles.index("root")] == rank
+    reads: List[int] = []
+    writes: List[int] = []
+    for i, role in enumerate(roles):
+        if role in ("send", "sends") or (role == "send@root" and at_root) or (role == "buf" and at_root):
+            reads.append(i + 1 if args[i] is None else i)  # in place: the receive buffer holds the input
+        elif role in ("recv", "recvs") or (role == "recv@root" and at_root) or role == "buf":
+            writes.append(i)
+    return reads, writes
+
+
+def sent(primitive: str, args: tuple, rank: int) -> List[Any]:
+    """The buffers whose contents a call of ``primitive`` sends from ``rank`` (each message's, for ``sendrecv``)."""
+    if primitive == "sendrecv":
+        return [buf for buf, _ in args[0]]
+    return [args[i] for i in moved(primitive, args, rank)[0]]
 
 
 def _bytes_like(like: Any, n: int) -> Any:
@@ -145,6 +187,16 @@ class Transport(abc.ABC):
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Where a transport implements only the non-blocking form of a primitive, its blocking form is that
+        form's ``wait()`` (the contract's defaults otherwise: each ``i`` form runs the blocking one)."""
+        super().__init_subclass__(**kwargs)
+        for name in PRIMITIVES:
+            if getattr(cls, name) is getattr(Transport, name) and getattr(cls, "i" + name) is not getattr(
+                Transport, "i" + name
+            ):
+                setattr(cls, name, _waiting("i" + name))
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -797,6 +849,15 @@ class Transport(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 (a default that does nothing, not an abstract method)
         """Release resources (pinned buffers, NCCL communicators)."""
+
+
+def _waiting(form: str) -> Callable[..., None]:
+    def blocking(self: Transport, *args: Any) -> None:
+        getattr(self, form)(*args).wait()
+
+    blocking.__name__ = blocking.__qualname__ = form[1:]
+    blocking.__doc__ = f"``{form}(...).wait()``: the transport implements the non-blocking form only."
+    return blocking
 
 
 class Prepared:

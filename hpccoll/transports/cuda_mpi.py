@@ -24,6 +24,7 @@ before any MPI call (asked only when CUDA refuses the synchronisation).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import warnings
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
@@ -31,7 +32,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 from .. import _settings
 from .._errors import MismatchError, TransportUnavailable
 from .._request import Pending
-from ._base import Prepared
+from ._base import PRIMITIVES, Prepared
 from ._cuda import capture_query, get_runtime, raise_if_capturing
 from ._state import remembered
 from .host_mpi import HostMPI
@@ -223,89 +224,28 @@ class CudaMPI(HostMPI):
             raise_if_capturing(self.name, self._capturing, exc)
             raise
 
-    def allgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> None:
-        self._sync()
-        super().allgatherv(send, recv, counts)
-
-    def reduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> None:
-        self._sync()
-        super().reduce_scatter(send, recv, counts, op)
-
-    def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        self._sync()
-        super().allreduce(send, recv, op)
-
-    # MPI reads the buffers as soon as a non-blocking call starts: synchronise first here too.
-    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
-        self._sync()
-        return super().iallgatherv(send, recv, counts)
-
-    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
-        self._sync()
-        return super().ireduce_scatter(send, recv, counts, op)
-
-    def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
-        self._sync()
-        return super().iallreduce(send, recv, op)
-
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         # MPI derived datatypes over device memory are slow or unsupported in many CUDA-aware
         # MPIs: gather flat and let the GPU relayout.
         return False
 
-    def alltoallv(
-        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
-    ) -> None:
-        self._sync()
-        super().alltoallv(send, recv, send_counts, recv_counts, even)
 
-    def ialltoallv(
-        self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int], even: bool = False
-    ) -> Pending:
-        self._sync()
-        return super().ialltoallv(send, recv, send_counts, recv_counts, even)
+def _synchronising(form: str) -> Callable[..., Any]:
+    """Host MPI's ``form`` (a primitive or its ``i`` form) on the device buffers, after the current stream's
+    synchronisation: MPI knows no streams, and reads the buffers as soon as a call, even a non-blocking one, starts."""
+    host = getattr(HostMPI, form)
 
-    # The rooted primitives: MPI's own (HostMPI's Bcast, Reduce, Gatherv, Scatterv and I-forms) on the
-    # device buffers, after the current stream is synchronised, as for the others.
-    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+    @functools.wraps(host)
+    def call(self: CudaMPI, *args: Any) -> Any:
         self._sync()
-        super().sendrecv(sends, recvs)
+        return host(self, *args)
 
-    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
-        self._sync()
-        return super().isendrecv(sends, recvs)
+    return call
 
-    def bcast(self, buf: Any, root: int) -> None:
-        self._sync()
-        super().bcast(buf, root)
 
-    def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
-        self._sync()
-        super().reduce(send, recv, op, root)
-
-    def gatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> None:
-        self._sync()
-        super().gatherv(send, recv, counts, root)
-
-    def scatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> None:
-        self._sync()
-        super().scatterv(send, recv, counts, root)
-
-    def ibcast(self, buf: Any, root: int) -> Pending:
-        self._sync()
-        return super().ibcast(buf, root)
-
-    def ireduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> Pending:
-        self._sync()
-        return super().ireduce(send, recv, op, root)
-
-    def igatherv(self, send: Any, recv: Optional[Any], counts: Sequence[int], root: int) -> Pending:
-        self._sync()
-        return super().igatherv(send, recv, counts, root)
-
-    def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
-        self._sync()
-        return super().iscatterv(send, recv, counts, root)
+for _name in PRIMITIVES:
+    for _form in (_name, "i" + _name):
+        setattr(CudaMPI, _form, _synchronising(_form))
 
 
 class _Synchronised(Prepared):

@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._errors import TransportUnavailable
 from .._request import DONE, Pending
-from ._base import WIRE_OPS, Prepared, Transport
+from ._base import PRIMITIVES, WIRE_OPS, Prepared, Transport, moved
 from ._cuda import capture_query, event_recorder, get_runtime, raise_if_capturing
 
 __all__ = ["Staged"]
@@ -107,17 +107,18 @@ class Staged(Transport):
         form)."""
         import numpy as np
 
-        if primitive not in _MOVES:
+        if primitive == "sendrecv":
             return None
-        return self._host, tuple(np.empty(a.size, a.dtype) if i in _buffers(args) else a for i, a in enumerate(args))
+        return self._host, tuple(
+            np.empty(a.size, a.dtype) if i in _buffers(primitive, args) else a for i, a in enumerate(args)
+        )
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """A call fixed on pinned host buffers of its own and host MPI's call prepared on them (``method``:
         host MPI's ``"blocking"`` or ``"persistent"``); the contract's default for any other primitive."""
-        moves = _MOVES.get(primitive)
-        if moves is None:
+        if primitive == "sendrecv":
             return super().prepare(primitive, args, method)
-        ins, outs = moves(args, self.comm.rank)
+        ins, outs = moved(primitive, args, self.comm.rank)
         return _StagedCall(self, primitive, args, method, ins, outs)
 
     def _wait(self) -> None:
@@ -248,48 +249,10 @@ class Staged(Transport):
         self._pinned.clear()
 
 
-def _buffers(args: tuple) -> List[int]:
-    """The positions of a staged primitive's device buffers: its first two arguments where they are
-    arrays (not ``None``; a broadcast's second is its root)."""
-    return [i for i, a in enumerate(args[:2]) if a is not None and not isinstance(a, int)]
-
-
-def _pair(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
-    """(send, recv, ...): send copied in (recv when in place), recv copied back."""
-    return ([1] if args[0] is None else [0]), [1]
-
-
-def _bcast_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
-    """(buf, root): root's buffer copied in, the others' copied back."""
-    return ([0], []) if rank == args[1] else ([], [0])
-
-
-def _reduce_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
-    """(send, recv, op, root): the input copied in, root's result copied back."""
-    return ([1] if args[0] is None else [0]), ([1] if rank == args[3] else [])
-
-
-def _gatherv_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
-    """(send, recv, counts, root): send copied in, root's recv (None elsewhere) copied back."""
-    return [0], ([1] if args[1] is not None else [])
-
-
-def _scatterv_moves(args: tuple, rank: int) -> Tuple[List[int], List[int]]:
-    """(send, recv, counts, root): root's send (None elsewhere) copied in, recv copied back."""
-    return ([0] if args[0] is not None else []), [1]
-
-
-#: Per primitive a prepared call stages: which argument positions it copies in and which back, on this rank.
-_MOVES: Dict[str, Callable[[tuple, int], Tuple[List[int], List[int]]]] = {
-    "allgatherv": _pair,
-    "reduce_scatter": _pair,
-    "allreduce": _pair,
-    "alltoallv": _pair,
-    "bcast": _bcast_moves,
-    "reduce": _reduce_moves,
-    "gatherv": _gatherv_moves,
-    "scatterv": _scatterv_moves,
-}
+def _buffers(primitive: str, args: tuple) -> List[int]:
+    """The positions of a staged primitive's device buffers (:data:`~hpccoll.transports._base.PRIMITIVES`)."""
+    buffers = ("send", "recv", "send@root", "recv@root", "buf")
+    return [i for i, role in enumerate(PRIMITIVES[primitive]) if role in buffers and args[i] is not None]
 
 
 class _StagedCall(Prepared):
@@ -305,7 +268,7 @@ class _StagedCall(Prepared):
     ) -> None:
         super().__init__(t, primitive, args, method)
         rt = t._rt
-        pinned = {i: rt.alloc_pinned(args[i].nbytes) for i in _buffers(args)}
+        pinned = {i: rt.alloc_pinned(args[i].nbytes) for i in _buffers(primitive, args)}
         host = tuple(
             pinned[i].view(a.dtype) if i in pinned else a for i, a in enumerate(args)
         )  # flat, as MPI takes them
