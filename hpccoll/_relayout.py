@@ -14,12 +14,11 @@ fewer, wider loads and stores, bit for bit the same result.
 * **CuPy**: one kernel launch for even and uneven blocks alike (a small
   ``RawKernel``, compiled on first use per element width and index width;
   each block's offsets come from a small table cached on the device).
-  This kernel has not yet run on a GPU. The one GPU run so far (one NVIDIA
-  H200, 2026-11-30; docs/gpu.md, "Measured on an H200") predates it and
-  measured what it replaced: one ``copyto`` of a 4-D view moved 39-45 % of
-  a device-to-device copy's bandwidth at 64-256 MiB, and uneven blocks took
-  a launch each (100 us added at 1 MiB), while the same copy on 16-byte
-  elements reached 97-98 %, which is why both sides are widened here. The
+  This kernel has not yet run on a GPU. It replaces one ``copyto`` of a 4-D
+  view (far below a device-to-device copy's bandwidth, and a launch per
+  uneven block), while the same copy on 16-byte elements came close to it,
+  which is why both sides are widened here (docs/gpu.md, "Measured on an
+  H200"; docs/benchmarks.md, "Figures kept out of the code"). The
   kernel's source is compiled as C++ and run on the CPU, thread block by
   thread block, by ``tests/test_relayout.py``; compiled by NVRTC and run on
   a GPU it is unverified.
@@ -144,8 +143,8 @@ def _numpy(buf: Any, arr: Any, lead: int, unit: int, sizes: Sequence[int], to_fl
     NumPy's copy loops pay per inner loop, and an inner loop here is one run
     (``unit`` bytes per index along the axis, times the block's extent): seen
     as one element per run, the copy is one long loop over rows instead
-    (measured 1.5-20x faster for runs of 8 to 4096 bytes; bit for bit: NumPy
-    copies elements of one dtype as raw bytes).
+    (faster for runs of 8 to 4096 bytes, docs/benchmarks.md; bit for bit:
+    NumPy copies elements of one dtype as raw bytes).
     """
     first, parts = sizes[0], len(sizes)
     if sizes.count(first) == parts:

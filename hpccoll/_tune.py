@@ -38,10 +38,10 @@ SIZES = (8, 64, 1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 2
 # --------------------------------------------------------------------------- python -m hpccoll tune
 
 
-#: Primitives whose shm-or-mpi verdict is not measured: all-to-all (shm has none), and broadcast, whose
-#: shm form ran 0.3-0.6x host MPI in some processes and 1.3-2.5x in others at 1-4 MiB (MPICH 5.0.2, 2 ranks,
-#: the same buffers; the mode holds for a process's life), so a verdict taken in ``tune``'s process does not
-#: carry over to the job's: host MPI's broadcast is steady.
+#: Primitives whose shm-or-mpi verdict is not measured: all-to-all (shm has none), and broadcast, whose shm
+#: form's speed against host MPI's differs from process to process (a mode that holds for a process's life),
+#: so a verdict taken in ``tune``'s process does not carry over to the job's: host MPI's broadcast is steady
+#: (docs/benchmarks.md, "Figures kept out of the code").
 _NOT_RACED = ("alltoallv", "bcast")
 
 

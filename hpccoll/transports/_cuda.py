@@ -188,7 +188,7 @@ class CupyRuntime:
 
 
 def _host_address(a: Any) -> int:
-    """Address of a C-contiguous NumPy array's first byte (0.2 us, against 0.7 us for ``a.ctypes.data``)."""
+    """Address of a C-contiguous NumPy array's first byte (cheaper than ``a.ctypes.data``)."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):  # read-only or not C-contiguous

@@ -72,8 +72,8 @@ def committed(vector: Any, extent: int) -> Any:
 
 
 def buffer_address(a: Any) -> int:
-    """The address of a non-empty NumPy array's first element (``MPI.Get_address``: about 0.1 us,
-    where ``__array_interface__`` takes about 1 us)."""
+    """The address of a non-empty NumPy array's first element (``MPI.Get_address``, the cheapest way
+    mpi4py has to read it)."""
     global _get_address
     if _get_address is None:
         from mpi4py import MPI

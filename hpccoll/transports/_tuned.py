@@ -178,16 +178,14 @@ def _scratch(args: Sequence[Any]) -> Optional[tuple]:
 
 
 def _iters(nbytes: int) -> int:
-    """Calls per timed batch: about 8 MiB moved per batch, 4-200 calls (a batch of a few calls at 1 MiB
-    and more measured 1.1x apart the forms that one-call batches ranked the other way)."""
+    """Calls per timed batch: about 8 MiB moved per batch, 4-200 calls (one-call batches rank the forms
+    less reliably than batches of a few calls)."""
     return max(4, min(200, (8 << 20) // max(nbytes, 1)))
 
 
 #: Persistent requests are kept unless the blocking call measured this much faster: they do less per call
-#: (no argument parsing, no request allocation), so a closer verdict is mostly noise (a plan made on a
-#: shared machine measured MPICH's persistent halo exchange slower at 1 MiB once, 0.87x the blocking form
-#: in a longer run); where persistent requests really are slower (Open MPI's all-reduce and all-gather at
-#: 1 MiB: 1.18x and 1.49x, MPICH's reduce-scatter: 1.6x) they lose by far more.
+#: (no argument parsing, no request allocation), so a closer verdict is mostly noise; where persistent
+#: requests really are slower they lose by far more (docs/benchmarks.md, "Figures kept out of the code").
 PERSISTENT_MARGIN = 1.05
 
 

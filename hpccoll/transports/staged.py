@@ -11,10 +11,10 @@ next call must not overwrite that buffer before the copy is done. On the
 same stream nothing needs waiting for: the next call's device-to-host copy
 is queued behind it, and its stream synchronisation covers both. Only when
 the next call comes on another stream (or the buffers are released) does
-the transport wait, for an event recorded after the copy back. Measured on
-an H200 before this rule, waiting for that event at the start of every call
-cost a second host round trip per call (1.3-1.5x the hand-written sequence
-at 1 KiB); the rule itself is not yet measured on hardware.
+the transport wait, for an event recorded after the copy back: waiting for
+it at the start of every call cost a second host round trip per call
+(docs/benchmarks.md, "Figures kept out of the code"); the rule itself has
+not yet run on a GPU.
 
 The rooted primitives stage in only what the host call reads (root's buffer
 for ``bcast`` and ``scatterv``, every rank's input for ``reduce`` and
