@@ -305,7 +305,9 @@ class ReducePlan(NamedTuple):
 
 _PLANS: Dict[Tuple[np.dtype, str, frozenset, frozenset, frozenset], Union[ReducePlan, Exception]] = {}
 
-#: The 32-bit integer each small integer's sum is widened to (wrapped back to it like NumPy afterwards).
+#: The 32-bit integer each small integer is widened to where its sum saturates (MPI) or its library lacks it
+#: (NCCL's 16-bit integers); the cast back wraps like NumPy (a two's-complement sum or product modulo 2**32 is
+#: the same modulo 2**16 and 2**8).
 _WIDE_INT = {
     np.dtype(n): np.dtype(w)
     for n, w in (("int8", "int32"), ("int16", "int32"), ("uint8", "uint32"), ("uint16", "uint32"))
@@ -465,10 +467,6 @@ def _no_wire_op(op: str, key: str) -> UnsupportedOpError:
 # ``None``: every dtype the collectives hand it, as MPI does). Buffers of another dtype still reach it: the
 # rules below say, once for every such transport, how they are reduced and moved.
 
-#: The integers a library may lack -> the wider one they are reduced in (the cast back wraps like NumPy:
-#: a two's-complement sum or product modulo 2**32 is the same modulo 2**16).
-_LIBRARY_WIDER = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.uint32)}
-
 #: How complex buffers are reduced by a library that has their real part: each wire op -> the route
 #: (``sum``: elementwise on the real and imaginary parts; ``prod``: not elementwise on them, so the
 #: transport multiplies whole complex blocks itself); any other op is refused (not ordered).
@@ -606,7 +604,7 @@ def _library_reduction(
     wire = library_reduce_wire(dtype, reduce_dtypes)
     if wire is None:
         assert reduce_dtypes is not None, "a library reducing every dtype has a wire for each"
-        wider = _LIBRARY_WIDER.get(dtype)
+        wider = _WIDE_INT.get(dtype)
         if wider is not None and wider.name in reduce_dtypes:
             return LibraryReduction("widen", LibraryWire(wider, 1))
         names = sorted(reduce_dtypes, key=lambda n: (_ORDER.get(n, len(_ORDER)), n))
