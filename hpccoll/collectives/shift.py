@@ -29,10 +29,10 @@ import numpy as np
 
 from .._arrays import module_of
 from .._core.agree import descriptor, settle
-from .._core.blocks import ALL, in_place_test, is_in_place
+from .._core.blocks import ALL, in_place_test, is_in_place, may_share
 from .._core.launch import Ready, done, launch
 from .._core.lists import list_types, survey_list
-from .._core.validate import check_out, one_array, outs_of
+from .._core.validate import check_out, one_array, outs_of, plain_out
 from .._errors import ArgumentError, HpccollError
 
 __all__ = ["shift", "offset_of"]
@@ -47,6 +47,10 @@ def offset_of(offset: Any) -> int:
 
 def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjoint: bool) -> Any:
     """``hpccoll.shift`` (``adjoint``: the shift by ``-offset``), one array or a list; ``what`` names the public call."""
+    if type(x) is np.ndarray and type(offset) is int and not c.check and c.size > 1 and x.size and x.flags.c_contiguous:
+        result = _common(x, c, -offset if adjoint else offset, out, async_op)
+        if result is not None:
+            return result
     many = type(x) is not np.ndarray and list_types(x) is not None
     err = desc = None
     arrays: List[Any] = []
@@ -102,3 +106,23 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
 
     step_after: Callable[[], Any] = Ready(result) if not landing else finish
     return launch(c.transport_of(kind), "sendrecv", (sends, recvs), step_after, async_op)
+
+
+def _common(x: np.ndarray, c: Any, offset: int, out: Any, async_op: bool) -> Any:
+    """The common case, the same messages with the fewest Python steps: a C-contiguous NumPy ``x`` (not
+    empty), ``out`` absent or a separate plain array, a step that moves; ``None`` where the general path
+    must decide (in place, other layouts, errors)."""
+    step = offset % c.size
+    if not step:
+        return None
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+    elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
+        return None
+    r, size = c.rank, c.size
+    args = (((x.reshape(-1), (r + step) % size),), ((out.reshape(-1), (r - step) % size),))
+    t = c.transport_of("numpy")
+    if async_op:
+        return launch(t, "sendrecv", args, Ready(out), True)
+    t.sendrecv(*args)
+    return out
