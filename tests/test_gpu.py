@@ -508,6 +508,29 @@ def test_halo_exchange_against_host_mpi(tcomm):
         host.free()
 
 
+
+def test_shift_against_numpy(tcomm):
+    """shift and its adjoint on device arrays: one array, a list, in place, async and planned, against NumPy."""
+    P, r = tcomm.size, tcomm.rank
+    G = np.arange(P * 12, dtype=np.float32).reshape(P, 3, 4)
+    H = (np.arange(P * 5) + 1j).astype(np.complex64).reshape(P, 5)
+    got = [
+        down(hpccoll.shift(up(G[r]), tcomm, offset=1)),
+        down(hpccoll.shift_adjoint(up(G[r]), tcomm, offset=2)),
+        *[down(a) for a in hpccoll.shift([up(G[r]), up(H[r])], tcomm, offset=-1, async_op=True).wait()],
+    ]
+    want = [G[(r - 1) % P], G[(r + 2) % P], G[(r + 1) % P], H[(r + 1) % P]]
+    x = up(G[r])
+    hpccoll.shift(x, tcomm, out=x)
+    got.append(down(x))
+    want.append(G[(r - 1) % P])
+    src, out = up(G[r]), up(np.zeros_like(G[r]))
+    with hpccoll.plan(hpccoll.shift, src, tcomm, out=out) as planned:
+        got.append(down(planned()))
+    want.append(G[(r - 1) % P])
+    for a, b in zip(got, want):
+        assert_same(a, b, tcomm)
+
 def test_cuda_graph_capture_of_plans_nccl(comm):
     """Plans over nccl captured in a CUDA graph once and replayed with new inputs (on the world where NCCL
     fits it, else on one rank each)."""
