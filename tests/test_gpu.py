@@ -508,7 +508,6 @@ def test_halo_exchange_against_host_mpi(tcomm):
         host.free()
 
 
-
 def test_shift_against_numpy(tcomm):
     """shift and its adjoint on device arrays: one array, a list, in place, async and planned, against NumPy."""
     P, r = tcomm.size, tcomm.rank
@@ -530,6 +529,7 @@ def test_shift_against_numpy(tcomm):
     want.append(G[(r - 1) % P])
     for a, b in zip(got, want):
         assert_same(a, b, tcomm)
+
 
 def test_cuda_graph_capture_of_plans_nccl(comm):
     """Plans over nccl captured in a CUDA graph once and replayed with new inputs (on the world where NCCL
