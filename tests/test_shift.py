@@ -139,6 +139,10 @@ def test_shift_bad_arguments(comm):
         lambda: hpccoll.shift(base[:15].reshape(SHAPE), comm, out=overlapping),
     )
     raises_everywhere(comm, hpccoll.ArgumentError, "offset", lambda: hpccoll.Shift(comm, offset=0.5))
+    for bad in (np.array(["a", "b"]), np.array([object(), 1]), np.ones(2, ">f8")):  # the common branch too
+        raises_everywhere(
+            comm, hpccoll.DTypeError, "x: expected a native-byte-order dtype", lambda: hpccoll.shift(bad, comm)
+        )
 
 
 @pytest.mark.mpi(min_size=2)

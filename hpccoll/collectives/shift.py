@@ -33,6 +33,7 @@ from .._core.blocks import ALL, in_place_test, is_in_place, may_share
 from .._core.launch import Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import check_out, one_array, outs_of, plain_out
+from .._dtypes import wire_of
 from .._errors import ArgumentError, HpccollError
 
 __all__ = ["shift", "offset_of"]
@@ -72,7 +73,6 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
-    xp = module_of(kind)
     result = outs if many else outs[0]
     if step == 0:  # every rank keeps its own block (one rank, or a whole turn of the ring)
         for a, o in zip(arrays, outs):
@@ -110,10 +110,10 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
 
 def _common(x: np.ndarray, c: Any, offset: int, out: Any, async_op: bool) -> Any:
     """The common case, the same messages with the fewest Python steps: a C-contiguous NumPy ``x`` (not
-    empty), ``out`` absent or a separate plain array, a step that moves; ``None`` where the general path
+    empty) of a supported dtype, ``out`` absent or a separate plain array, a step that moves; ``None`` where the general path
     must decide (in place, other layouts, errors)."""
     step = offset % c.size
-    if not step:
+    if not step or wire_of(x.dtype) is None:  # an unsupported dtype: the general path refuses it
         return None
     if out is None:
         out = np.empty(x.shape, x.dtype)
