@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import agree
 from mpi4py import MPI
 
 import hpccoll
@@ -138,14 +139,18 @@ def test_a_transport_of_non_blocking_forms_only(comm):
     c = hpccoll.Communicator(comm.mpi, transport="nonblocking")
     try:
         P, r = c.size, c.rank
-        assert Nonblocking.allreduce is not hpccoll.transports.Transport.allreduce
+        agree(c, Nonblocking.allreduce is not hpccoll.transports.Transport.allreduce)
         x = np.arange(4.0) + r
-        assert np.array_equal(hpccoll.all_reduce(x, c), sum(np.arange(4.0) + q for q in range(P)))
-        assert np.array_equal(hpccoll.all_gather(x, c), np.concatenate([np.arange(4.0) + q for q in range(P)]))
-        assert np.array_equal(hpccoll.broadcast(x, c, root=P - 1), np.arange(4.0) + P - 1)
-        assert np.array_equal(hpccoll.shift(x, c), np.arange(4.0) + (r - 1) % P)
+        got = hpccoll.all_reduce(x, c)
+        agree(c, np.array_equal(got, sum(np.arange(4.0) + q for q in range(P))), str(got))
+        got = hpccoll.all_gather(x, c)
+        agree(c, np.array_equal(got, np.concatenate([np.arange(4.0) + q for q in range(P)])), str(got))
+        got = hpccoll.broadcast(x, c, root=P - 1)
+        agree(c, np.array_equal(got, np.arange(4.0) + P - 1), str(got))
+        got = hpccoll.shift(x, c)
+        agree(c, np.array_equal(got, np.arange(4.0) + (r - 1) % P), str(got))
         if P > 1:
-            assert {"Iallreduce", "Iallgatherv", "Ialltoallv"} <= set(Nonblocking.calls)
+            agree(c, {"Iallreduce", "Iallgatherv", "Ialltoallv"} <= set(Nonblocking.calls), str(Nonblocking.calls))
     finally:
         c.free()
         transports.unregister("nonblocking")
