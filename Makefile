@@ -159,7 +159,7 @@ clean:
 # tests skip cleanly in `make test`.
 
 ADAPTER_EXTRAS ?= $(EXTRAS),adapters
-ADAPTER_TESTS  := tests/test_adapters.py tests/test_jax_adapter.py tests/test_examples_adapters.py tests/test_rooted_adapters.py tests/test_halo_adapters.py tests/test_shift_adapters.py
+ADAPTER_TESTS  := tests/test_adapters.py tests/test_jax_adapter.py tests/test_jax_order.py tests/test_examples_adapters.py tests/test_rooted_adapters.py tests/test_halo_adapters.py tests/test_shift_adapters.py
 ADAPTER_EXAMPLES := tp_mlp data_parallel_sgd distributed_lstsq adjoint_state jax_tp_mlp
 
 .PHONY: venv-adapters test-adapters examples-adapters bench-jax

@@ -38,10 +38,11 @@ pytestmark = pytest.mark.mpi
 MODES = ["eager", "jit"]
 
 
-@pytest.fixture(params=["direct", "io_callback"])
+@pytest.fixture(params=hcj.LOWERINGS)
 def lowering(request, monkeypatch):
-    """Both lowerings under jit: the host callback emitted directly (default) and through io_callback."""
-    monkeypatch.setattr(hcj, "DIRECT_LOWERING", request.param == "direct")
+    """Every lowering under jit this JAX has: XLA's buffers (buffer_callback), the host callback emitted directly,
+    and io_callback."""
+    monkeypatch.setattr(hcj, "LOWERING", request.param)
     return request.param
 
 
@@ -162,6 +163,35 @@ def test_jitted_results_survive_the_reused_buffer(comm, lowering):
     np.testing.assert_array_equal(host(first), np.full(3, 1.0 * comm.size))
     np.testing.assert_array_equal(host(second), np.full(3, 2.0 * comm.size))
     assert float(big[-1]) == comm.size
+
+
+@pytest.mark.skipif("buffer" not in hcj.LOWERINGS, reason="this JAX has no buffer_callback")
+def test_buffer_lowering_works_on_xlas_own_buffers(comm, monkeypatch):
+    """On the CPU hpccoll reads XLA's input and writes XLA's output in place: no copy in, none out."""
+    monkeypatch.setattr(hcj, "LOWERING", "buffer")
+    seen = []
+    original = hcj._BUFFER_CALLS["cpu"]
+
+    def spy(fn):
+        def recorded(a, out):
+            seen.append((a.__array_interface__["data"][0], out.__array_interface__["data"][0], out.flags.writeable))
+            return fn(a, out=out)
+
+        return original(recorded)
+
+    monkeypatch.setitem(hcj._BUFFER_CALLS, "cpu", spy)
+    x = jnp.asarray(make(1000, np.float64, seed=30 + comm.rank))
+    y = jax.jit(lambda v: hcj.all_gather(v, comm, sizes=[1000] * comm.size))(x)
+    want = hpccoll.all_gather(host(x), comm)
+    agree(comm, len(seen) == 1, f"expected one callback; got {seen}")
+    (into, out_of, writeable) = seen[0]
+    agree(
+        comm,
+        into == x.unsafe_buffer_pointer(),
+        f"the callback read a copy of x: {into:#x} != {x.unsafe_buffer_pointer():#x}",
+    )
+    agree(comm, writeable and out_of == y.unsafe_buffer_pointer(), f"hpccoll wrote elsewhere than the result: {seen}")
+    assert_same(host(y), want, comm)
 
 
 def test_numpy_input_and_replicate_needs_no_callback(comm):

@@ -1,5 +1,6 @@
 """The framework adapters' shift: the gradient of sum(w * shift(x)) is shift_adjoint(w), at any rank count."""
 
+import numpy as np
 import pytest
 from conftest import assert_same
 from test_shift import stack
@@ -24,3 +25,28 @@ def test_shift_adapters(comm):
 
     g = autograd.grad(lambda v: (hca.shift(v, comm, offset=2) * W[r]).sum())(G[r])
     assert_same(g, W[(r + 2) % P], comm)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_shift_jax(comm, mode):
+    """JAX, eagerly and jitted (every lowering): the shift, and grad of sum(w * shift(x)) = shift_adjoint(w)."""
+    jax = pytest.importorskip("jax")
+    from hpccoll.adapters import jax as hcj
+
+    jax.config.update("jax_enable_x64", True)
+    P, r = comm.size, comm.rank
+    G, W = stack(comm), stack(comm, seed=11)
+    for lowering in hcj.LOWERINGS:
+        before, hcj.LOWERING = hcj.LOWERING, lowering
+        try:
+            f = (
+                (lambda v: hcj.shift(v, comm, offset=-1))
+                if mode == "eager"
+                else jax.jit(lambda v: hcj.shift(v, comm, offset=-1))
+            )
+            loss = lambda v: (hcj.shift(v, comm, offset=2) * W[r]).sum()  # noqa: E731
+            grad = jax.grad(loss) if mode == "eager" else jax.jit(jax.grad(loss))
+            assert_same(np.asarray(f(G[r])), G[(r + 1) % P], comm)
+            assert_same(np.asarray(grad(G[r])), W[(r + 2) % P], comm)
+        finally:
+            hcj.LOWERING = before

@@ -2,7 +2,7 @@
 
 :func:`all_gather`, :func:`reduce_scatter`, :func:`all_reduce`, :func:`all_to_all`,
 :func:`replicate`, the rooted :func:`broadcast`, :func:`reduce`, :func:`gather` and
-:func:`scatter`, and :func:`halo_exchange` are JAX primitives with the same signatures and conventions as
+:func:`scatter`, :func:`halo_exchange` and :func:`shift` are JAX primitives with the same signatures and conventions as
 ``hpccoll.adapters.autograd`` and ``hpccoll.adapters.torch``. Every map with
 ``op`` ``"sum"`` or ``"avg"`` (or none) is linear: its JVP is the map applied to the
 tangent, its transpose is the adjoint (whose transpose is the map again), so
@@ -27,15 +27,22 @@ How a collective runs:
   array goes to CuPy through DLPack and takes hpccoll's GPU transports (NCCL,
   CUDA-aware MPI, staged), with no host round trip. The GPU path has not been
   run on a GPU.
-* **Under** ``jax.jit`` the primitive lowers to the ordered host callback of
-  ``jax.experimental.io_callback(..., ordered=True)``: XLA runs it exactly once,
-  in program order with every other ordered effect (so many collectives in one
-  jitted function, and their adjoints in its backward pass, run in the same
-  order on every rank). On one device it emits that callback itself, on XLA's
-  NumPy views of the buffers (``io_callback`` would first copy the argument
-  into a JAX array; set ``DIRECT_LOWERING = False`` to go through it). The
-  callback runs on the host: a GPU array is copied to the host, moved with MPI
-  and copied back.
+* **Under** ``jax.jit`` the primitive runs exactly once per execution, in
+  program order with every other ordered effect (those of
+  ``io_callback(..., ordered=True)`` included): many collectives in one jitted
+  function, and their adjoints in its backward pass, run one at a time and in
+  the same order on every rank, in loops and branches too. Where JAX has
+  ``jax.experimental.buffer_callback`` (0.7 and later; :data:`LOWERING`
+  ``"buffer"``) the call is a custom call on XLA's own buffers that also takes
+  and returns the ordered effect's token (``buffer_callback`` alone is not
+  ordered): on the CPU hpccoll reads XLA's input and writes XLA's output
+  through NumPy views, no copy in or out; on a GPU it gets CuPy views of them,
+  with XLA's stream current, so NCCL (or CUDA-aware MPI, or the staged
+  transport) runs on that stream with no host round trip. That GPU path has
+  not been run on a GPU. Older JAX (and ``LOWERING = "callback"``) use the
+  ordered host callback io_callback emits, on XLA's NumPy views, its result
+  copied by XLA (a GPU array then goes to the host and back); more than one
+  device, or ``LOWERING = "io_callback"``, goes through ``io_callback``.
 
 While JAX traces without values (``jax.jit``, ``jax.vmap``, control flow), the
 result's shape must be known without communicating: ``all_gather(x)`` without
@@ -100,7 +107,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.typing import ArrayLike
 
-from .._api import CommLike, OpLike
+from .._api import PAIR, CommLike, OpLike
 from .._api import all_gather as _core_all_gather
 from .._arrays import split_sizes
 from .._comm import Communicator, as_communicator
@@ -110,6 +117,7 @@ from .._core.validate import block_sizes
 from .._core.validate import linear_op as _linear_op
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from ..collectives.shift import offset_of
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -139,6 +147,7 @@ __all__ = [
     "gather",
     "scatter",
     "halo_exchange",
+    "shift",
     "reraise",
 ]
 
@@ -306,31 +315,70 @@ try:  # what io_callback's own lowering calls; private, so only used when it fit
 except (ImportError, TypeError, ValueError):  # pragma: no cover - a JAX without it takes the public route
     _emit_python_callback = None
 
-#: Lower to the host callback directly (skipping io_callback's copy of the arguments into a JAX array)
-#: where that is safe: one device, the private function importable and of the known signature.
-DIRECT_LOWERING = True
+_buffer_callback_lowering: Optional[Callable[..., Any]]
+try:  # the lowering rule of jax.experimental.buffer_callback (JAX 0.7+), given our token (see _buffer_lowering)
+    from jax._src.buffer_callback import _buffer_callback_lowering as _lower
+    from jax._src.core import abstract_token as _TOKEN  # the token's aval, the one instance JAX compares with
+    from jax.experimental.buffer_callback import buffer_callback as _public  # noqa: F401 - the public API exists
+
+    _WANTED = (
+        "callback",
+        "in_tree",
+        "out_tree",
+        "has_side_effect",
+        "input_output_aliases",
+        "command_buffer_compatible",
+    )
+    if not set(_WANTED) <= set(inspect.signature(_lower).parameters):  # pragma: no cover
+        raise ImportError("another buffer_callback lowering")
+    _buffer_callback_lowering = _lower
+except (ImportError, TypeError, ValueError):  # pragma: no cover - an older JAX: the ordered host callback
+    _buffer_callback_lowering = None
+
+#: The lowerings under ``jax.jit`` this JAX offers, best first: ``"buffer"`` (hpccoll on XLA's own
+#: buffers through ``jax.experimental.buffer_callback``: NumPy views on the CPU, CuPy views on XLA's
+#: stream on the GPU, the result written into XLA's output), ``"callback"`` (the ordered host callback
+#: that io_callback emits, on XLA's NumPy views, its result copied by XLA) and ``"io_callback"``
+#: (``jax.experimental.io_callback`` itself, which also copies the argument).
+LOWERINGS = tuple(
+    name
+    for name, have in (
+        ("buffer", _buffer_callback_lowering is not None),
+        ("callback", _emit_python_callback is not None),
+        ("io_callback", True),
+    )
+    if have
+)
+
+#: The lowering jitted collectives use (one of :data:`LOWERINGS`; read when a function is compiled).
+#: ``"buffer"`` and ``"callback"`` need one device and one platform; elsewhere ``"io_callback"`` runs.
+LOWERING = LOWERINGS[0]
 
 
 def _lowering(ctx: Any, x: Any, *, fwd: _Map, adj: _Map, shape: Shape) -> Any:
-    """Under jit: an ordered host callback running ``fwd`` (none for the identity)."""
+    """Under jit: ``fwd`` in program order with every ordered effect (none for the identity)."""
     _refuse_mapped_axes(ctx, fwd.name)
     if fwd.refusal is not None:  # when compiled, before anything runs
         raise UnsupportedOpError(fwd.refusal)
     if fwd.call is None:
         return [x]
-    call = _host_callback(fwd.call)
-    if DIRECT_LOWERING and _emit_python_callback is not None and _one_device(ctx):
-        try:
-            return _direct_lowering(ctx, x, call)
-        except TypeError:  # pragma: no cover - another JAX's private signature: the public route
-            pass
+    if _one_device(ctx):
+        if LOWERING == "buffer" and ctx.module_context.platforms[0] in _BUFFER_CALLS:
+            return _buffer_lowering(ctx, x, fwd.call)
+        if LOWERING in ("buffer", "callback") and _emit_python_callback is not None:
+            try:
+                return _direct_lowering(ctx, x, _host_callback(fwd.call))
+            except TypeError:  # pragma: no cover - another JAX's private signature: the public route
+                pass
     (out_aval,) = ctx.avals_out
     result = jax.ShapeDtypeStruct(shape, out_aval.dtype)
+    call = _host_callback(fwd.call)
     return mlir.lower_fun(lambda v: io_callback(call, result, v, ordered=True), multiple_results=False)(ctx, x)
 
 
 def _one_device(ctx: Any) -> bool:
-    return getattr(ctx.module_context.axis_context, "num_devices", None) == 1
+    context = ctx.module_context
+    return getattr(context.axis_context, "num_devices", None) == 1 and len(context.platforms) == 1
 
 
 def _direct_lowering(ctx: Any, x: Any, call: Fn) -> Any:
@@ -341,6 +389,87 @@ def _direct_lowering(ctx: Any, x: Any, call: Fn) -> Any:
     results, token, _ = emit(ctx, lambda a: (call(a),), token, [x], ctx.avals_in, ctx.avals_out, **_EMIT_KW)
     ctx.set_tokens_out(mlir.TokenSet({_ORDERED: token}))
     return results
+
+
+def _buffer_lowering(ctx: Any, x: Any, fn: Fn) -> Any:
+    """``fn`` on XLA's own buffers, ordered by the token of the ordered effect.
+
+    ``buffer_callback`` alone is not ordered: its effect is unordered and its
+    custom call shares no data with other effects, so XLA's CPU runtime runs
+    independent ones concurrently, in any order (``tests/test_jax_order.py``).
+    Here its custom call also takes the ordered effect's token and returns the
+    next one, as io_callback's does: XLA runs it after the previous ordered
+    effect and before the next, on every rank in program order.
+    """
+    lower = _buffer_callback_lowering
+    assert lower is not None, "_lowering checked"
+    run = _BUFFER_CALLS[ctx.module_context.platforms[0]](fn)
+    (a,), (b,) = ctx.avals_in, ctx.avals_out
+    ctx_token = ctx.replace(avals_in=[a, _TOKEN], avals_out=[b, _TOKEN])
+    y, token = lower(
+        ctx_token,
+        x,
+        ctx.tokens_in.get(_ORDERED),
+        callback=run,
+        in_tree=_BUFFER_IN,
+        out_tree=_BUFFER_OUT,
+        has_side_effect=True,
+        input_output_aliases=(),
+        command_buffer_compatible=False,  # a collective runs at every execution, never replayed from a graph
+    )
+    ctx.set_tokens_out(mlir.TokenSet({_ORDERED: token}))
+    return [y]
+
+
+_BUFFER_IN = jax.tree_util.tree_structure(((0, 0), {}))  # the callback's arguments: (x, token), no keywords
+_BUFFER_OUT = jax.tree_util.tree_structure([0, 0])  # its outputs: [y, token]
+
+
+def _on_cpu_buffers(fn: Fn) -> Fn:
+    """The buffer callback on the CPU: ``fn`` from a NumPy view of XLA's input into one of its output."""
+
+    def run(ctx: Any, outs: Any, a: Any, token: Any) -> None:
+        try:
+            fn(np.asarray(a), out=np.asarray(outs[0]))
+        except HpccollError as e:
+            _keep(e)
+            raise
+
+    return run
+
+
+def _on_gpu_buffers(fn: Fn) -> Fn:
+    """The buffer callback on a GPU: ``fn`` on CuPy views of XLA's buffers, with XLA's stream current.
+
+    hpccoll's GPU transports then run on XLA's stream: NCCL enqueues there,
+    the MPI transports synchronise it before MPI reads the input, and the
+    staged one's copy back is queued on it, before what XLA runs next.
+    """
+
+    def run(ctx: Any, outs: Any, a: Any, token: Any) -> None:
+        import cupy  # only reached on a GPU
+
+        out = outs[0]
+        device = int(out.__dlpack_device__()[1])
+        try:
+            with cupy.cuda.Device(device), cupy.cuda.ExternalStream(int(ctx.stream), device):
+                fn(_cupy_view(cupy, a), out=_cupy_view(cupy, out))
+        except HpccollError as e:
+            _keep(e)
+            raise
+
+    return run
+
+
+def _cupy_view(cupy: Any, buffer: Any) -> Any:
+    """A CuPy array on XLA's device memory (``__cuda_array_interface__``, no copy); a new one when empty."""
+    if 0 in tuple(buffer.shape):  # XLA may give an empty buffer no address
+        return cupy.empty(tuple(buffer.shape), buffer.dtype)
+    return cupy.asarray(buffer)
+
+
+#: The buffer callback for each platform the buffer lowering serves.
+_BUFFER_CALLS = {"cpu": _on_cpu_buffers, "cuda": _on_gpu_buffers, "rocm": _on_gpu_buffers}
 
 
 def _refuse_mapped_axes(ctx: Any, name: str) -> None:
@@ -421,9 +550,10 @@ _failed: dict = {}  # "last": the exception a callback raised (XLA may run callb
 _failed_lock = threading.Lock()
 
 
-#: A jitted call site keeps its result buffer up to this size and has hpccoll write into it
-#: (``out=``) on later calls: XLA copies a callback's result before the callback returns, and
-#: MPI is faster into reused memory than into fresh pages. Larger results are allocated per call.
+#: With the host callbacks (``"callback"``, ``"io_callback"``), a jitted call site keeps its result
+#: buffer up to this size and has hpccoll write into it (``out=``) on later calls: XLA copies a
+#: callback's result before the callback returns, and MPI is faster into reused memory than into
+#: fresh pages. Larger results are allocated per call. (The buffer lowering writes into XLA's output.)
 REUSE_BYTES = 4 << 20
 
 
@@ -440,11 +570,16 @@ def _host_callback(fn: Fn) -> Fn:
                 kept.append(out)
             return out
         except HpccollError as e:
-            with _failed_lock:
-                _failed["last"] = e
+            _keep(e)
             raise
 
     return call
+
+
+def _keep(e: HpccollError) -> None:
+    """Keep the hpccoll exception a callback raises, for :func:`reraise`."""
+    with _failed_lock:
+        _failed["last"] = e
 
 
 _RUNTIME_ERRORS = tuple(
@@ -1003,3 +1138,36 @@ def halo_exchange(x: ArrayLike, comm: CommLike, *, halo: Union[int, Sequence[int
     """
     x, c = _prepare(x, comm)
     return _linear(x, c, halo_exchange_maps(c, halo, corners), x.shape, "halo_exchange", None, None)
+
+
+def shift(x: ArrayLike, comm: CommLike = None, *, offset: int = 1) -> jax.Array:
+    """Differentiable :func:`hpccoll.shift` of a JAX array; its transpose: :func:`hpccoll.shift_adjoint`.
+
+    Parameters
+    ----------
+    x : jax.Array
+        This rank's block; every rank's has the same shape and dtype.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks, in ring order.
+    offset : int
+        How many ranks along the ring each block moves.
+
+    Returns
+    -------
+    jax.Array
+        The block of rank ``(r - offset) mod P``, of ``x``'s shape. The
+        transpose passes each cotangent back ``offset`` ranks.
+
+    Raises
+    ------
+    ArgumentError
+        A bad ``offset`` (when called or traced).
+    DTypeError
+        A dtype hpccoll does not move.
+    MismatchError
+        The ranks disagree on the shape or dtype (in check mode, when the shift runs, on every rank).
+    UnsupportedOpError
+        Inside ``jax.shard_map`` or ``jax.pmap``.
+    """
+    x, c = _prepare(x, comm)
+    return _linear(x, c, PAIR["shift"].bind(comm=c, offset=offset_of(offset)), x.shape, "shift", None, None)

@@ -233,11 +233,12 @@ try:
     if gpus:
         x = jax.device_put(jnp.ones(4), gpus[local_rank()[0] % len(gpus)])
         for label, fn in (("eager", lambda v: hcj.all_reduce(v, comm)),
-                          ("jit", jax.jit(lambda v: hcj.all_reduce(v, comm)))):
+                          (f"jit, lowering {hcj.LOWERING!r}", jax.jit(lambda v: hcj.all_reduce(v, comm)))):
             before = len(seen)
-            fn(x).block_until_ready()
+            y = fn(x).block_until_ready()
             moved = [m for m in seen[before:] if m.startswith("transport")] or ["(no new transport record)"]
-            said.append(f"JAX GPU array, {label}: " + "; ".join(moved))
+            right = "right" if float(jnp.max(jnp.abs(y - comm.size))) == 0 else f"WRONG ({y})"
+            said.append(f"JAX GPU array, {label}: {right}; on {sorted(y.devices())}; " + "; ".join(moved))
     else:
         said.append("JAX: no GPU backend")
 except ImportError as exc:
