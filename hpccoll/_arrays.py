@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import operator
 import sys
-from typing import TYPE_CHECKING, Any, Sequence, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -18,7 +18,11 @@ __all__ = [
     "Array",
     "ArrayOrList",
     "ArrayT",
+    "SEQUENCES",
     "as_array",
+    "is_array_type",
+    "list_types",
+    "check_list_items",
     "module_of",
     "flat",
     "overlaps",
@@ -28,24 +32,69 @@ __all__ = [
 ]
 
 #: An array hpccoll moves: a ``numpy.ndarray`` or a ``cupy.ndarray``. The collectives also take
-#: NumPy array-likes (lists of numbers, scalars), which they turn into NumPy arrays.
+#: NumPy array-likes (scalars, lists of numbers), which they turn into NumPy arrays.
 Array = Union[np.ndarray, "cupy.ndarray"]
 
-#: The argument of a collective: one array, or a list (or tuple) of arrays for the coalesced form.
+#: The argument of a collective: one array, or a list (or tuple) of arrays for the coalesced form
+#: (:func:`list_types` says which a list is).
 ArrayOrList = Union[Array, Sequence[Array]]
 
 #: The result of a collective has the form of its argument: an array for an array, a list of arrays
 #: for a list (or tuple). A collective typed ``(x: ArrayT) -> ArrayT`` says so. CuPy ships no type
 #: information, so to a type checker ``cupy.ndarray`` is ``Any``: CuPy results are ``Any``, and a list
-#: of numbers (an array-like, at run time) is taken for the list form.
+#: of numbers (one array-like, at run time) or of NumPy scalars (the list form) is taken for the list form.
 ArrayT = TypeVar("ArrayT", Sequence[Array], Array)
+
+#: The sequence types of the list form (exactly these: a subclass such as a named tuple is one array-like).
+SEQUENCES = (list, tuple)
+_NDARRAY_ONLY = frozenset((np.ndarray,))
+_ARRAY_TYPES = (np.ndarray, np.generic)
+
+
+def is_array_type(t: type) -> bool:
+    """Whether an item of type ``t`` is an array to the list form: a NumPy array (0-D included), a NumPy
+    scalar (``numpy.float32(1)``: a 0-D array of its dtype) or a CuPy array (known by its module, unimported)."""
+    return issubclass(t, _ARRAY_TYPES) or t.__module__.startswith("cupy")
+
+
+def list_types(x: Any) -> Optional[Set[type]]:
+    """The types of ``x``'s items when ``x`` is the list form, else ``None`` (one array or array-like).
+
+    The rule, the one place it is decided: a list or tuple is the list form (the coalesced form: one
+    result per item) when any of its items is an array (:func:`is_array_type`), and every item must
+    then be one (:func:`check_list_items`, where the list is surveyed, raises for a list that mixes
+    arrays with Python numbers or nested lists). A list or tuple of Python numbers (nested lists of
+    them included) holds no array: it is one array-like, as ``numpy.asarray`` reads it. An empty list
+    is the list form (an empty list back). Decided once per type, not once per item.
+    """
+    if type(x) not in SEQUENCES:
+        return None
+    types = set(map(type, x))
+    if types <= _NDARRAY_ONLY or any(map(is_array_type, types)):
+        return types
+    return None
+
+
+def check_list_items(xs: Sequence[Any], types: Set[type], name: str = "x") -> None:
+    """Raise :class:`ArgumentError` naming the first item of the list form ``xs`` that is not an array
+    (``types``: :func:`list_types`'s). A list of array-likes alone (no array: a caller that takes each
+    item as an array-like of its own) passes."""
+    if types <= _NDARRAY_ONLY or all(map(is_array_type, types)) or not any(map(is_array_type, types)):
+        return
+    i, item = next((i, v) for i, v in enumerate(xs) if not is_array_type(type(v)))
+    j = next(j for j, v in enumerate(xs) if is_array_type(type(v)))
+    raise ArgumentError(
+        f"{name}[{i}]: expected an array (NumPy or CuPy, 0-D arrays and NumPy scalars included), as {name}[{j}] "
+        f"is: a list holding arrays is the list form, one result per item; got {type(item).__name__} (wrap it "
+        f"in numpy.asarray for the list form; a list of Python numbers alone is one array)"
+    )
 
 
 def as_array(x: Any, name: str = "x") -> Tuple[Any, str]:
     """Return ``(array, kind)`` with kind ``"numpy"`` or ``"cupy"``.
 
     NumPy arrays and CuPy arrays pass through untouched; other array-likes
-    (lists, scalars) become NumPy arrays.
+    (scalars, lists of numbers) become NumPy arrays.
     """
     if isinstance(x, np.ndarray):
         return x, "numpy"

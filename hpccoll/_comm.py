@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _settings
-from ._arrays import as_array, prod
+from ._arrays import as_array, check_list_items, list_types, prod
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import ArgumentError, HpccollError, MismatchError
 from ._layout import buckets
@@ -193,33 +193,23 @@ class Communicator:
         Raises
         ------
         ArgumentError
-            Bad ``dims`` or ``periodic``, or ``dims`` whose product is not the size.
+            Bad ``dims`` or ``periodic``, or ``dims`` whose product is not the
+            communicator's size (with zeros: whose nonzero extents' product
+            does not divide it). The checks are local, so a call made alike on
+            every rank fails alike on every rank; in check mode the ranks also
+            compare the grid and share any rank's error first.
         """
-        from mpi4py import MPI
-
-        size = self.size
-        if (
-            type(dims) not in (list, tuple)
-            or not dims
-            or any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in dims)
-        ):
-            raise ArgumentError(f"dims: expected a non-empty sequence of ints >= 0; got {dims!r}")
-        known = int(np.prod([d for d in dims if d])) if any(dims) else 1
-        if size % known:
-            raise ArgumentError(f"dims: expected extents whose product divides the {size} ranks; got {list(dims)}")
-        filled = tuple(int(d) for d in MPI.Compute_dims(size, [int(d) for d in dims]))
-        if int(np.prod(filled)) != size:
-            raise ArgumentError(f"dims: expected extents whose product is the {size} ranks; got {list(dims)}")
-        if isinstance(periodic, (bool, np.bool_)):
-            periods = (bool(periodic),) * len(filled)
-        elif (
-            type(periodic) in (list, tuple)
-            and len(periodic) == len(filled)
-            and all(isinstance(p, (bool, np.bool_)) for p in periodic)
-        ):
-            periods = tuple(bool(p) for p in periodic)
-        else:
-            raise ArgumentError(f"periodic: expected a bool or {len(filled)} bools (one per axis); got {periodic!r}")
+        err: Optional[HpccollError] = None
+        filled: Tuple[int, ...] = ()
+        periods: Tuple[bool, ...] = ()
+        try:
+            filled, periods = _grid_of(dims, periodic, self.size)
+        except HpccollError as e:
+            err = e
+        if self.check and self.size > 1:
+            self.agree("cartesian", {} if err else {"dims": filled, "periodic": periods}, error=err)
+        elif err is not None:
+            raise err
         cart = self._mpi.Create_cart(list(filled), list(periods), reorder=False)
         child = Communicator._adopt(cart, self.transport, self.check, self.timeout)
         child.bucket_bytes = self.bucket_bytes
@@ -786,7 +776,10 @@ def _mover(t: Any, primitive: str, nbytes: int) -> str:
 def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List[Any], Any]:
     """:meth:`Communicator.explain`'s arrays, checked as the collective checks them before communicating:
     ``(many, kind, arrays, op)`` (``op`` normalised for a reduction)."""
-    many = type(x) in (list, tuple)
+    types = list_types(x)
+    many = types is not None
+    if types is not None:
+        check_list_items(x, types)
     arrays = [as_array(a, f"x[{i}]" if many else "x") for i, a in enumerate(x if many else [x])]
     kinds = {kind for _, kind in arrays}
     if len(kinds) > 1:
@@ -839,6 +832,39 @@ def _plan_notes(dtype: np.dtype, op: str, plan: ReducePlan, t: Any) -> List[str]
             f"{plan.wire.name if plan.widen else dtype.name}"
         )
     return said
+
+
+def _grid_of(dims: Any, periodic: Any, size: int) -> Tuple[Tuple[int, ...], Tuple[bool, ...]]:
+    """:meth:`Communicator.cartesian`'s ``(dims, periods)``, zeros filled by ``MPI_Dims_create``; checked."""
+    from mpi4py import MPI
+
+    if (
+        type(dims) not in (list, tuple)
+        or not dims
+        or any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in dims)
+    ):
+        raise ArgumentError(f"dims: expected a non-empty sequence of ints >= 0; got {dims!r}")
+    given = [int(d) for d in dims]
+    known = prod(d for d in given if d)
+    if 0 not in given and known != size:
+        raise ArgumentError(
+            f"dims: expected extents whose product is the communicator's size, {size}; got {given} (product {known})"
+        )
+    if size % known:
+        raise ArgumentError(
+            f"dims: expected extents whose product is the communicator's size, {size} (zeros are filled in); "
+            f"got {given}, whose nonzero extents' product {known} does not divide {size}"
+        )
+    filled = tuple(int(d) for d in MPI.Compute_dims(size, given))
+    if isinstance(periodic, (bool, np.bool_)):
+        return filled, (bool(periodic),) * len(filled)
+    if (
+        type(periodic) in (list, tuple)
+        and len(periodic) == len(filled)
+        and all(isinstance(p, (bool, np.bool_)) for p in periodic)
+    ):
+        return filled, tuple(bool(p) for p in periodic)
+    raise ArgumentError(f"periodic: expected a bool or {len(filled)} bools (one per axis); got {periodic!r}")
 
 
 def _validated(transport: Any, check: Any) -> tuple:

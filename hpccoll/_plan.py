@@ -100,7 +100,7 @@ class Plan(functools.partial):
         once), or ``("call",)``: the plan calls the collective each time.
     """
 
-    __slots__ = ("collective", "result", "methods", "_go", "_begin", "_end", "_pending", "_free")
+    __slots__ = ("collective", "result", "methods", "_go", "_begin", "_end", "_pending", "_free", "_check")
     collective: str
     result: Any
     methods: Tuple[str, ...]
@@ -109,6 +109,7 @@ class Plan(functools.partial):
     _end: Callable[[Any], Any]
     _pending: Any
     _free: Optional[Callable[[], None]]
+    _check: Optional[Callable[[bool], None]]
 
     def __new__(
         cls,
@@ -147,7 +148,22 @@ class Plan(functools.partial):
         self._end = end
         self._pending = None
         self._free = free
+        self._check = None
         return self
+
+    def _guard(self, check: Callable[[bool], None]) -> None:
+        """Run ``check(freed)`` (collective: check mode's agreement) before every call and start."""
+        first, begin = self._go[0], self._begin
+
+        def guarded() -> Any:
+            check(False)
+            return first()
+
+        def guarded_begin() -> Any:
+            check(False)
+            return begin()
+
+        self._go[0], self._begin, self._check = guarded, guarded_begin, check
 
     if TYPE_CHECKING:  # what partial's call does, for the type checkers and the docs
 
@@ -195,7 +211,10 @@ class Plan(functools.partial):
         free, self._free = self._free, None
         if free is None:
             return
-        self._go[0] = self._begin = functools.partial(_freed, self.collective)
+        if self._check is None:
+            self._go[0] = self._begin = functools.partial(_freed, self.collective)
+        else:  # check mode: a freed plan's call takes part in the agreement, which raises on every rank
+            self._go[0] = self._begin = functools.partial(self._check, True)
         free()
 
     @property
@@ -231,8 +250,12 @@ def plan(collective: Any, x: Any, comm: Any = None, *, out: Any = None, method: 
         A public collective or adjoint (``hpccoll.all_reduce``,
         ``hpccoll.halo_exchange_adjoint``, ...) or its name.
     x : array or list of arrays
-        The input buffer(s). Each call of the plan reads their current
-        contents; keep them alive and do not reshape them.
+        The input buffer(s). Each call of the plan reads the current
+        contents of these very arrays: rebinding the name (``x = new_array``)
+        leaves the plan on the old buffer, silently; copy into it instead
+        (``x[...] = new_array``). Keep them alive and do not reshape or
+        resize them: in check mode (``HPCCOLL_CHECK=1``) each call checks
+        that they are where and as they were, on every rank.
     comm : Communicator or mpi4py communicator, optional
         As for the collective (default: the world).
     out : array or list of arrays, optional
@@ -261,6 +284,10 @@ def plan(collective: Any, x: Any, comm: Any = None, *, out: Any = None, method: 
     ArgumentError
         An unknown ``collective`` or ``method``, ``async_op`` among the
         options, or any argument the collective refuses: on every rank.
+    HpccollError
+        From a call, in check mode: ``x`` was reshaped, resized or
+        reallocated since the plan was made, or the plan was freed, on some
+        rank (raised on every rank).
     MismatchError
         The ranks disagree on the collective, its dtype, shapes, sizes, op or
         options (checked whether or not check mode is on), on every rank.
@@ -306,8 +333,40 @@ def _make(c: Communicator, name: str, fn: Callable[..., Any], x: Any, out: Any, 
     # The ranks agree on the recorded calls and on replaying them (every rank does the same).
     verdicts = c.agree(f"hpccoll.plan({name})", {"calls": calls}, mine)
     if all(verdicts) and finish is not None:
-        return _replay(c, name, log, finish, method)
-    return _calling(c, name, fn, x, out, finish, options)
+        made = _replay(c, name, log, finish, method)
+    else:
+        made = _calling(c, name, fn, x, out, finish, options)
+    if c.check:
+        made._guard(functools.partial(_unchanged, c, name, x, _placed(x)))
+    return made
+
+
+def _placed(x: Any) -> Any:
+    """Where ``x``'s memory lies and how it is laid out: (address, shape, strides, dtype), per array of a list."""
+    if isinstance(x, (list, tuple)):
+        return tuple(_placed(a) for a in x)
+    try:
+        address = int(x.data.ptr) if hasattr(x, "__cuda_array_interface__") else x.__array_interface__["data"][0]
+    except (AttributeError, TypeError, KeyError):
+        return None
+    return (address, x.shape, x.strides, str(x.dtype))
+
+
+def _unchanged(c: Communicator, name: str, x: Any, placed: Any, freed: bool) -> None:
+    """Check mode, before each call of a plan: its buffers where and as they were when it was made, and the
+    plan not freed, on every rank (one agreement: any rank's failure raises on every rank)."""
+    err: Optional[HpccollError] = None
+    if freed:
+        err = HpccollError(f"plan of {name}: the plan was freed; expected a live plan (make a new one)")
+    else:
+        now = _placed(x)
+        if now != placed:
+            err = HpccollError(
+                f"plan of {name}: x changed since the plan was made (address, shape, strides, dtype "
+                f"{placed} then, {now} now: reshaped, resized or reallocated); expected the buffer the plan "
+                "was made with (make a new plan)"
+            )
+    c.agree(f"plan of {name}", None, None, err)
 
 
 class _Log:

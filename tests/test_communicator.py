@@ -70,3 +70,62 @@ def test_communicator_wraps_communicator(comm):
     with hpccoll.Communicator(comm, check=True) as c:
         assert c.check and c.size == comm.size and c.mpi != comm.mpi
         agree(c, hpccoll.all_reduce(np.ones(1), c)[0] == c.size, "the sum of ones is not the size")
+
+
+# --------------------------------------------------------------------------- cartesian's dims
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["plain", "check"])
+def test_cartesian_dims_product_is_the_size(comm, check):
+    """``dims`` multiply to the communicator's size (zeros filled by MPI_Dims_create), as the docstring says;
+    anything else is refused on every rank alike, naming ``dims`` with expected and got."""
+    P = comm.size
+    tail = r" \(raised on rank 0\)" if check and P > 1 else ""
+    with hpccoll.Communicator(comm, check=check) as c:
+        for dims in ([P + 1], [P, 2], [1, P, 3], (2 * P,)):
+            product = int(np.prod(dims))
+            raises_everywhere(
+                c,
+                hpccoll.ArgumentError,
+                rf"^dims: expected extents whose product is the communicator's size, {P}; "
+                rf"got \[{', '.join(map(str, dims))}\] \(product {product}\){tail}$",
+                lambda: c.cartesian(dims),
+            )
+        for dims in ([P + 1, 0], [0, 2 * P + 1]):
+            raises_everywhere(
+                c,
+                hpccoll.ArgumentError,
+                rf"^dims: expected extents whose product is the communicator's size, {P} \(zeros are filled in\); "
+                rf"got \[{', '.join(map(str, dims))}\], whose nonzero extents' product {max(dims)} does not divide "
+                rf"{P}{tail}$",
+                lambda: c.cartesian(dims),
+            )
+        for dims in ([-1], [], [1.5], [True]):
+            raises_everywhere(
+                c,
+                hpccoll.ArgumentError,
+                r"^dims: expected a non-empty sequence of ints >= 0; got ",
+                lambda: c.cartesian(dims),
+            )
+        for dims, want in (([P], (P,)), ([0], (P,)), ([P, 0], (P, 1)), ([0, 1], (P, 1)), ([1, 0, 1], (1, P, 1))):
+            with c.cartesian(dims) as grid:
+                agree(c, grid.dims == want and int(np.prod(grid.dims)) == P, lambda: f"{dims}: got {grid.dims}")
+        with c.cartesian([0, 0]) as grid:
+            agree(c, int(np.prod(grid.dims)) == P and len(grid.dims) == 2, lambda: f"[0, 0]: got {grid.dims}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_cartesian_dims_that_differ_across_ranks_in_check_mode(comm):
+    """In check mode the ranks compare the grid before MPI_Cart_create: a MismatchError on every rank."""
+    with hpccoll.Communicator(comm, check=True) as c:
+        dims = [c.size] if c.rank == 0 else [c.size, 1]
+        raises_everywhere(
+            c,
+            hpccoll.MismatchError,
+            rf"cartesian.*rank 0 has dims=\({c.size},\) but rank 1 has dims=\({c.size}, 1\)",
+            lambda: c.cartesian(dims),
+        )
+        bad = [c.size + 1] if c.rank == c.size - 1 else [c.size]  # one rank's error, shared
+        raises_everywhere(
+            c, hpccoll.ArgumentError, rf"^dims: expected .*\(raised on rank {c.size - 1}\)$", lambda: c.cartesian(bad)
+        )

@@ -7,35 +7,20 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from .._arrays import as_array
+from .._arrays import SEQUENCES, as_array, check_list_items, list_types
 from .._dtypes import check_dtype
 from .._errors import ArgumentError, HpccollError
 
 __all__ = ["SEQUENCES", "is_array_list", "list_types", "ListOf", "survey_list"]
 
-SEQUENCES = (list, tuple)
-_ndarray = np.ndarray
-_NDARRAY_ONLY = frozenset((_ndarray,))
+_NDARRAY_ONLY = frozenset((np.ndarray,))
 _dtype_of = operator.attrgetter("dtype")
 _shape_of = operator.attrgetter("shape")
 
 
 def is_array_list(x: Any) -> bool:
-    """Whether ``x`` is a list or tuple of arrays (not an array-like of numbers)."""
+    """Whether ``x`` is the list form (:func:`hpccoll._arrays.list_types`: a list or tuple holding arrays)."""
     return list_types(x) is not None
-
-
-def list_types(x: Any) -> Optional[Set[type]]:
-    """The types of ``x``'s items when ``x`` is a list or tuple of arrays (not an array-like of numbers), else ``None``.
-
-    Decided once per type, not once per array; :func:`survey_list` takes the result.
-    """
-    if type(x) not in SEQUENCES:
-        return None
-    types = set(map(type, x))
-    if types <= _NDARRAY_ONLY or all(issubclass(t, _ndarray) or t.__module__.startswith("cupy") for t in types):
-        return types
-    return None
 
 
 class ListOf(NamedTuple):
@@ -54,6 +39,9 @@ class ListOf(NamedTuple):
 def survey_list(xs: Sequence[Any], types: Set[type], keep: bool = False) -> ListOf:
     """A list form's arrays, their library, dtypes (each checked once) and shapes; ``types``: :func:`list_types`'s.
 
+    NumPy scalars become 0-D arrays; an item that is not an array in a list that holds arrays raises
+    :class:`ArgumentError` naming it (:func:`hpccoll._arrays.check_list_items`).
+
     ``keep``: the call outlives this one (non-blocking), so the arrays are
     held in a copy of the user's list, not in the list itself.
     """
@@ -67,6 +55,7 @@ def _checked(xs: Sequence[Any], types: Set[type], keep: bool) -> Tuple[List[Any]
     if types <= _NDARRAY_ONLY:  # the common case, without per-array calls
         arrays, kind = xs if type(xs) is list and not keep else list(xs), "numpy"
     else:
+        check_list_items(xs, types)
         pairs = [as_array(x, f"x[{i}]") for i, x in enumerate(xs)]
         kinds = {k for _, k in pairs}
         if len(kinds) > 1:

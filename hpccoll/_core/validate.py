@@ -39,10 +39,11 @@ COTANGENTS = ("varying", "replicated")
 _ndarray = np.ndarray
 
 
-def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False) -> int:
+def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False, array: str = "x") -> int:
     """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it (``name``) otherwise.
 
-    ``joins``: the axis an all-gather concatenates along (its 0-D message says so).
+    ``joins``: the axis an all-gather concatenates along (its 0-D message says so); ``array``: the
+    array's name in the 0-D message (``x[i]`` for an item of a list form).
     """
     if type(axis) is int and -ndim <= axis < ndim:  # the common case, fast
         return axis % ndim
@@ -50,11 +51,13 @@ def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False) -> in
         raise ArgumentError(f"{name}: expected an int; got {type(axis).__name__} {axis!r}")
     if ndim == 0 and joins:
         raise ArgumentError(
-            f"x: expected an array with at least 1 dimension to concatenate along {name}; got a 0-D array "
+            f"{array}: expected an array with at least 1 dimension to concatenate along {name}; got a 0-D array "
             "(all_gather joins the shards along an existing axis: pass numpy.atleast_1d(x), or x[None] to stack them)"
         )
     if ndim == 0:
-        raise ArgumentError(f"x: expected an array with at least 1 dimension to split along {name}; got a 0-D array")
+        raise ArgumentError(
+            f"{array}: expected an array with at least 1 dimension to split along {name}; got a 0-D array"
+        )
     if not -ndim <= axis < ndim:
         raise ArgumentError(f"{name}: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
     return int(axis) % ndim
@@ -63,9 +66,9 @@ def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False) -> in
 def axes_of(lst: "ListOf", axis: Any, joins: bool = False) -> List[int]:
     """Each array's ``axis`` normalised (a list form's), once per number of dimensions; ``joins``: see :func:`axis_of`."""
     if lst.shape is not None:  # one shape: no per-array pass
-        return [axis_of(axis, len(lst.shape), joins=joins)] * len(lst.arrays)
+        return [axis_of(axis, len(lst.shape), joins=joins, array="x[0]")] * len(lst.arrays)
     ndims = list(map(len, lst.shapes))
-    per = {d: axis_of(axis, d, joins=joins) for d in set(ndims)}
+    per = {d: axis_of(axis, d, joins=joins, array=f"x[{ndims.index(d)}]") for d in sorted(set(ndims))}
     return [per[d] for d in ndims]
 
 

@@ -15,11 +15,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, 
 
 import numpy as np
 
-from .._arrays import flat, module_of
+from .._arrays import check_list_items, flat, module_of
 from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, replicated_desc, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share
 from .._core.launch import Batch, Ready, done, launch, scratch
-from .._core.lists import list_types, survey_list
+from .._core.lists import is_array_list, list_types, survey_list
 from .._core.validate import check_out, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
@@ -278,11 +278,13 @@ def replicated_adjoint(y: Any, c: Any, op: str, out: Any, async_op: bool) -> Any
     replicated cotangent that differs, or lists of different lengths, raise
     :class:`~hpccoll.MismatchError` on every rank.
     """
-    many = isinstance(y, list)
+    many = is_array_list(y)
     ys, outs = (list(y), list(out)) if many else ([y], [out])
     err = None
     modules = []
     try:
+        if many:
+            check_list_items(ys, set(map(type, ys)), "y")
         for i, (yi, oi) in enumerate(zip(ys, outs)):
             name = f"y[{i}]" if many else "y"
             yi, _, xp = one_array(yi, name)
