@@ -26,13 +26,19 @@ from .transports import (
     transport_chain,
 )
 from .transports._control import allgather_object, exchange_extents
-from .transports.shm import shared_empty
+from .transports.shm import holder_of, shared_empty
 
 __all__ = ["Communicator", "Grid", "Explanation", "Bucket", "as_communicator", "DEFAULT_BUCKET_BYTES", "EXPLAINED"]
 
 
 #: The collectives :meth:`Communicator.explain` explains, and the transport primitive each calls.
-EXPLAINED = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter", "all_gather": "allgatherv"}
+EXPLAINED = {
+    "all_reduce": "allreduce",
+    "reduce_scatter": "reduce_scatter",
+    "all_gather": "allgatherv",
+    "shift": "sendrecv",
+}
+_REDUCING = ("all_reduce", "reduce_scatter")
 
 _log = child("transport")
 
@@ -427,7 +433,8 @@ class Communicator:
         x : array_like or list of array_like
             A NumPy or CuPy array, or a list of them (the coalesced form).
         collective : str
-            ``"all_reduce"`` (default), ``"reduce_scatter"`` or ``"all_gather"``.
+            ``"all_reduce"`` (default), ``"reduce_scatter"``, ``"all_gather"`` or
+            ``"shift"`` (its messages, whatever ``offset``: one per array).
         op : str or mpi4py.MPI.Op
             The reduction (``all_reduce``, ``reduce_scatter``); ignored by ``all_gather``.
         axis : int
@@ -460,7 +467,7 @@ class Communicator:
         if collective not in EXPLAINED:
             raise ArgumentError(f"collective: expected one of {', '.join(map(repr, EXPLAINED))}; got {collective!r}")
         many, kind, xs, op = _explained_inputs(x, collective, op)
-        reducing = collective != "all_gather"
+        reducing = collective in _REDUCING
         known = set(self.state)
         notes: List[str] = []
         each, exchanged = self._explained_sizes(xs, collective, axis, sizes, many)
@@ -485,8 +492,8 @@ class Communicator:
                 tuple(notes),
             )
         choice = self.transport_for(xs[0]) if xs else choose_transport(self, kind)
-        t = self.transport_of(kind, nbytes)
-        plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many, notes)
+        t = self.transport_of(kind) if collective == "shift" else self.transport_of(kind, nbytes)
+        plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many or collective == "shift", notes)
         split, movers = self._explained_buckets(xs, wire, t, EXPLAINED[collective], reducing, many)
         if t.name != choice.name or movers != (t.name,):
             notes.append(
@@ -532,6 +539,11 @@ class Communicator:
         self, xs: List[Any], wire: List[int], t: Any, primitive: str, reducing: bool, many: bool
     ) -> Tuple[Optional[List["Bucket"]], Tuple[str, ...]]:
         """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them."""
+        if primitive == "sendrecv":  # a shift: one message per array that has elements, in one call
+            mover = _in_place_mover(t, xs)
+            if not many:
+                return None, (mover,)
+            return [Bucket((i,), n, mover) for i, n in enumerate(wire) if n], (mover,)
         if not many:
             return None, (_mover(t, primitive, wire[0]),)
         split: List[Bucket] = []
@@ -699,7 +711,7 @@ class Explanation:
     Attributes
     ----------
     collective : str
-        ``"all_reduce"``, ``"reduce_scatter"`` or ``"all_gather"``.
+        ``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"`` or ``"shift"``.
     kind : str
         ``"numpy"`` or ``"cupy"``: the arrays' kind, which selects the transports.
     transport : str or None
@@ -714,8 +726,8 @@ class Explanation:
     plans : dict of str to ReducePlan
         Reductions: per dtype name, the wire dtype, wire op, widening and ``avg``'s division.
     moves_as : dict of str to str
-        All-gathers: per dtype name, the dtype its bytes move as (16-bit floats as ``uint16``, lists as
-        raw ``uint8``).
+        All-gathers and shifts: per dtype name, the dtype its bytes move as (16-bit floats as ``uint16``;
+        lists, and a shift's messages, as raw ``uint8``).
     buckets : list of Bucket or None
         Lists: the messages, in order (reductions: per dtype, then by ``comm.bucket_bytes``).
     size_exchange : bool
@@ -773,6 +785,16 @@ def _mover(t: Any, primitive: str, nbytes: int) -> str:
     return str(t.name)
 
 
+def _in_place_mover(t: Any, xs: List[Any]) -> str:
+    """The transport that moves a ``sendrecv`` of ``xs`` for ``t``: ``shm`` reads the messages in place only
+    where they lie in node-shared memory (``shared_empty``; on every rank, which this rank cannot see) and
+    hands the others to its ``host``."""
+    host = getattr(t, "host", None)
+    if getattr(t, "_mine", None) is not None and host is not None and not all(holder_of(a) for a in xs):
+        return str(host.name)
+    return str(t.name)
+
+
 def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List[Any], Any]:
     """:meth:`Communicator.explain`'s arrays, checked as the collective checks them before communicating:
     ``(many, kind, arrays, op)`` (``op`` normalised for a reduction)."""
@@ -788,7 +810,7 @@ def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List
     xs = [a for a, _ in arrays]
     for i, a in enumerate(xs):
         check_dtype(a.dtype, f"x[{i}]" if many else "x")
-    if collective != "all_gather":
+    if collective in _REDUCING:
         op = normalize_op(op)
         for a in xs:
             reduce_plan(a.dtype, op)  # the collective's own refusal, before any communication
@@ -796,15 +818,16 @@ def _explained_inputs(x: Any, collective: str, op: Any) -> Tuple[bool, str, List
 
 
 def _explained_dtypes(
-    xs: List[Any], op: Any, t: Any, each: List[int], reducing: bool, many: bool, notes: List[str]
+    xs: List[Any], op: Any, t: Any, each: List[int], reducing: bool, raw: bool, notes: List[str]
 ) -> Tuple[Dict[str, ReducePlan], Dict[str, str], List[int]]:
     """:meth:`Communicator.explain`'s dtype facts: a reduction's plan per dtype (its notes appended to
-    ``notes``) or a movement's wire dtype per dtype, and the bytes each array puts on the wire."""
+    ``notes``) or a movement's wire dtype per dtype (``raw``: bytes), and the bytes each array puts on the
+    wire."""
     plans: Dict[str, ReducePlan] = {}
     moves_as: Dict[str, str] = {}
     if not reducing:
         for a in xs:
-            moves_as[a.dtype.name] = "uint8" if many else movement_dtype(a.dtype).name
+            moves_as[a.dtype.name] = "uint8" if raw else movement_dtype(a.dtype).name
         return plans, moves_as, each
     for a in xs:
         name = a.dtype.name

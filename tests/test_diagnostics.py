@@ -26,7 +26,7 @@ from hpccoll.transports.shm import SharedMemory
 
 serial_only = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")
 
-PRIMITIVES = ("allgatherv", "reduce_scatter", "allreduce")
+PRIMITIVES = ("allgatherv", "reduce_scatter", "allreduce", "sendrecv")
 
 
 class Trace:
@@ -176,6 +176,45 @@ def test_explain_says_what_the_collective_does(case):
         agree(c, check)
         if bucket_bytes and c.size > 1:
             agree(c, len(e.buckets) > 1, f"expected several buckets: {e.buckets}")  # the case tests a split
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda g: g.standard_normal(5),
+        lambda g: g.standard_normal(1 << 16),  # 512 KiB
+        lambda g: [g.standard_normal(3).astype("f4"), np.empty(0), g.integers(0, 9, (4, 2))],
+    ],
+    ids=["small", "512KiB", "list"],
+)
+def test_explain_shift(make):
+    """explain(x, "shift"): the transport and movers of the call that follows, one message per non-empty array."""
+    with hpccoll.Communicator() as c:
+        x = make(rng_for(c))
+        e = c.explain(x, "shift")
+        with traced() as t:
+            hpccoll.shift(x, c)
+        many = isinstance(x, list)
+        arrays = x if many else [x]
+
+        def check():
+            assert e.collective == "shift" and e.nbytes == sum(a.nbytes for a in arrays) and e.plans == {}, e
+            if c.size == 1:
+                assert (e.transport, e.moved_by, e.buckets) == (None, (), None), e
+                return
+            assert set(t.chosen) == {e.transport}, (t.chosen, e)
+            assert [chain[0][:2] for chain in t.messages] == [(e.transport, "sendrecv")], t.messages
+            assert tuple(dict.fromkeys(chain[-1][0] for chain in t.messages)) == e.moved_by, (t.messages, e)
+            assert e.moves_as == {a.dtype.name: "uint8" for a in arrays}, e
+            sent = [buf.nbytes for buf, _ in t.messages[0][0][2]]
+            if many:
+                assert [b.nbytes for b in e.buckets] == sent, (e.buckets, sent)
+                assert [b.arrays for b in e.buckets] == [(i,) for i, a in enumerate(arrays) if a.size], e.buckets
+            else:
+                assert e.buckets is None and sent == [x.nbytes], (e, sent)
+
+        agree(c, check)
 
 
 @pytest.mark.mpi

@@ -50,3 +50,17 @@ def test_shift_jax(comm, mode):
             assert_same(np.asarray(grad(G[r])), W[(r + 2) % P], comm)
         finally:
             hcj.LOWERING = before
+
+
+def test_shift_scipy(comm):
+    """SciPy: the Shift operator as a LinearOperator; rmatvec is the shift back (matvec's adjoint)."""
+    pytest.importorskip("scipy")
+    import hpccoll
+    from hpccoll.adapters.scipy import aslinearoperator
+
+    P, r = comm.size, comm.rank
+    G, W = stack(comm), stack(comm, seed=11)
+    shape = G.shape[1:]
+    A = aslinearoperator(hpccoll.Shift(comm, offset=2), shape, shape)
+    assert_same(A.matvec(G[r].ravel()).reshape(shape), G[(r - 2) % P], comm)
+    assert_same(A.rmatvec(W[r].ravel()).reshape(shape), W[(r + 2) % P], comm)
