@@ -15,9 +15,10 @@ interleaved round by round on the same data:
 - ``hcj callback`` the same, lowered as the ordered host callback (``hcj.LOWERING = "callback"``):
                    XLA copies the callback's result into its output
 - ``mpi4jax jit``  a ``jax.jit`` function holding mpi4jax's call
-- ``jit no-op``    a ``jax.jit`` function holding one ordered ``io_callback`` that does nothing: what JAX
-                   itself costs per call of a jitted function with an ordered effect (dispatch, the
-                   token, one Python callback), with no collective
+- ``jit no-op``    a ``jax.jit`` function of the same input holding one ordered ``io_callback`` that
+                   does nothing, returning the input's first element: what JAX itself costs per call
+                   of a jitted function with an ordered effect (dispatch, the token, one Python
+                   callback), with no collective
 
 Collectives: ``all_reduce`` (sum; mpi4jax ``allreduce``), ``all_gather`` along
 axis 0 with ``sizes`` given (mpi4jax ``allgather``, which stacks the shards:
@@ -112,7 +113,7 @@ def cases(x: jax.Array, xn: np.ndarray, comm: hpccoll.Communicator, raw: MPI.Int
         m_ar = jax.jit(lambda v: mpi4jax.allreduce(v, MPI.SUM, comm=raw))
         m_ag = jax.jit(lambda v: mpi4jax.allgather(v, comm=raw))
         theirs = {"all_reduce": m_ar, "all_gather": m_ag, "reduce_scatter": m_ar}  # no reduce-scatter in mpi4jax
-    noop = jax.jit(lambda v: (io_callback(_nothing, None, ordered=True), v)[1]).lower(x).compile()
+    noop = jax.jit(lambda v: (io_callback(_nothing, None, ordered=True), v[:1])[1]).lower(x).compile()
     out = {}
     for name in numpy:
         row = {
