@@ -12,10 +12,14 @@ prepared calls and the collective's own finishing step (``avg``'s divide, an
 unpacking copy), nothing else.
 
 That replay is only right when every buffer the recorded calls read is
-``x``'s own memory (its current contents are then what moves). Where the
-collective packed, widened or copied ``x`` first (a non-contiguous input, an
-inner axis, float16 on a transport that widens, out-of-place broadcast, list
-forms), or moved nothing (one rank), the plan *calls the collective* instead,
+``x``'s own memory (its current contents are then what moves), or memory
+that the collective's finishing step says it rewrites from ``x`` before the
+messages (its ``refill`` and ``fills``: the halo exchange's ``out`` and the
+copies of faces a transport cannot move where they lie), which the plan then
+reruns before each call. Where the collective packed, widened or copied ``x``
+otherwise (a non-contiguous input, an inner axis, float16 on a transport that
+widens, out-of-place broadcast, list forms), or moved nothing (one rank), the
+plan *calls the collective* instead,
 with everything that was agreed kept (no check-mode exchange per call) and
 the same ``out`` every time. Every rank makes the same choice: the ranks
 agree on it when the plan is made.
@@ -452,8 +456,11 @@ def _replayable(log: _Log, x: Any, finish: Optional[Callable[[], Any]], rank: in
     """Whether replaying the recorded calls, then ``finish``, is the collective on ``x``'s current contents."""
     if log.impure or not log.calls or finish is None or isinstance(x, (list, tuple)):
         return False
+    sources = [x, *getattr(finish, "fills", ())]  # x, and what the collective's refill step rewrites from x
     return all(
-        buf is None or _within(buf, x) for _, primitive, args in log.calls for buf in _read(primitive, args, rank)
+        buf is None or getattr(buf, "nbytes", 1) == 0 or any(_within(buf, a) for a in sources)  # 0 B: read nothing
+        for _, primitive, args in log.calls
+        for buf in _read(primitive, args, rank)
     )
 
 
@@ -500,6 +507,9 @@ def _replay(c: Communicator, name: str, log: _Log, finish: Callable[[], Any], me
         prepared.append(t.prepare(primitive, args, how))
     transport = log.calls[0][0]
     runs = [p.run for p in prepared]
+    refill = getattr(finish, "refill", None)  # the collective's steps before its messages (halo: packing)
+    if refill is not None:
+        runs.insert(0, refill)
     if len(runs) == 1:
         run = runs[0]
 
@@ -515,6 +525,8 @@ def _replay(c: Communicator, name: str, log: _Log, finish: Callable[[], Any], me
             return finish()
 
     def begin() -> Any:
+        if refill is not None:
+            refill()
         return [p.start() for p in prepared], transport.bind_finish(finish)
 
     def end(started: Any) -> Any:
@@ -530,8 +542,10 @@ def _replay(c: Communicator, name: str, log: _Log, finish: Callable[[], Any], me
     methods = tuple(p.method for p in prepared)
     if isinstance(finish, Ready) and len(prepared) == 1 and len(prepared[0].steps) <= 2:
         return Plan(name, finish.out, methods, call, begin, end, free, prepared[0].steps)
-    with np.errstate(all="ignore"):  # what the recorded run left in its buffers is no data yet
-        result = finish()  # the result object (its contents are the first call's)
+    result = getattr(finish, "result", None)  # a refilling step's (running it now could write x: the adjoint)
+    if result is None:
+        with np.errstate(all="ignore"):  # what the recorded run left in its buffers is no data yet
+            result = finish()  # the result object (its contents are the first call's)
     return Plan(name, result, methods, call, begin, end, free)
 
 

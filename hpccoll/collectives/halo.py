@@ -6,10 +6,14 @@ ghost that stands for a cell inside the domain with the owner's value; the
 adjoint adds each such ghost's cotangent into the owned cell it came from and
 zeroes the ghost. Both are one ``sendrecv`` of the transport contract: host
 MPI posts an ``Irecv`` into each ghost region and an ``Isend`` of each
-boundary region, straight from the array where the region is contiguous
-(packed into a buffer where it is not); its default, for every other
-transport, is one all-to-all of the packed bytes (NCCL groups its sends and
-receives).
+boundary region, straight from the array, contiguous or strided (MPI derived
+datatypes, up to the transport's ``strided_messages``: :func:`_in_place`);
+other regions, and every strided one on a transport that moves only
+contiguous buffers (NCCL, staged, cuda_mpi), are packed into buffers of the
+exchange's own (the contract's default ``sendrecv`` is one all-to-all of the
+packed bytes; NCCL groups its sends and receives). A plan (:func:`hpccoll.plan`)
+keeps those buffers and repacks them on each call (:class:`_Refilled`); on
+host MPI its messages are persistent requests on every layout.
 
 The messages: for every direction ``o`` (the ``2d`` faces, and with
 ``corners`` the edges and corners too, ``3**d - 1`` in all), rank r sends the
@@ -28,11 +32,11 @@ Kept exchanges: a stencil code exchanges the same array, in place (or into the
 same ``out``), every step. When every rank makes the same such call a second
 time (one NumPy array, no check mode), the ranks prepare its messages together
 once, as a plan would (:func:`hpccoll.transports._tuned.choose_method`: MPI
-persistent requests where they measured faster), and keep them on the
+persistent requests on host MPI), and keep them on the
 communicator, up to :data:`KEEP` exchanges (each holds its arrays). A region
-that is not contiguous in the array (the faces across a later grid axis) keeps
-its own send or receive buffer: each call packs into it before the messages,
-or lands from it after them. From then on every call of a communicator
+that the transport cannot move where it lies keeps its own send or receive
+buffer: each call packs into it before the messages, or lands from it after
+them. From then on every call of a communicator
 with kept exchanges starts with one ``Allreduce`` (``MAX``) of two int64 (the serial
 number of the kept exchange the call matches and its negative, or -1; an MPI
 persistent request where MPI has them): where every rank
@@ -59,6 +63,7 @@ from .._core.validate import check_out, one_array, outs_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._request import Request
 from ..transports._control import MAX_DIMS, exchange_shapes
+from ..transports._mpitypes import strided
 from ..transports._tuned import choose_method
 from ..transports.shm import holder_of
 
@@ -333,12 +338,24 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     assert layout is not None  # _agree raised every rank's error
     xp = module_of(kind)
     results = [f.out for f in fields]
-    for f in fields:
-        if f.out is not f.x:
-            xp.copyto(f.out, f.x)
-    outgoing, incoming, packs, landing = _messages(results, layout, adjoint, key is not None, xp)
+    # Every rank's field in node-shared memory: the transport that reads the neighbours' boundaries in place;
+    # else the smallest messages' transport. A choice every rank makes alike.
+    transport = c.shared_transport() if shared else c.transport_of(kind)
+    # the largest strided face the transport moves where it lies (NumPy views; 0: none)
+    limit = getattr(transport, "strided_messages", 0) if kind == "numpy" else 0
+    outgoing, incoming, packs, zeros, landing = _messages(results, layout, adjoint, xp, limit)
+    copies = [(f.out, f.x) for f in fields if f.out is not f.x]
+
+    def refill() -> None:
+        """Everything before the messages: out from x, the sent copies from their regions."""
+        for dst, src in itertools.chain(copies, packs):
+            xp.copyto(dst, src)
+
+    refill()
 
     def finish() -> Any:
+        for region in zeros:  # the adjoint's sent ghosts (sent as copies)
+            region[...] = 0
         for buf, target in landing:
             piece = buf.reshape(target.shape)
             if adjoint:
@@ -349,9 +366,6 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
 
     if not outgoing and not incoming:
         return done(finish(), async_op, kind)
-    # Every rank's field in node-shared memory: the transport that reads the neighbours' boundaries in place;
-    # else the smallest messages' transport. A choice every rank makes alike.
-    transport = c.shared_transport() if shared else c.transport_of(kind)
     if keep:  # every rank wants it: prepared together (its pack and land buffers kept with it), run now
         assert key is not None
         unpacks = [(target, buf.reshape(target.shape)) for buf, target in landing]
@@ -362,7 +376,28 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
         return _start(entry)
     # Every ghost received straight into place: nothing is left to finish.
     step: Callable[[], Any] = Ready(results[0]) if not landing and not many else finish
+    if copies or packs or landing:  # what a plan reruns before the messages, and the result (hpccoll.plan)
+        fills = [dst for dst, _ in itertools.chain(copies, packs)]
+        step = _Refilled(step, refill, fills, results if many else results[0])
     return launch(transport, "sendrecv", (outgoing, incoming), step, async_op)
+
+
+class _Refilled:
+    """A finishing step, and what a rerun of the same messages does first (:func:`hpccoll.plan` reads it).
+
+    ``refill`` rewrites every buffer in ``fills`` (``out``, the sent copies of regions that are not
+    contiguous) from ``x``'s current contents; a plan whose messages send only ``x`` and ``fills`` runs
+    ``refill``, the prepared messages and the finishing step, whose ``result`` is known without running it
+    (the adjoint's finishing step writes ``out``: run without its messages, it would spoil ``x``).
+    """
+
+    __slots__ = ("finish", "refill", "fills", "result")
+
+    def __init__(self, finish: Callable[[], Any], refill: Callable[[], None], fills: List[Any], result: Any) -> None:
+        self.finish, self.refill, self.fills, self.result = finish, refill, fills, result
+
+    def __call__(self) -> Any:
+        return self.finish()
 
 
 def _checked(
@@ -408,42 +443,61 @@ def _checked(
 
 
 def _messages(
-    results: List[Any], layout: _Layout, adjoint: bool, keeping: bool, xp: Any
-) -> Tuple[list, list, list, list]:
-    """The exchange's messages on the results: ``(outgoing, incoming, packs, landing)``.
+    results: List[Any], layout: _Layout, adjoint: bool, xp: Any, limit: int
+) -> Tuple[list, list, list, list, list]:
+    """The exchange's messages on the results: ``(outgoing, incoming, packs, zeros, landing)``.
 
-    ``outgoing``/``incoming`` are the transport's ``(buffer, rank)`` lists in message order: views of the
-    regions where they are contiguous, else copies (a copy of each sent region in the adjoint, whose sent
-    ghosts are zeroed here, after their copies). ``packs`` pairs a kept exchange's (``keeping``) send copies
-    with their regions; ``landing`` pairs each receive buffer that is not its region with that region.
+    ``outgoing``/``incoming`` are the transport's ``(buffer, rank)`` lists in message order: the regions
+    themselves where they are contiguous, or strided and moved so (:func:`_in_place`: host MPI's derived
+    datatypes), else buffers of their own. ``packs`` pairs each sent buffer that is not its region
+    (shaped as the region) with that region, to be filled before the messages (the adjoint sends copies of
+    its ghosts, then ``zeros`` them); ``landing`` pairs each receive buffer that is not its region with that
+    region (the adjoint adds what arrives into the owned cells).
     """
-    # The adjoint sends the filled ghosts' cotangents back and adds what arrives into the owned cells.
     sends, recvs = (layout.recvs, layout.sends) if adjoint else (layout.sends, layout.recvs)
     outgoing: List[Tuple[Any, int]] = []
-    packs: List[Tuple[Any, Any]] = []  # (send buffer, region) where the buffer is a copy
+    packs: List[Tuple[Any, Any]] = []
+    zeros: List[Any] = []
     for q in sorted(sends):
         for i, r in sends[q]:
             piece = results[i][r]
-            buf = _flat(piece, xp, copy=adjoint)  # the adjoint zeroes these ghosts next
-            outgoing.append((buf, q))
-            if keeping and not piece.flags.c_contiguous:
-                packs.append((buf.reshape(piece.shape), piece))
-    if adjoint:
-        for regions in sends.values():
-            for i, r in regions:
-                results[i][r] = 0
+            if adjoint or not _in_place(piece, limit):
+                buf = xp.empty(piece.shape, piece.dtype)
+                packs.append((buf, piece))
+                outgoing.append((buf.reshape(-1), q))
+                if adjoint:
+                    zeros.append(piece)
+            else:
+                outgoing.append((piece.reshape(-1) if piece.flags.c_contiguous else piece, q))
     incoming: List[Tuple[Any, int]] = []
-    landing: List[Tuple[Any, Any]] = []  # (received buffer, the region it goes to) where it is not the region itself
+    landing: List[Tuple[Any, Any]] = []
     for q in sorted(recvs):
         for i, r in recvs[q]:
             target = results[i][r]
-            if not adjoint and target.flags.c_contiguous:
-                incoming.append((target.reshape(-1), q))  # straight into the ghosts
-            else:
+            if adjoint or not _in_place(target, limit):
                 buf = xp.empty(target.size, target.dtype)
                 incoming.append((buf, q))
                 landing.append((buf, target))
-    return outgoing, incoming, packs, landing
+            else:  # straight into the ghosts
+                incoming.append((target.reshape(-1) if target.flags.c_contiguous else target, q))
+    return outgoing, incoming, packs, zeros, landing
+
+
+def _in_place(region: Any, limit: int) -> bool:
+    """Whether a message moves ``region`` where it lies: contiguous, or strided and within ``limit`` bytes or
+    in contiguous runs of at least ``limit`` bytes (a transport's ``strided_messages``; 0: never)."""
+    if region.flags.c_contiguous:
+        return True
+    if not limit or not strided(region):
+        return False
+    if region.nbytes <= limit:
+        return True
+    run = region.itemsize  # the bytes of the innermost contiguous run
+    for n, s in zip(region.shape[::-1], region.strides[::-1]):
+        if n > 1 and s != run:
+            break
+        run *= n
+    return run >= limit
 
 
 def _layout_of(c: Any, grid: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool) -> _Layout:
@@ -461,13 +515,6 @@ def _layout_of(c: Any, grid: Any, fields: List[_Field], widths: Tuple[int, ...],
 def _views(out: Any, layout: _Layout) -> bool:
     """Whether every region the forward sends or receives is C-contiguous in ``out`` (moved without copies)."""
     return all(out[r].flags.c_contiguous for side in (layout.sends, layout.recvs) for v in side.values() for _, r in v)
-
-
-def _flat(piece: Any, xp: Any, copy: bool) -> Any:
-    """``piece`` as a 1-D C-contiguous buffer: a view when it is one (and no ``copy`` is needed), else a copy."""
-    if piece.flags.c_contiguous and not copy:
-        return piece.reshape(-1)
-    return xp.ascontiguousarray(piece).reshape(-1) if not copy else piece.copy().reshape(-1)
 
 
 def _agree(

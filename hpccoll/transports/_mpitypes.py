@@ -27,6 +27,8 @@ __all__ = [
     "displacements",
     "committed",
     "buffer_address",
+    "strided",
+    "region",
     "saturating_sums",
     "library",
     "unowned_nonblocking",
@@ -83,6 +85,90 @@ def buffer_address(a: Any) -> int:
 
 
 _get_address: Any = None
+
+
+def strided(a: Any) -> bool:
+    """Whether :func:`region` describes NumPy view ``a``: every stride of an axis longer than 1 positive and a
+    multiple of the itemsize (what slicing with positive steps gives; a reversed or reinterpreted view is
+    not)."""
+    size = a.itemsize
+    return all(s > 0 and s % size == 0 for n, s in zip(a.shape, a.strides) if n > 1)
+
+
+def region(a: Any) -> list:
+    """An mpi4py message spec of NumPy view ``a`` (C-contiguous or :func:`strided`): its elements in C order,
+    read or written where they lie (no copy), as :func:`element`s, so that both ends of a message have one
+    type signature whatever their layouts.
+
+    A C-contiguous view is ``size`` elements; any other, one element of a derived datatype (nested
+    ``MPI_Type_create_hvector``, cached by shape and strides) on a byte view that spans ``a`` from its first
+    element to its last (a view of ``a``'s memory: a request holding it keeps that memory alive).
+    """
+    t, per_item = element(a.dtype)
+    if a.flags.c_contiguous:
+        return [a.reshape(-1).view(_BYTE), a.size * per_item, t]
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.strides)) // a.itemsize
+    whole = np.lib.stride_tricks.as_strided(a, (span,), (a.itemsize,))
+    return [whole.view(_BYTE), 1, region_type(a.shape, a.strides, a.dtype)]
+
+
+def element(dtype: np.dtype) -> Any:
+    """``(datatype, count per item)``: how :func:`region` counts ``dtype``'s items, the dtype's predefined MPI
+    datatype where it has one of its size, else its bytes (cached): MPI packs typed elements faster than runs of
+    bytes (docs/benchmarks.md, halo exchange on every face layout). Both ends of a message count it alike."""
+    got = _ELEMENTS.get(dtype)
+    if got is None:
+        from mpi4py import MPI
+
+        try:
+            t = mpi_datatype(dtype)
+            ok = t.Get_size() == dtype.itemsize
+        except (KeyError, ValueError, MPI.Exception):  # no predefined MPI datatype
+            ok = False
+        got = _ELEMENTS[dtype] = (t, 1) if ok else (MPI.BYTE, dtype.itemsize)
+    return got
+
+
+def region_type(shape: Sequence[int], strides: Sequence[int], dtype: np.dtype) -> Any:
+    """The committed datatype of :func:`region`: axes of extent 1 dropped, axes that are contiguous with the
+    next merged, then one ``hvector`` per remaining axis, the innermost's blocks the contiguous run (cached)."""
+    itemsize = dtype.itemsize
+    axes: List[List[int]] = []
+    for n, s in zip(shape, strides):
+        if n == 1:
+            continue
+        if axes and axes[-1][1] == n * s:  # the previous axis steps over exactly this one: one axis
+            axes[-1] = [axes[-1][0] * n, s]
+        else:
+            axes.append([n, s])
+    key = (tuple(map(tuple, axes)), dtype)
+    t = _REGIONS.get(key)
+    if t is not None:
+        return t
+    item, run = element(dtype)
+    if axes and axes[-1][1] == itemsize:  # the innermost axis is contiguous: one run
+        run *= axes.pop()[0]
+    if axes:  # the run as the blocks of the next axis out (one vector, as MPI's own subarray types are)
+        n, s = axes.pop()
+        t = item.Create_hvector(n, run, s)
+    else:
+        t = item.Create_contiguous(run)
+    for n, s in reversed(axes):
+        inner = t
+        t = inner.Create_hvector(n, 1, s)
+        inner.Free()
+    t.Commit()
+    if len(_REGIONS) >= 256:  # a program of many layouts: start again (MPI keeps a type alive while in use)
+        for old in _REGIONS.values():
+            old.Free()
+        _REGIONS.clear()
+    _REGIONS[key] = t
+    return t
+
+
+_BYTE = np.dtype(np.uint8)
+_REGIONS: Dict[tuple, Any] = {}
+_ELEMENTS: Dict[np.dtype, Any] = {}
 
 
 #: The integer dtypes whose MPI_SUM could saturate instead of wrapping (8 and 16 bits).

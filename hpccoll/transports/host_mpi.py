@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -17,8 +18,10 @@ from ._mpitypes import (
     _OPS,
     committed,
     displacements,
+    library,
     mpi_datatype,
     mpi_op,
+    region,
     saturating_sums,
     signed_unsigned_extrema,
 )
@@ -59,10 +62,18 @@ class HostMPI(Transport):
     #: broadcast on one rank, a non-blocking or a planned one on the other). The choice depends only on the
     #: communicator's size, the same on every rank. False keeps MPI's ``Bcast`` at two ranks too.
     pair_bcast = True
+    #: ``sendrecv`` takes NumPy views that are not contiguous (positive strides, multiples of the itemsize:
+    #: ``_mpitypes.strided``) and moves them where they lie, as MPI derived datatypes: the halo exchange sends
+    #: strided regions of up to this many bytes so, or in contiguous runs of at least this many; it packs
+    #: others. 4 KiB on MPICH, whose datatype engine moved larger strided messages in short runs slower than
+    #: NumPy's packing plus a contiguous send; any size elsewhere (docs/benchmarks.md, strided messages).
+    strided_messages = sys.maxsize
 
     def __init__(self, comm: Any) -> None:
         super().__init__(comm)
         self._mpi = comm.mpi  # the private duplicate: fixed for the Communicator's life
+        if library().startswith("MPICH"):
+            self.strided_messages = min(self.strided_messages, 4096)
         self.saturates = saturating_sums()
         self._flip_extrema = signed_unsigned_extrema()
         rank, parts = comm.rank, comm.size
@@ -214,18 +225,19 @@ class HostMPI(Transport):
     ) -> "_Requests":
         """:meth:`_messages`' requests made by ``receive`` and ``send`` (``Irecv``/``Isend``, or ``Recv_init``/
         ``Send_init``): every receive first, the k-th message of a pair tagged ``_MESSAGE_TAG + k``."""
-        byte = _DATATYPES.get(_BYTE) or mpi_datatype(_BYTE)
         requests = []
         for make, messages in ((receive, recvs), (send, sends)):
             seen: dict = {}
             for buf, q in messages:
                 k = seen[q] = seen.get(q, -1) + 1
-                requests.append(make([buf.view(_BYTE), buf.nbytes, byte], q, _MESSAGE_TAG + k))
+                requests.append(make(region(buf), q, _MESSAGE_TAG + k))
         return _Requests(requests)
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """The MPI call of ``primitive(*args)`` built once: its blocking form, or (``method="persistent"``,
-        MPI >= 4) a persistent request started and completed on each run.
+        MPI >= 4) a persistent request started and completed on each run. ``sendrecv`` is persistent
+        requests whatever ``method``: point-to-point ones exist in every MPI, and do strictly less per run
+        than the ``Irecv``/``Isend`` pairs they stand for.
 
         The calls whose arguments change from run to run keep the contract's
         default (the primitive itself each time): uint64 max/min where MPI
@@ -236,10 +248,8 @@ class HostMPI(Transport):
             return Prepared(self, primitive, args)
         if primitive == "alltoallv" and not (args[4] or self.comm.size > self.pairwise_max_ranks):
             return Prepared(self, primitive, args)
-        if primitive == "sendrecv":
-            if method != "persistent" or not self.persistent:
-                return Prepared(self, primitive, args)
-            fixed = self._neighbourhood(*args)
+        if primitive == "sendrecv":  # persistent whatever the method
+            fixed = self._persistent_messages(*args)
         else:
             name, mpi_args, then = _BUILDERS[primitive](self, *args)
             if method == "persistent" and self.persistent:
@@ -250,51 +260,31 @@ class HostMPI(Transport):
         self._prepared.add(fixed)
         return fixed
 
+    def measured_on(self, primitive: str, args: tuple) -> Optional[Tuple[Transport, tuple]]:
+        """Where a plan's persistent-or-blocking choice is measured: here, on host buffers; ``None`` (nothing
+        to measure) for ``sendrecv``, which :meth:`prepare` makes persistent requests whatever the method, and
+        for a subclass on device buffers (``cuda_mpi``: ``"blocking"``)."""
+        return None if primitive == "sendrecv" or self.array_kind != "numpy" else (self, args)
+
     def _flips(self, primitive: str, args: tuple) -> bool:
         """Whether the call is uint64 max/min on an MPI that compares them as signed (:meth:`_flipped`)."""
         if not self._flip_extrema or primitive not in ("allreduce", "reduce_scatter", "reduce"):
             return False
         return bool(args[1].dtype == _UINT64 and args[-1 if primitive != "reduce" else 2] in _EXTREMA)
 
-    def _neighbourhood(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> "_Fixed":
-        """:meth:`_messages` as one MPI-4 persistent neighbourhood collective (collective).
+    def _persistent_messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> "_Fixed":
+        """:meth:`_messages` as persistent ``Recv_init``/``Send_init`` requests, started and completed together
+        on each run: the same messages, tags and datatypes as the ``Irecv``/``Isend`` pairs (a rank running
+        them matches a rank running those), strided buffers as one element of their derived datatype
+        (:func:`~hpccoll.transports._mpitypes.region`). Local: no rank waits for another to prepare them.
 
-        ``Neighbor_alltoallw_init`` on a distributed graph of this call's
-        edges, one per message in the contract's order (the k-th message a
-        rank sends another matches the k-th that one receives from it, as the
-        pairs' tags make them match), byte counts at the buffers' absolute
-        addresses (``MPI_BOTTOM``). Measured faster than the same messages as
-        persistent ``Recv_init``/``Send_init`` pairs on both MPIs this project
-        tests (docs/benchmarks.md, halo exchange); where the MPI library has no
-        persistent neighbourhood collectives, those pairs.
+        A persistent ``Neighbor_alltoallw_init`` on a graph of the messages was the form here until the
+        strided faces: it measured within the pairs' noise (docs/bench/halo_1205_*), and it is collective,
+        so a library that refuses it on one rank only (Open MPI 5.0.11 did, once, in the suite at 3 ranks)
+        left the ranks in different forms of one exchange, which hangs.
         """
-        from mpi4py import MPI
-
-        graph = None
-        try:
-            # From a communicator without a topology: Open MPI 5.0.11 builds the graph of a Cartesian one
-            # wrongly (mpi4py then counts the Cartesian neighbours; Neighbor_alltoallw_init crashes).
-            plain = self._mpi.Split(0, self.comm.rank)
-            try:
-                graph = plain.Create_dist_graph_adjacent([q for _, q in recvs], [q for _, q in sends], reorder=False)
-            finally:
-                plain.Free()
-
-            def spec(messages: Sequence[Tuple[Any, int]]) -> list:
-                counts = [b.nbytes for b, _ in messages]
-                return [
-                    MPI.BOTTOM,
-                    (counts, [MPI.Get_address(b) if b.nbytes else 0 for b, _ in messages]),
-                    [MPI.BYTE] * len(counts),
-                ]
-
-            request = graph.Neighbor_alltoallw_init(spec(sends), spec(recvs))
-        except (NotImplementedError, AttributeError, MPI.Exception):  # the same library on every rank
-            if graph is not None:
-                graph.Free()
-            pairs = self._message_requests(sends, recvs, self._mpi.Recv_init, self._mpi.Send_init)
-            return _Fixed(pairs, None, self.comm, "the point-to-point messages", (sends, recvs))
-        return _Neighbourhood(request, graph, self.comm, (sends, recvs))
+        pairs = self._message_requests(sends, recvs, self._mpi.Recv_init, self._mpi.Send_init)
+        return _Fixed(pairs, None, self.comm, "the point-to-point messages", (sends, recvs))
 
     def close(self) -> None:
         for fixed in list(self._prepared):
@@ -453,7 +443,6 @@ class HostMPI(Transport):
 
 #: The first tag of :meth:`HostMPI._messages` (the k-th message between a pair has this plus k).
 _MESSAGE_TAG = 1000
-_BYTE = np.dtype(np.uint8)
 
 #: The tag of :meth:`HostMPI._pairwise`'s messages (any fixed tag would do: nothing else is sent point to point).
 _PAIRWISE_TAG = 11
@@ -488,7 +477,7 @@ _BUILDERS: dict = {
     "gatherv": HostMPI._gatherv,
     "scatterv": HostMPI._scatterv,
     "alltoallv": lambda t, send, recv, sc, rc, even=False: t._alltoallv(send, recv, sc, rc, even),
-    "sendrecv": None,  # point-to-point: persistent requests only (_neighbourhood)
+    "sendrecv": None,  # point-to-point: persistent requests only (_persistent_messages)
 }
 
 
@@ -591,22 +580,6 @@ def _persistent_collectives() -> bool:
         except (NotImplementedError, MPI.Exception):
             _PERSISTENT.append(False)
     return _PERSISTENT[0]
-
-
-class _Neighbourhood(_Fixed):
-    """A persistent neighbourhood collective and the graph communicator it runs on (freed with it)."""
-
-    __slots__ = ("graph",)
-
-    def __init__(self, request: Any, graph: Any, comm: Any, args: tuple) -> None:
-        super().__init__(request, None, comm, "MPI_Neighbor_alltoallw_init (the point-to-point messages)", args)
-        self.graph = graph
-
-    def free(self) -> None:
-        super().free()
-        graph, self.graph = getattr(self, "graph", None), None
-        if graph is not None and not _finalized():
-            graph.Free()
 
 
 def _finalized() -> bool:

@@ -100,6 +100,9 @@ class SharedMemory(Transport):
     in_place = True
     #: It makes node-shared results (``out="shared"``, ``shared_empty``): see :attr:`Transport.shared_results`.
     shared_results = True
+    #: ``sendrecv`` takes strided NumPy views up to its host transport's size (which moves them: they are never
+    #: read in place); see :attr:`HostMPI.strided_messages <hpccoll.transports.host_mpi.HostMPI.strided_messages>`.
+    strided_messages = 0
     #: Per primitive, the ``[low, high)`` message sizes where shm measured faster (docs/bench/shm.md);
     #: when ``auto`` chose shm, messages outside them, all-to-alls and the non-blocking forms go to
     #: host MPI (``HPCCOLL_TRANSPORT=shm`` moves every blocking message through shared memory). A
@@ -164,6 +167,7 @@ class SharedMemory(Transport):
         #: The communicator's host transport (``Communicator.host_transport``: the first usable one declaring
         #: :attr:`~Transport.hosts`, ``mpi`` by default), for what shm leaves to host MPI.
         self.host: Transport = comm.host_transport()
+        self.strided_messages = getattr(self.host, "strided_messages", 0)
         self.saturates = self.host.saturates  # what shm does not move itself, host MPI reduces
         self.bcast_forms_match = self.host.bcast_forms_match  # asked only where host MPI moves the broadcast
         #: The tuning profile's ``transports`` verdicts (``python -m hpccoll tune``), or empty.
@@ -308,7 +312,8 @@ class SharedMemory(Transport):
         u8 = self._ensure_scratch(_MIN_SLOT).u8  # the same size on every rank: tables of up to 2048 rows
         _, line, base = self._begin_round()
         table = u8[base : base + 32 * len(sends)].view(np.int64).reshape(-1, 4)
-        ok = len(sends) <= _MIN_SLOT // 32
+        # strided buffers are not one run of bytes: host MPI moves them (as derived datatypes)
+        ok = len(sends) <= _MIN_SLOT // 32 and all(buf.flags.c_contiguous for buf, _ in recvs)
         for k, (buf, q) in enumerate(sends if ok else ()):
             found = self._locate(buf) if buf.flags.c_contiguous else None
             if found is None:
