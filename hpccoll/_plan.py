@@ -38,6 +38,7 @@ from ._core.launch import Ready
 from ._errors import ArgumentError, HpccollError
 from ._request import DONE, Pending, Request
 from ._tune import choose_method
+from .transports._base import PRIMITIVES, sent
 
 __all__ = ["plan", "Plan", "METHODS"]
 
@@ -465,18 +466,9 @@ def _replayable(log: _Log, x: Any, finish: Optional[Callable[[], Any]], rank: in
 
 
 def _read(primitive: str, args: tuple, rank: int) -> List[Any]:
-    """The buffers whose contents a recorded call sends (``None``: none)."""
-    if primitive in ("allgatherv", "reduce_scatter", "allreduce", "reduce"):
-        return [args[0] if args[0] is not None else args[1]]  # in place: the receive buffer holds the input
-    if primitive in ("alltoallv", "gatherv"):
-        return [args[0]]
-    if primitive == "bcast":
-        return [args[0] if args[1] == rank else None]
-    if primitive == "scatterv":
-        return [args[0] if args[3] == rank else None]
-    if primitive == "sendrecv":
-        return [buf for buf, _ in args[0]]
-    return [object()]  # an unknown primitive: never replayed
+    """The buffers whose contents a recorded call sends (the contract's table, :func:`~hpccoll.transports._base.sent`);
+    an unknown primitive's: never replayed."""
+    return sent(primitive, args, rank) if primitive in PRIMITIVES else [object()]
 
 
 def _within(buf: Any, x: Any) -> bool:
