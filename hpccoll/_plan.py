@@ -243,7 +243,11 @@ _nothing = ().__len__
 
 
 def _freed(collective: str) -> Any:
-    raise HpccollError(f"plan of {collective}: the plan was freed; expected a live plan (make a new one)")
+    raise _freed_error(collective)
+
+
+def _freed_error(collective: str) -> HpccollError:
+    return HpccollError(f"plan of {collective}: the plan was freed; expected a live plan (make a new one)")
 
 
 def plan(collective: Any, x: Any, comm: Any = None, *, out: Any = None, method: str = "auto", **options: Any) -> Plan:
@@ -351,7 +355,8 @@ def _placed(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return tuple(_placed(a) for a in x)
     try:
-        address = int(x.data.ptr) if hasattr(x, "__cuda_array_interface__") else x.__array_interface__["data"][0]
+        # CuPy's .data.ptr: reading its __cuda_array_interface__ (even by hasattr) may synchronise the device
+        address = x.__array_interface__["data"][0] if hasattr(x, "__array_interface__") else int(x.data.ptr)
     except (AttributeError, TypeError, KeyError):
         return None
     return (address, x.shape, x.strides, str(x.dtype))
@@ -362,7 +367,7 @@ def _unchanged(c: Communicator, name: str, x: Any, placed: Any, freed: bool) -> 
     plan not freed, on every rank (one agreement: any rank's failure raises on every rank)."""
     err: Optional[HpccollError] = None
     if freed:
-        err = HpccollError(f"plan of {name}: the plan was freed; expected a live plan (make a new one)")
+        err = _freed_error(name)
     else:
         now = _placed(x)
         if now != placed:

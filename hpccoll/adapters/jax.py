@@ -429,11 +429,8 @@ def _on_cpu_buffers(fn: Fn) -> Fn:
     """The buffer callback on the CPU: ``fn`` from a NumPy view of XLA's input into one of its output."""
 
     def run(ctx: Any, outs: Any, a: Any, token: Any) -> None:
-        try:
+        with _KEEP:
             fn(np.asarray(a), out=np.asarray(outs[0]))
-        except HpccollError as e:
-            _keep(e)
-            raise
 
     return run
 
@@ -451,12 +448,8 @@ def _on_gpu_buffers(fn: Fn) -> Fn:
 
         out = outs[0]
         device = int(out.__dlpack_device__()[1])
-        try:
-            with cupy.cuda.Device(device), cupy.cuda.ExternalStream(int(ctx.stream), device):
-                fn(_cupy_view(cupy, a), out=_cupy_view(cupy, out))
-        except HpccollError as e:
-            _keep(e)
-            raise
+        with _KEEP, cupy.cuda.Device(device), cupy.cuda.ExternalStream(int(ctx.stream), device):
+            fn(_cupy_view(cupy, a), out=_cupy_view(cupy, out))
 
     return run
 
@@ -562,24 +555,30 @@ def _host_callback(fn: Fn) -> Fn:
     kept: list = []
 
     def call(a: Any) -> np.ndarray:
-        try:
+        with _KEEP:
             if kept:
                 return fn(np.asarray(a), out=kept[0])
             out = np.asarray(fn(np.asarray(a)))
             if 0 < out.nbytes <= REUSE_BYTES and out.flags.writeable and out.flags.c_contiguous:
                 kept.append(out)
             return out
-        except HpccollError as e:
-            _keep(e)
-            raise
 
     return call
 
 
-def _keep(e: HpccollError) -> None:
-    """Keep the hpccoll exception a callback raises, for :func:`reraise`."""
-    with _failed_lock:
-        _failed["last"] = e
+class _Keep:
+    """A callback's context: the hpccoll exception raised inside it is kept for :func:`reraise`, and goes on."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, e: Any, tb: Any) -> None:
+        if isinstance(e, HpccollError):
+            with _failed_lock:
+                _failed["last"] = e
+
+
+_KEEP = _Keep()
 
 
 _RUNTIME_ERRORS = tuple(

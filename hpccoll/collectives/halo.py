@@ -63,7 +63,7 @@ from .._core.validate import check_out, one_array, outs_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._request import Request
 from ..transports._control import MAX_DIMS, exchange_shapes
-from ..transports._mpitypes import strided
+from ..transports._mpitypes import contiguous_run, strided
 from ..transports._tuned import choose_method
 from ..transports.shm import holder_of
 
@@ -490,14 +490,7 @@ def _in_place(region: Any, limit: int) -> bool:
         return True
     if not limit or not strided(region):
         return False
-    if region.nbytes <= limit:
-        return True
-    run = region.itemsize  # the bytes of the innermost contiguous run
-    for n, s in zip(region.shape[::-1], region.strides[::-1]):
-        if n > 1 and s != run:
-            break
-        run *= n
-    return run >= limit
+    return region.nbytes <= limit or contiguous_run(region) >= limit
 
 
 def _layout_of(c: Any, grid: Any, fields: List[_Field], widths: Tuple[int, ...], corners: bool) -> _Layout:

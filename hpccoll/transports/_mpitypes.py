@@ -28,6 +28,7 @@ __all__ = [
     "committed",
     "buffer_address",
     "strided",
+    "contiguous_run",
     "region",
     "saturating_sums",
     "library",
@@ -133,14 +134,7 @@ def region_type(shape: Sequence[int], strides: Sequence[int], dtype: np.dtype) -
     """The committed datatype of :func:`region`: axes of extent 1 dropped, axes that are contiguous with the
     next merged, then one ``hvector`` per remaining axis, the innermost's blocks the contiguous run (cached)."""
     itemsize = dtype.itemsize
-    axes: List[List[int]] = []
-    for n, s in zip(shape, strides):
-        if n == 1:
-            continue
-        if axes and axes[-1][1] == n * s:  # the previous axis steps over exactly this one: one axis
-            axes[-1] = [axes[-1][0] * n, s]
-        else:
-            axes.append([n, s])
+    axes = _merged_axes(shape, strides)
     key = (tuple(map(tuple, axes)), dtype)
     t = _REGIONS.get(key)
     if t is not None:
@@ -164,6 +158,26 @@ def region_type(shape: Sequence[int], strides: Sequence[int], dtype: np.dtype) -
         _REGIONS.clear()
     _REGIONS[key] = t
     return t
+
+
+def _merged_axes(shape: Sequence[int], strides: Sequence[int]) -> List[List[int]]:
+    """``[extent, stride]`` per axis, axes of extent 1 dropped and each axis merged into the one before it
+    where that one steps over exactly it (the axes of one contiguous run become one)."""
+    axes: List[List[int]] = []
+    for n, s in zip(shape, strides):
+        if n == 1:
+            continue
+        if axes and axes[-1][1] == n * s:
+            axes[-1] = [axes[-1][0] * n, s]
+        else:
+            axes.append([n, s])
+    return axes
+
+
+def contiguous_run(a: Any) -> int:
+    """The bytes of NumPy view ``a``'s innermost contiguous run (its itemsize where the innermost axis is strided)."""
+    axes = _merged_axes(a.shape, a.strides)
+    return a.itemsize * (axes[-1][0] if axes and axes[-1][1] == a.itemsize else 1)
 
 
 _BYTE = np.dtype(np.uint8)
