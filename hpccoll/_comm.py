@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from logging import DEBUG
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -14,16 +13,15 @@ from ._arrays import as_array, check_list_items, list_types, prod
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import ArgumentError, HpccollError, MismatchError
 from ._layout import buckets
-from ._log import child, configure
+from ._log import configure
 from ._settings import DEFAULT_BUCKET_BYTES
 from .transports import (
+    Selector,
     choose_transport,
     host_transport_name,
     make_transport,
-    registered,
     resolve_transport_name,
     shared_transport_name,
-    transport_chain,
 )
 from .transports._control import allgather_object, exchange_extents
 from .transports.shm import holder_of, shared_empty
@@ -39,8 +37,6 @@ EXPLAINED = {
     "shift": "sendrecv",
 }
 _REDUCING = ("all_reduce", "reduce_scatter")
-
-_log = child("transport")
 
 
 class Communicator:
@@ -110,7 +106,7 @@ class Communicator:
         "bucket_bytes",
         "state",
         "_transports",
-        "_by_kind",
+        "selector",
         "_owned",
         "_grid",
     )
@@ -138,7 +134,7 @@ class Communicator:
         self.bucket_bytes: int = _settings.get("HPCCOLL_BUCKET_BYTES")
         self.timeout: Optional[float] = timeout
         self._transports: Dict[str, Any] = {}  # name -> instance
-        self._by_kind: Dict[str, Any] = {}  # array kind -> ((min_bytes, instance or name), ...), tried in order
+        self.selector = Selector(self)  # which transport moves each message (one object, read by explain too)
         self.state: Dict[str, Any] = {}
         self._grid: Optional[Grid] = None
 
@@ -326,17 +322,18 @@ class Communicator:
             name = self.state["choice:shared"] = shared_transport_name(self)
         return self.transport_instance(name)
 
-    def transport_of(self, kind: str, nbytes: int = 0) -> Any:
-        """The transport instance a message of ``kind`` arrays (``"numpy"``, ``"cupy"``) uses here.
+    def transport_of(self, kind: str, nbytes: int = 0, primitive: Optional[str] = None, blocking: bool = True) -> Any:
+        """The transport instance that moves a message of ``kind`` arrays (``"numpy"``, ``"cupy"``) here.
 
-        ``nbytes`` is the message size as every rank measures it alike (the
-        whole array of a reduction, the gathered result of an all-gather):
-        ``auto`` may pick a transport by size (:attr:`Transport.min_bytes`).
-        Collective the first time for a kind whose choice needs the other
-        ranks (see :meth:`transport_for`), and the first time a message
-        reaches a size-limited transport's ``min_bytes`` (its probe: every
-        rank gets there at the same call, since they measure ``nbytes``
-        alike); a dictionary lookup afterwards.
+        The communicator's :class:`~hpccoll.transports.Selector` decides;
+        this is its one entry. ``nbytes`` is the message size as every rank
+        measures it alike (the whole array of a reduction, the gathered
+        result of an all-gather). Collective the first time for a kind whose
+        choice needs the other ranks (see :meth:`transport_for`), the first
+        time a message reaches a size-limited transport's ``min_bytes`` (its
+        probe), and at a first-use race (every rank gets there at the same
+        call, since they measure ``nbytes`` alike); a dictionary lookup
+        afterwards.
 
         Parameters
         ----------
@@ -344,43 +341,21 @@ class Communicator:
             The array kind, ``"numpy"`` or ``"cupy"``.
         nbytes : int, optional
             The message size in bytes, alike on every rank (default 0).
+        primitive : str, optional
+            The transport primitive that moves it (``"allreduce"``): the
+            transport that moves that call, where the one for its size hands
+            it on (``shm``: to host MPI). ``None``: the transport for its size.
+        blocking : bool, optional
+            The blocking form of ``primitive`` (default), else the non-blocking one.
 
         Returns
         -------
         Transport
             The transport instance that moves that message.
         """
-        chain = self._by_kind.get(kind)
-        if chain is None:
-            chain = self._by_kind[kind] = tuple(
-                (least, name if least else self.transport_instance(name)) for least, name in transport_chain(self, kind)
-            )
-        for least, inst in chain:
-            if nbytes >= least:
-                return inst if type(inst) is not str else self._admit(kind, inst, nbytes)
-        return chain[-1][1]
-
-    def _admit(self, kind: str, name: str, nbytes: int) -> Any:
-        """Probe the size-limited transport ``name`` (collective), keep it in the chain or drop it; then choose."""
-        reason = registered(name).auto_reason(self)
-        usable = reason is None
-        if _log.isEnabledFor(DEBUG):  # once per Communicator and size-limited transport
-            least = next(least for least, inst in self._by_kind[kind] if inst == name)
-            _log.debug(
-                "%s messages of >= %d bytes on a %d-rank communicator: %s",
-                {"numpy": "NumPy", "cupy": "CuPy"}.get(kind, kind),
-                least,
-                self.size,
-                f"{name} probed usable, it takes them"
-                if usable
-                else f"{name} unusable ({reason}): the next transport takes them",
-            )
-        self._by_kind[kind] = tuple(
-            (least, self.transport_instance(name) if inst == name else inst)
-            for least, inst in self._by_kind[kind]
-            if inst != name or usable
-        )
-        return self.transport_of(kind, nbytes)
+        if primitive is None:
+            return self.selector.of(kind, nbytes)
+        return self.selector.mover(kind, primitive, nbytes, blocking)
 
     def transport_for(self, array: Any) -> Any:
         """Which transport ``array`` would use on this communicator, and why.
@@ -494,7 +469,7 @@ class Communicator:
         choice = self.transport_for(xs[0]) if xs else choose_transport(self, kind)
         t = self.transport_of(kind) if collective == "shift" else self.transport_of(kind, nbytes)
         plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many or collective == "shift", notes)
-        split, movers = self._explained_buckets(xs, wire, t, EXPLAINED[collective], reducing, many)
+        split, movers = self._explained_buckets(xs, wire, t, kind, EXPLAINED[collective], reducing, many)
         if t.name != choice.name or movers != (t.name,):
             notes.append(
                 f"a message of {nbytes} bytes: {t.name} chosen"
@@ -536,16 +511,17 @@ class Communicator:
         return each, exchanged
 
     def _explained_buckets(
-        self, xs: List[Any], wire: List[int], t: Any, primitive: str, reducing: bool, many: bool
+        self, xs: List[Any], wire: List[int], t: Any, kind: str, primitive: str, reducing: bool, many: bool
     ) -> Tuple[Optional[List["Bucket"]], Tuple[str, ...]]:
-        """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them."""
+        """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them
+        (the selector's answers for the blocking calls)."""
         if primitive == "sendrecv":  # a shift: one message per array that has elements, in one call
             mover = _in_place_mover(t, xs)
             if not many:
                 return None, (mover,)
             return [Bucket((i,), n, mover) for i, n in enumerate(wire) if n], (mover,)
         if not many:
-            return None, (_mover(t, primitive, wire[0]),)
+            return None, (self.transport_of(kind, wire[0], primitive).name,)
         split: List[Bucket] = []
         groups: Dict[Any, List[int]] = {}
         for i, a in enumerate(xs):  # reductions: one group per dtype; all-gathers: raw bytes, one group
@@ -554,7 +530,7 @@ class Communicator:
             for bucket in buckets([wire[i] for i in members], self.bucket_bytes):
                 idx = tuple(members[j] for j in bucket)
                 size = sum(wire[i] for i in idx)
-                split.append(Bucket(idx, size, _mover(t, primitive, size)))
+                split.append(Bucket(idx, size, self.transport_of(kind, size, primitive).name))
         return split, tuple(dict.fromkeys(b.moved_by for b in split))
 
     def shared_empty(self, shape: Any, dtype: Any = float) -> Any:
@@ -630,7 +606,7 @@ class Communicator:
         for inst in self._transports.values():
             inst.close()
         self._transports.clear()
-        self._by_kind.clear()
+        self.selector.clear()
         self.state.clear()
         if self._owned and not _finalized():
             self._mpi.Free()
@@ -773,25 +749,12 @@ def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
     return vals
 
 
-def _mover(t: Any, primitive: str, nbytes: int) -> str:
-    """The transport that moves a blocking ``primitive`` of ``nbytes`` for ``t``: ``t`` or the one it hands to.
-
-    ``shm`` moves only the sizes it measured faster (its ``_mine``) and hands the rest to its ``host``.
-    """
-    mine = getattr(t, "_mine", None)
-    host = getattr(t, "host", None)
-    if mine is not None and host is not None and not mine(primitive, nbytes):
-        return str(host.name)
-    return str(t.name)
-
-
 def _in_place_mover(t: Any, xs: List[Any]) -> str:
     """The transport that moves a ``sendrecv`` of ``xs`` for ``t``: ``shm`` reads the messages in place only
     where they lie in node-shared memory (``shared_empty``; on every rank, which this rank cannot see) and
     hands the others to its ``host``."""
-    host = getattr(t, "host", None)
-    if getattr(t, "_mine", None) is not None and host is not None and not all(holder_of(a) for a in xs):
-        return str(host.name)
+    if t.wins is not None and not all(holder_of(a) for a in xs):
+        return str(t.host.name)
     return str(t.name)
 
 

@@ -439,8 +439,10 @@ class _View(Communicator):
     def _wrap(self, t: Any) -> Any:
         return t if self._log is None else _Recorder(t, self._log)
 
-    def transport_of(self, kind: str, nbytes: int = 0) -> Any:
-        return self._wrap(self._real.transport_of(kind, nbytes))
+    def transport_of(self, kind: str, nbytes: int = 0, primitive: Optional[str] = None, blocking: bool = True) -> Any:
+        # recorded calls are prepared (blocking or persistent), never run in their non-blocking form: they go
+        # where the blocking call would
+        return self._wrap(self._real.transport_of(kind, nbytes, primitive, blocking or self._log is not None))
 
     def transport_instance(self, name: str) -> Any:
         return self._wrap(self._real.transport_instance(name))

@@ -228,7 +228,7 @@ def test_auto_moves_the_rooted_wins_and_hands_the_rest_to_host(auto, primitive, 
     t = auto.transport_instance("shm")
     assert not t.everything
     monkeypatch.setattr(t, "first_use", False)
-    t._verdicts.clear()
+    auto.selector.clear()
     span = SharedMemory.wins.get(primitive)
     moved = []
     host_calls = []
@@ -245,16 +245,17 @@ def test_auto_moves_the_rooted_wins_and_hands_the_rest_to_host(auto, primitive, 
         stack = stack_of(auto.size, n, np.float64, seed=nbytes % 97)
         for root in range(auto.size):
             host_calls.clear()
+            mover = auto.transport_of("numpy", nbytes, primitive)
             if primitive == "bcast":
                 buf = stack[auto.rank].copy()
-                t.bcast(buf, root)
+                mover.bcast(buf, root)
                 assert_same(buf, stack[root])
             else:
                 recv = np.empty(n)
-                t.reduce(stack[auto.rank].copy(), recv, "sum", root)
+                mover.reduce(stack[auto.rank].copy(), recv, "sum", root)
                 check_reduced(recv, stack, "sum", auto.rank, root)
             native = span is not None and span[0] <= nbytes < span[1] and not t.node.multi
-            assert t._mine(primitive, nbytes) == (span is not None and span[0] <= nbytes < span[1])
+            assert (mover is t) == native
             assert host_calls == ([] if native else [primitive]), (nbytes, host_calls)
             moved.append(native)
     if span is not None and span[0] > 8 and not t.node.multi:

@@ -30,6 +30,7 @@ from launch import run_mpiexec
 from mpi4py import MPI
 
 import hpccoll
+from hpccoll.transports import Selector
 from hpccoll.transports.shm import SharedMemory
 
 pytestmark = pytest.mark.mpi
@@ -97,8 +98,12 @@ def test_auto_offers_shm_the_large_messages_on_one_node(monkeypatch):
         big = c.transport_of("numpy", SharedMemory.min_bytes)
         assert c.transport_of("numpy", SharedMemory.min_bytes - 1).name == "mpi"
         assert big.name == "shm" and not big.everything
-        assert all(big._mine(p, low) and not big._mine(p, low - 1) for p, (low, _) in SharedMemory.wins.items())
-        assert not big._mine("allgatherv", 1 << 20)  # measured slower than MPI here: not without a profile
+        assert all(
+            c.transport_of("numpy", low, p) is big and c.transport_of("numpy", low - 1, p).name == "mpi"
+            for p, (low, _) in SharedMemory.wins.items()
+        )
+        assert c.transport_of("numpy", 1 << 20, "allgatherv").name == "mpi"  # measured slower: not without a profile
+        assert c.transport_of("numpy", 1 << 20, "allreduce", blocking=False).name == "mpi"  # non-blocking: MPI's
         x = np.arange(SharedMemory.min_bytes // 8, dtype=np.float64) + c.rank
         np.testing.assert_array_equal(hpccoll.all_reduce(x, c), np.arange(x.size) * c.size + sum(range(c.size)))
 
@@ -108,11 +113,11 @@ def test_auto_races_shm_against_host_on_first_use(monkeypatch):
     times shm against host MPI on scratch buffers (collective; the slowest rank's times, so every rank
     agrees), and the winner moves that class from then on; sizes outside ``wins`` and past
     ``race_max_bytes`` race nothing more; results are NumPy's whichever transport won."""
-    from hpccoll.transports import shm as shm_module
+    from hpccoll import transports
 
     monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
     monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
-    real, raced = shm_module.race, []
+    real, raced = transports.race, []
 
     def recorded(c, fns, nbytes, *args, **kwargs):
         times = real(c, fns, nbytes, *args, **kwargs)
@@ -121,25 +126,28 @@ def test_auto_races_shm_against_host_on_first_use(monkeypatch):
         times["ratio"] = 0.5 if nbytes < 4 << 20 else (1 + SharedMemory.race_margin) / 2
         return times
 
-    monkeypatch.setattr(shm_module, "race", recorded)
+    monkeypatch.setattr(transports, "race", recorded)
     monkeypatch.setattr(SharedMemory, "race_max_bytes", 8 << 20)
     with hpccoll.Communicator() as c:
         t = c.transport_of("numpy", SharedMemory.min_bytes)
         if c.size == 1 or t.name != "shm":
             return  # one rank: auto's chain ends at MPI's; several nodes: shm is not auto's
         low = SharedMemory.wins["allreduce"][0]
-        assert t._mine("allreduce", low) and raced == [(low, ["mpi", "shm"])]
-        assert t._mine("allreduce", low + 8) and len(raced) == 1  # the same size class: no second race
-        assert not t._mine("allreduce", 4 << 20) and raced[-1][0] == 4 << 20  # a new class, lost
-        assert not t._mine("allreduce", 64 << 20) and raced[-1][0] == 8 << 20  # past race_max_bytes: raced there
-        assert not t._mine("allreduce", 32 << 20) and len(raced) == 3  # ... once
-        assert not t._mine("allreduce", low - 8) and not t._mine("allgatherv", 1 << 20) and len(raced) == 3
+
+        def mine(nbytes, primitive="allreduce"):
+            return c.transport_of("numpy", nbytes, primitive) is t
+
+        assert mine(low) and raced == [(low, ["mpi", "shm"])]
+        assert mine(low + 8) and len(raced) == 1  # the same size class: no second race
+        assert not mine(4 << 20) and raced[-1][0] == 4 << 20  # a new class, lost
+        assert not mine(64 << 20) and raced[-1][0] == 8 << 20  # past race_max_bytes: raced there
+        assert not mine(32 << 20) and len(raced) == 3  # ... once
+        assert not mine(low - 8) and not mine(1 << 20, "allgatherv") and len(raced) == 3
         for nbytes in (low, 4 << 20):  # both verdicts, through the public call
             x = np.arange(nbytes // 8, dtype=np.float64) + c.rank
             want = np.arange(x.size) * c.size + sum(range(c.size))
             np.testing.assert_array_equal(hpccoll.all_reduce(x, c), want)
             np.testing.assert_array_equal(x, np.arange(x.size) + c.rank)  # the input untouched
-        assert not t.everything  # restored after each race
 
 
 def test_races_time_the_collective_not_the_bare_primitive():
@@ -179,15 +187,15 @@ def test_auto_large_messages_go_through_shm(dtype, monkeypatch):
     monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
     monkeypatch.delenv("HPCCOLL_NODE_SIZE", raising=False)
     monkeypatch.setattr(SharedMemory, "first_use", False)
-    mine, moved = SharedMemory._mine, set()
+    handed, moved = Selector._handed, set()
 
-    def recording(self, primitive, nbytes):
-        took = mine(self, primitive, nbytes)
-        if took:
+    def recording(self, t, primitive, nbytes, blocking):
+        took = handed(self, t, primitive, nbytes, blocking)
+        if took.name == "shm":
             moved.add(primitive)
         return took
 
-    monkeypatch.setattr(SharedMemory, "_mine", recording)
+    monkeypatch.setattr(Selector, "_handed", recording)
     with hpccoll.Communicator() as c:
         P, r, n = c.size, c.rank, (1 << 20) // np.dtype(dtype).itemsize  # 1 MiB per rank
         pieces = np.stack([make((n,), dtype, seed=q) for q in range(P)])  # rank q's input to all_gather

@@ -7,6 +7,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from .._request import Pending, Request
+from ..transports._base import measured
 from ..transports._cuda import get_runtime
 
 __all__ = ["launch", "Batch", "Ready", "done", "then", "scratch", "SCRATCH_BYTES"]
@@ -40,17 +41,20 @@ def launch(transport: Any, primitive: str, args: tuple, finish: Callable[[], Any
 class Batch:
     """The transport calls of one list collective: run or started one by one, finished together.
 
+    Each call goes to the transport the communicator's selector picks for
+    it (``c.transport_of``: its primitive and size, every rank alike).
     ``async_op``: each call is started, and the :class:`Request` that
     :meth:`finish` returns owns every call's arguments (packed send buffers,
     receive buffers) until it completes. Blocking: each call runs at once.
-    Either way the finishers run after the last call, bound to ``transport``
-    like :func:`launch`'s (``Transport.bind_finish``).
+    Either way the finishers run after the last call, bound to the kind's
+    transport like :func:`launch`'s (``Transport.bind_finish``).
     """
 
-    __slots__ = ("transport", "async_op", "pending", "owned", "finishers")
+    __slots__ = ("c", "kind", "async_op", "pending", "owned", "finishers")
 
-    def __init__(self, transport: Any, async_op: bool) -> None:
-        self.transport = transport
+    def __init__(self, c: Any, kind: str, async_op: bool) -> None:
+        self.c = c
+        self.kind = kind
         self.async_op = async_op
         self.pending: List[Pending] = []
         self.owned: List[tuple] = []
@@ -58,11 +62,12 @@ class Batch:
 
     def start(self, primitive: str, args: tuple, finish: Callable[[], None]) -> None:
         """Run (or start) ``primitive(*args)``; ``finish`` runs once every call of the batch is done."""
+        t = self.c.transport_of(self.kind, measured(primitive, args), primitive, not self.async_op)
         if self.async_op:
-            self.pending.append(getattr(self.transport, "i" + primitive)(*args))
+            self.pending.append(getattr(t, "i" + primitive)(*args))
             self.owned.append(args)
         else:
-            getattr(self.transport, primitive)(*args)
+            getattr(t, primitive)(*args)
         self.finishers.append(finish)
 
     def finish(self, results: Any) -> Any:
@@ -75,7 +80,7 @@ class Batch:
             return results
 
         if self.async_op:
-            return Request(self.pending, self.transport.bind_finish(finish), self.owned)
+            return Request(self.pending, self.c.transport_of(self.kind).bind_finish(finish), self.owned)
         return finish()
 
 

@@ -90,7 +90,7 @@ def _common(x: np.ndarray, c: Any, sizes: Any, recv_sizes: Any, out: Any, what: 
     elif not (x.size and total and plain_out(out, oshape, x.dtype) and not may_share(out, x)):
         return _one(x, c, 0, 0, sizes, recv_sizes, out, what, async_op, even)  # another out, or empty
     recv_counts = recv_sizes if inner == 1 else [s * inner for s in recv_sizes]
-    t = c.transport_of("numpy", nbytes)
+    t = c.transport_of("numpy", nbytes, "alltoallv", not async_op)
     args = (wire_flat(x, wire), wire_flat(out, wire), send_counts, recv_counts, even)
     if async_op:
         return launch(t, "alltoallv", args, Ready(out), True)
@@ -132,9 +132,8 @@ def _one(
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op, kind)
-    transport = c.transport_of(
-        kind, _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize, even)
-    )  # collective on first GPU use: after the ranks agree
+    nbytes = _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize, even)
+    transport = c.transport_of(kind, nbytes, "alltoallv", not async_op)  # collective on first GPU use
     return _move(x, transport, xp, sa, ca, sizes, recv_sizes, out, even, async_op)
 
 
@@ -353,7 +352,8 @@ def _many(
     recv = xp.empty(sum(recv_counts), _BYTES)
     finish = _unpacker(recv, outs, cas, recv_table, xp)
     args = (send, recv, send_counts, recv_counts, even)
-    return launch(c.transport_of(kind, _alike(c.size, send_counts, 1, even)), "alltoallv", args, finish, async_op)
+    transport = c.transport_of(kind, _alike(c.size, send_counts, 1, even), "alltoallv", not async_op)
+    return launch(transport, "alltoallv", args, finish, async_op)
 
 
 def _outs(

@@ -82,7 +82,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
         return _one(x, c, axis, sizes, out, what, async_op)
     inner = 1 if len(shape) == 1 else prod(shape[1:])
     oshape = (total,) + shape[1:]
-    t = c.transport_of("numpy", total * inner * x.itemsize)
+    t = c.transport_of("numpy", total * inner * x.itemsize, "allgatherv", not async_op)
     in_place = False
     if not total * inner:
         send = None  # an empty result: the general branch
@@ -127,7 +127,7 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
     if c.size == 1:
         xp.copyto(out, x)
         return done(out, async_op, kind)
-    return _move(x, c.transport_of(kind, out.nbytes), xp, ax, sizes, out, c.rank, async_op)
+    return _move(x, c.transport_of(kind, out.nbytes, "allgatherv", not async_op), xp, ax, sizes, out, c.rank, async_op)
 
 
 def own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
@@ -238,8 +238,7 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
         return done(outs, async_op, kind)
-    transport = c.transport_of(kind, total)
-    batch = Batch(transport, async_op)
+    batch = Batch(c, kind, async_op)
     for idx in groups:
         if uniform:
             counts = [unit[0] * len(idx) * n for n in table[0]]
@@ -386,7 +385,8 @@ def all_gather_arrays(x: Any, c: Any, sizes: Any, out: Any, what: str, async_op:
             xp.copyto(o, piece)
         return outs
 
-    return launch(c.transport_of(kind, sum(counts)), "allgatherv", (send, recv, counts), finish, async_op)
+    transport = c.transport_of(kind, recv.nbytes, "allgatherv", not async_op)
+    return launch(transport, "allgatherv", (send, recv, counts), finish, async_op)
 
 
 def _outs_per_rank(out: Any, x: Any, xp: Any, c: Any) -> Optional[List[Any]]:

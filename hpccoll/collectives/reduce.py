@@ -45,7 +45,7 @@ def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> 
 
 def _common(x: np.ndarray, c: Any, op: str, out: Any, async_op: bool) -> Any:
     """The common case, or ``None`` when the general branch must decide."""
-    t = c.transport_of("numpy", x.nbytes)
+    t = c.transport_of("numpy", x.nbytes, "allreduce", not async_op)
     plan = direct_plan(x.dtype, op, t)
     if plan is None:
         return None
@@ -96,7 +96,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
         elif out is not x:
             xp.copyto(out, x)
         return done(out, async_op, kind)
-    transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
+    transport = c.transport_of(kind, x.nbytes, "allreduce", not async_op)  # collective on first GPU use
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     # allreduce always has the in-place form (Transport.allreduce: send None), when the buffers allow it
     x, in_place = in_place_send(x, out, xp, ALL, not plan.widen and out.flags.c_contiguous)
@@ -171,11 +171,11 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
     n = len(arrays)
     nbytes = [arrays[0].nbytes] * n if lst.alike else list(map(_nbytes_of, arrays))
     total = nbytes[0] * n if lst.alike else sum(nbytes)
-    transport = c.transport_of(kind, total)  # collective on first GPU use
+    transport = c.transport_of(kind, total)  # collective on first GPU use; its reduction rules
     xp = module_of(kind)
     groups = _dtype_groups(arrays, lst.dtypes)
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
-    batch = Batch(transport, async_op)
+    batch = Batch(c, kind, async_op)
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
         if plan.widen:

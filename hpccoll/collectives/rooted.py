@@ -85,7 +85,7 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
         out = np.empty(x.shape, x.dtype)
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
-    t = c.transport_of("numpy", x.nbytes)
+    t = c.transport_of("numpy", x.nbytes, "bcast", not async_op)
     copy = c.rank == root and out is not x
     if copy and not x.flags.writeable:
         np.copyto(out, x)  # a read-only x: root sends its copy
@@ -131,14 +131,14 @@ def _overlapped(t: Any, nbytes: int, copy: bool) -> bool:
     """Whether a blocking broadcast of ``nbytes`` on transport ``t`` is host MPI's non-blocking one waited on.
 
     From :data:`OVERLAP_BYTES` on, where host MPI moves the message
-    (``t.hosts_bcast``): alike on every rank, as the message's size is. MPI
+    (``t.hosts``: the selector gave it the call): alike on every rank, as the message's size is. MPI
     matches a blocking broadcast only with blocking ones. Where the two forms
     match (``t.bcast_forms_match``: host MPI's two-rank broadcast, one
     message), only a root with a ``copy`` to make while it travels takes the
     non-blocking one: waiting on a request straight after starting it costs
     more than the blocking call.
     """
-    return nbytes >= OVERLAP_BYTES and (copy or not t.bcast_forms_match) and t.hosts_bcast(nbytes)
+    return nbytes >= OVERLAP_BYTES and (copy or not t.bcast_forms_match) and t.hosts
 
 
 def _copier(out: Any, x: Any, xp: Any) -> Callable[[], Any]:
@@ -167,7 +167,7 @@ def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: boo
         if out is not x:
             xp.copyto(out, x)
         return done(out, async_op, kind)
-    transport = c.transport_of(kind, x.nbytes)
+    transport = c.transport_of(kind, x.nbytes, "bcast", not async_op)
     wire = movement_dtype(x.dtype)
     mine = c.rank == r
     if mine and out is not x and x.flags.c_contiguous and getattr(x.flags, "writeable", True):
@@ -212,7 +212,7 @@ def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str,
         results = [a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)]
         return done(results, async_op, kind)
     total = sum(a.nbytes for a in arrays)
-    transport = c.transport_of(kind, total)
+    transport = c.transport_of(kind, total, "bcast", not async_op)
     mine = c.rank == r
     buf = xp.empty(total, _BYTES)
     if mine:
@@ -259,7 +259,7 @@ def _reduce_common(x: np.ndarray, c: Any, op: str, root: int, out: Any, async_op
     Without ``out``, a non-root rank's result is a fresh array of zeros (pages the kernel zeroes when
     first touched: no pass over memory here) and MPI gets a scratch receive buffer it never writes.
     """
-    t = c.transport_of("numpy", x.nbytes)
+    t = c.transport_of("numpy", x.nbytes, "reduce", not async_op)
     plan = direct_plan(x.dtype, op, t)
     if plan is None:
         return None
@@ -305,7 +305,7 @@ def _reduce_one(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_o
     settle(c, what, desc, None, err, async_op)
     if c.size == 1 or not x.size:
         return done(_alone(out, x, op, xp), async_op, kind)
-    transport = c.transport_of(kind, x.nbytes)
+    transport = c.transport_of(kind, x.nbytes, "reduce", not async_op)
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     mine = c.rank == r
     direct = not plan.widen and out.flags.c_contiguous
@@ -375,12 +375,12 @@ def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what
     xp = module_of(kind)
     if c.size == 1:
         return done([_alone(o, a, op, xp) for a, o in zip(arrays, outs)], async_op, kind)
-    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))
+    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # its reduction rules
     mine = c.rank == r
     groups: dict = {}
     for i, a in enumerate(arrays):
         groups.setdefault(a.dtype, []).append(i)
-    batch = Batch(transport, async_op)
+    batch = Batch(c, kind, async_op)
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
         send = concat([arrays[i] for i in members], plan.wire, plan.widen, xp)
@@ -451,8 +451,8 @@ def _one(a: _Ready, step: Callable[[_Ready, Any], Step], c: Any, async_op: bool)
     if c.size == 1:
         a.xp.copyto(a.out, a.x)
         return done(a.out, async_op, a.kind)
-    transport = c.transport_of(a.kind, _nbytes(a))
-    return launch(transport, *step(a, c), async_op)
+    primitive, args, finish = step(a, c)
+    return launch(c.transport_of(a.kind, _nbytes(a), primitive, not async_op), primitive, args, finish, async_op)
 
 
 def _nbytes(a: _Ready) -> int:
@@ -619,7 +619,7 @@ def _per_array(
         for a in items:
             a.xp.copyto(a.out, a.x)
         return done([a.out for a in items], async_op, kind)
-    batch = Batch(c.transport_of(kind, sum(map(_nbytes, items))), async_op)
+    batch = Batch(c, kind, async_op)
     for a in items:
         primitive, args, finish = step(a, c)
         batch.start(primitive, args, finish)

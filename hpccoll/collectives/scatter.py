@@ -90,7 +90,7 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
         sizes = split_sizes(shape[0], c.size)
     elif plain_total(sizes, c.size) != shape[0]:
         return None  # the general branch checks them
-    t = c.transport_of("numpy", x.nbytes)
+    t = c.transport_of("numpy", x.nbytes, "reduce_scatter", not async_op)
     plan = direct_plan(dtype, op, t)
     mine = sizes[c.rank]
     if len(shape) == 1:
@@ -149,7 +149,7 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
     if c.size == 1:
         xp.copyto(out, x.astype(np.bool_) if truth_valued(x.dtype, op) else x)
         return done(out, async_op, kind)
-    transport = c.transport_of(kind, x.nbytes)  # collective on first GPU use: after the ranks agree
+    transport = c.transport_of(kind, x.nbytes, "reduce_scatter", not async_op)  # collective on first GPU use
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     trail = prod(shape_without(x.shape, ax))
     counts = [s * trail for s in sizes]
@@ -217,7 +217,7 @@ def _buckets(
     arrays, kind = lst.arrays, lst.kind
     shape = lst.shape  # one shape: each array's block extents and trailing size are one value
     total = arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))
-    transport = c.transport_of(kind, total)  # collective on first GPU use
+    transport = c.transport_of(kind, total)  # collective on first GPU use; its reduction rules
     if len(lst.dtypes) == 1:  # one group per dtype (bool and uint8 share a plan, not a result dtype)
         groups: Dict[Any, Any] = {next(iter(lst.dtypes)): range(len(arrays))}
     else:
@@ -228,7 +228,7 @@ def _buckets(
         inner = [prod(shape_without(shape, axes[0]))] * len(arrays)
     else:
         inner = [prod(shape_without(s, ax)) for s, ax in zip(lst.shapes, axes)]
-    batch = Batch(transport, async_op)
+    batch = Batch(c, kind, async_op)
     results: List[Any] = []  # the rows of one new array, or filled array by array
     for dtype, members in groups.items():
         plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)

@@ -28,13 +28,14 @@ call, which works at any time (choices already cached on a Communicator stay).
 from __future__ import annotations
 
 from logging import DEBUG
-from typing import Any, List, NamedTuple, Optional, Tuple, Type
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type
 
 from .. import _settings
 from .._errors import ArgumentError, HpccollError, TransportUnavailable
 from .._log import child
 from ._base import Transport
 from ._state import remembered
+from ._tuned import as_collective, buffers, load, race, verdict
 from .cuda_mpi import CudaMPI
 from .host_mpi import HostMPI
 from .nccl import NcclTransport
@@ -55,6 +56,7 @@ __all__ = [
     "transport_chain",
     "host_transport_name",
     "shared_transport_name",
+    "Selector",
 ]
 
 _REGISTRY: List[Type[Transport]] = []
@@ -292,3 +294,140 @@ def _auto(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
         why = "auto: " + "; else ".join(said) + (f" ({'; '.join(skipped)})" if skipped else "")
         return TransportChoice(cls.name, why), tuple(chain)
     raise TransportUnavailable(f"no transport can move {_LABEL.get(kind, kind)} arrays here: {last}")
+
+
+class Selector:
+    """Which transport moves each message of one communicator: the one place that decides it.
+
+    Two steps, remembered here (``Communicator.selector``) and read alike by
+    the collectives, plans, :meth:`~hpccoll.Communicator.explain` and
+    ``HPCCOLL_DEBUG``:
+
+    1. the array kind's transports by size (:func:`transport_chain`): a message
+       takes the first whose ``min_bytes`` it reaches; a size-limited transport
+       is probed (collectively) at its first such message and dropped from the
+       chain where it cannot run;
+    2. a transport that composes a host transport for the messages it does not
+       win (one that declares :attr:`Transport.wins`) hands it every call it
+       declares it never moves (:meth:`Transport.leaves`) and, unless it was
+       named, every message outside its wins. Inside them the tuning profile's
+       verdict decides, else a race against the host transport at the first
+       message of each power-of-two size class (:attr:`Transport.first_use`).
+
+    Every rank asks about the same call with the same size, so every rank gets
+    the same answer, and every probe and race is collective.
+    """
+
+    __slots__ = ("comm", "_chains", "_movers", "_raced", "_profile")
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self._chains: Dict[str, Any] = {}  # kind -> ((min_bytes, instance or name), ...), tried in order
+        self._movers: Dict[tuple, Transport] = {}  # (kind, primitive, nbytes, blocking) -> the transport
+        self._raced: Dict[tuple, bool] = {}  # (transport, primitive, size class) -> whether it won its race
+        self._profile: Optional[dict] = None  # the tuning profile's transport verdicts, read once
+
+    def clear(self) -> None:
+        """Forget every choice (the communicator is being freed)."""
+        self._chains.clear()
+        self._movers.clear()
+        self._raced.clear()
+
+    def of(self, kind: str, nbytes: int = 0) -> Transport:
+        """The transport ``auto``'s chain gives a message of ``kind`` arrays and ``nbytes`` (step 1)."""
+        chain = self._chains.get(kind)
+        if chain is None:
+            comm = self.comm
+            chain = self._chains[kind] = tuple(
+                (least, name if least else comm.transport_instance(name)) for least, name in transport_chain(comm, kind)
+            )
+        for least, inst in chain:
+            if nbytes >= least:
+                return inst if type(inst) is not str else self._admit(kind, inst, nbytes)
+        return chain[-1][1]
+
+    def mover(self, kind: str, primitive: str, nbytes: int = 0, blocking: bool = True) -> Transport:
+        """The transport that moves ``primitive`` (blocking or not) of ``nbytes`` for ``kind`` arrays (both steps).
+
+        ``nbytes`` is the size every rank measures alike: the gathered
+        result of an all-gather, the whole array of a reduction.
+        """
+        key = (kind, primitive, nbytes, blocking)
+        t = self._movers.get(key)
+        if t is None:
+            if len(self._movers) >= 4096:  # sizes a program keeps changing: forget, rather than grow
+                self._movers.clear()
+            t = self._movers[key] = self._handed(self.of(kind, nbytes), primitive, nbytes, blocking)
+        return t
+
+    def _handed(self, t: Any, primitive: str, nbytes: int, blocking: bool) -> Any:
+        """Step 2: ``t``, or the host transport it composes for this call."""
+        if t.wins is None:
+            return t
+        if t.leaves(primitive, blocking):
+            return t.host
+        if t.name == self.comm.transport or self._won(t, primitive, nbytes):
+            return t
+        return t.host
+
+    def _won(self, t: Any, primitive: str, nbytes: int) -> bool:
+        """Whether ``t`` moves a blocking ``primitive`` of ``nbytes`` faster than its host transport."""
+        if self._profile is None:
+            self._profile = (load(self.comm)["profile"] or {}).get("transports", {})
+        measured = verdict(self._profile.get(primitive), nbytes) if self._profile else None
+        if measured is not None:
+            return bool(measured == t.name)
+        low, high = t.wins.get(primitive, (0, 0))  # not in the table: the host transport's at every size
+        if not low <= nbytes < high or not t.first_use:
+            return low <= nbytes < high
+        size = min(nbytes, t.race_max_bytes)
+        klass = (t.name, primitive, size.bit_length())
+        won = self._raced.get(klass)
+        if won is None:
+            won = self._raced[klass] = self._race(t, primitive, size)
+        return won
+
+    def _race(self, t: Any, primitive: str, nbytes: int) -> bool:
+        """Whether ``t``'s ``primitive`` ran faster than its host transport's on scratch buffers (collective)."""
+        comm = self.comm
+        args, rank = buffers(primitive, nbytes, comm), comm.rank
+        own, theirs = getattr(t, primitive), getattr(t.host, primitive)
+        fns = {
+            t.name: as_collective(lambda: own(*args), primitive, args, rank),
+            t.host.name: as_collective(lambda: theirs(*args), primitive, args, rank),
+        }
+        times = race(comm, fns, nbytes, t.race_rounds)
+        won = times["ratio"] <= t.race_margin
+        _log.debug(
+            "%s %s at %d B: first-use race against %s %.3f, %s",
+            t.name,
+            primitive,
+            nbytes,
+            t.host.name,
+            times["ratio"],
+            "won" if won else "lost",
+        )
+        return bool(won)
+
+    def _admit(self, kind: str, name: str, nbytes: int) -> Transport:
+        """Probe the size-limited transport ``name`` (collective), keep it in the chain or drop it; then choose."""
+        comm = self.comm
+        reason = registered(name).auto_reason(comm)
+        usable = reason is None
+        if _log.isEnabledFor(DEBUG):  # once per Communicator and size-limited transport
+            least = next(least for least, inst in self._chains[kind] if inst == name)
+            _log.debug(
+                "%s messages of >= %d bytes on a %d-rank communicator: %s",
+                _LABEL.get(kind, kind),
+                least,
+                comm.size,
+                f"{name} probed usable, it takes them"
+                if usable
+                else f"{name} unusable ({reason}): the next transport takes them",
+            )
+        self._chains[kind] = tuple(
+            (least, comm.transport_instance(name) if inst == name else inst)
+            for least, inst in self._chains[kind]
+            if inst != name or usable
+        )
+        return self.of(kind, nbytes)

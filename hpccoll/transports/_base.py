@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from typing import Any, Callable, ClassVar, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -62,6 +62,18 @@ def moved(primitive: str, args: tuple, rank: int) -> Tuple[List[int], List[int]]
         elif role in ("recv", "recvs") or (role == "recv@root" and at_root) or role == "buf":
             writes.append(i)
     return reads, writes
+
+
+def measured(primitive: str, args: tuple) -> int:
+    """The bytes of a call as every rank measures them alike, which pick its transport
+    (``Communicator.transport_of``): a reduction's whole input, an all-gather's result, a broadcast's
+    buffer; 0 for the others, whose transport no size decides."""
+    roles = PRIMITIVES[primitive]
+    if "op" in roles:
+        return int((args[1] if args[0] is None else args[0]).nbytes)
+    if primitive in ("allgatherv", "bcast"):
+        return int(args[roles.index("buf" if primitive == "bcast" else "recv")].nbytes)
+    return 0
 
 
 def sent(primitive: str, args: tuple, rank: int) -> List[Any]:
@@ -185,8 +197,37 @@ class Transport(abc.ABC):
     #: instance may replace once it knows its communicator (host MPI's two-rank broadcast).
     bcast_forms_match: bool = False
 
+    #: A transport that composes a host transport (``self.host``) for the messages it does not move faster:
+    #: per blocking primitive, the ``[low, high)`` message sizes in bytes worth trying it for (the size every
+    #: rank measures alike: the gathered result, the whole reduced array). The communicator's
+    #: :class:`~hpccoll.transports.Selector` hands every other message to the host transport, and decides
+    #: inside them by the tuning profile, else by a first-use race (``first_use``, ``race_max_bytes``,
+    #: ``race_margin``, ``race_rounds``). ``None``: the transport moves every message it is given.
+    wins: ClassVar[Optional[Dict[str, Tuple[int, int]]]] = None
+
     def __init__(self, comm: Any) -> None:
         self.comm = comm
+
+    def leaves(self, primitive: str, blocking: bool) -> bool:
+        """Whether every call of ``primitive`` in this form goes to the host transport, whatever its size.
+
+        The one declared place of a transport's hand-offs (read by the
+        :class:`~hpccoll.transports.Selector` where :attr:`wins` is set): a
+        primitive never hands its message to another transport by itself.
+
+        Parameters
+        ----------
+        primitive : str
+            A primitive's blocking name (``"allreduce"``).
+        blocking : bool
+            The blocking form (else the non-blocking one).
+
+        Returns
+        -------
+        bool
+            ``True`` where the host transport moves every such call.
+        """
+        return False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Where a transport implements only the non-blocking form of a primitive, its blocking form is that
@@ -335,25 +376,6 @@ class Transport(abc.ABC):
         else:
             send = buf[:0].copy()  # an empty buffer of its own: MPI forbids aliased buffers, even empty ones
         self.allgatherv(send, buf, counts)
-
-    def hosts_bcast(self, nbytes: int) -> bool:
-        """Whether a blocking :meth:`bcast` of ``nbytes`` is host MPI's own ``Bcast``.
-
-        The caller may then run :meth:`ibcast` in its place (every rank alike: ``nbytes`` is the same
-        everywhere) and work while it travels (root copying its input into its result). The default:
-        :attr:`hosts`.
-
-        Parameters
-        ----------
-        nbytes : int
-            The message's bytes.
-
-        Returns
-        -------
-        bool
-            ``True`` where :meth:`ibcast` may stand in for :meth:`bcast` at this size.
-        """
-        return self.hosts
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
         """Reduce ``send`` over ranks into root's ``recv``.

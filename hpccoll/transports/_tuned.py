@@ -258,11 +258,11 @@ def choose_method(c: Any, t: Any, primitive: str, args: tuple) -> str:
     transport without persistent requests gets ``"blocking"``, and so does
     one on device buffers (the profile and the race time host buffers),
     unless it runs the call through a host transport (``measured_on``:
-    ``staged`` always, ``shm`` for the calls it leaves to host MPI), which
-    is then measured instead.
+    ``staged``), which is then measured instead. (A call ``shm`` leaves to
+    host MPI reaches host MPI itself: the communicator's selector sends it there.)
     """
     measured_on = getattr(t, "measured_on", None)
-    if measured_on is not None:  # a transport that runs the call through another's (staged, shm: host MPI)
+    if measured_on is not None:  # a transport that runs the call through another's (staged: host MPI)
         through = measured_on(primitive, args)
         if through is None:  # it moves the call itself, in one form
             return "blocking"

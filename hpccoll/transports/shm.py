@@ -50,7 +50,6 @@ from ._mpitypes import displacements as offsets
 from ._mpitypes import mpi_datatype, mpi_op
 from ._shmseg import NODE_SIZE_ENV, Block, Node, Pool, Segment, holder_of, round_up, split_node
 from ._state import remembered
-from ._tuned import as_collective, buffers, load, race, verdict
 
 __all__ = ["SharedMemory", "SHARED", "shared_empty", "holder_of"]
 
@@ -119,7 +118,7 @@ class SharedMemory(Transport):
     #: machine (issue 21), so without a profile ``auto`` leaves it to host MPI. The figures:
     #: docs/benchmarks.md (the rooted collectives; figures moved out of the code).
     #: A profile of ``python -m hpccoll tune`` that measured shm faster for a primitive and size decides
-    #: instead of this table (:meth:`_mine`). Where the profile has no verdict, the table only names the
+    #: instead of this table (:class:`~hpccoll.transports.Selector`). Where the profile has no verdict, the table only names the
     #: sizes worth a race (:attr:`first_use`): it decides nothing by itself.
     wins = {
         "reduce_scatter": (1 << 20, 1 << 62),
@@ -169,11 +168,6 @@ class SharedMemory(Transport):
         self.host: Transport = comm.host_transport()
         self.strided_messages = getattr(self.host, "strided_messages", 0)
         self.saturates = self.host.saturates  # what shm does not move itself, host MPI reduces
-        self.bcast_forms_match = self.host.bcast_forms_match  # asked only where host MPI moves the broadcast
-        #: The tuning profile's ``transports`` verdicts (``python -m hpccoll tune``), or empty.
-        self.tuned: dict = (load(comm)["profile"] or {}).get("transports", {})
-        self._verdicts: dict = {}  # (primitive, nbytes) -> whether shm moves it
-        self._raced: dict = {}  # (primitive, size class) -> whether shm won its first-use race
 
     @classmethod
     def unavailable_reason(cls, comm: Any) -> Optional[str]:
@@ -191,67 +185,17 @@ class SharedMemory(Transport):
             )
         return reason
 
-    def _mine(self, primitive: str, nbytes: int) -> bool:
-        """Whether shm moves this message itself (else host MPI does): :meth:`_decide`'s verdict, once per
-        primitive and size."""
-        if self.everything:
-            return True
-        key = (primitive, nbytes)
-        mine = self._verdicts.get(key)
-        if mine is None:  # once per primitive and size: a dictionary lookup afterwards
-            if len(self._verdicts) > 4096:
-                self._verdicts.clear()
-            mine = self._verdicts[key] = self._decide(primitive, nbytes)
-        return mine
-
-    def _decide(self, primitive: str, nbytes: int) -> bool:
-        """:meth:`_mine`'s verdict: the profile's; else, in :attr:`wins`' ranges, the first-use race's."""
-        measured = verdict(self.tuned.get(primitive), nbytes) if self.tuned else None
-        if measured is not None:
-            return measured == self.name
-        candidate = self._in_wins(primitive, nbytes)
-        if not candidate or not self.first_use:
-            return candidate
-        size = min(nbytes, self.race_max_bytes)
-        klass = (primitive, size.bit_length())
-        won = self._raced.get(klass)
-        if won is None:
-            won = self._raced[klass] = self._race(primitive, size)
-        return won
-
-    def _race(self, primitive: str, nbytes: int) -> bool:
-        """Whether shm's ``primitive`` ran faster than host MPI's on scratch buffers of ``nbytes`` (collective)."""
-        args, rank = buffers(primitive, nbytes, self.comm), self.comm.rank
-        own, theirs = getattr(self, primitive), getattr(self.host, primitive)
-        fns = {
-            "shm": as_collective(lambda: own(*args), primitive, args, rank),
-            "mpi": as_collective(lambda: theirs(*args), primitive, args, rank),
-        }
-        self.everything = True  # shm's own path for the race (no verdict asked); restored below
-        try:
-            times = race(self.comm, fns, nbytes, self.race_rounds)
-        finally:
-            self.everything = False
-        won = times["ratio"] <= self.race_margin
-        _log.debug("shm %s at %d B: first-use race shm/host %.3f, %s", primitive, nbytes, times["ratio"], won)
-        return won
-
-    def _in_wins(self, primitive: str, nbytes: int) -> bool:
-        """Whether ``nbytes`` lies in :attr:`wins`' range for ``primitive``."""
-        low, high = self.wins.get(primitive, (0, 0))  # not in the table: host MPI's at every size
-        return low <= nbytes < high
-
-    # Left to host MPI: the non-blocking forms (MPI progresses them while the caller computes; shared
-    # memory would need a progress thread) and all-to-all (each pair's block crosses once either way).
-
-    def iallgatherv(self, send: Any, recv: Any, counts: Sequence[int]) -> Pending:
-        return self.host.iallgatherv(send, recv, counts)
-
-    def ireduce_scatter(self, send: Any, recv: Any, counts: Sequence[int], op: str) -> Pending:
-        return self.host.ireduce_scatter(send, recv, counts, op)
-
-    def iallreduce(self, send: Optional[Any], recv: Any, op: str) -> Pending:
-        return self.host.iallreduce(send, recv, op)
+    def leaves(self, primitive: str, blocking: bool) -> bool:
+        """Host MPI moves the non-blocking forms (MPI progresses them while the caller computes; shared
+        memory would need a progress thread) but ``isendrecv``'s reads in place, all-to-alls (each pair's
+        block crosses once either way), rooted gathers and scatters (through shared memory every block
+        would be copied twice, where MPI's transfers copy it once), and across nodes ``reduce`` and
+        ``bcast`` (no hierarchical form here)."""
+        if not blocking:
+            return primitive != "sendrecv"
+        return primitive in ("alltoallv", "gatherv", "scatterv") or (
+            self.node.multi and primitive in ("reduce", "bcast")
+        )
 
     def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
         """On one node, where every rank of the node sends only from node-shared memory (a field from
@@ -270,12 +214,9 @@ class SharedMemory(Transport):
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """A ``sendrecv`` of node-shared messages prepared once: where each message comes from is read when
-        it is prepared, and each run is a node sync, the copies and a second sync. A call shm leaves to host
-        MPI (:meth:`_hosts`): host MPI's prepared call (``method``: its persistent request or prebuilt
-        blocking call), decided once. Others: the contract default (shm's primitive each run)."""
+        it is prepared, and each run is a node sync, the copies and a second sync. Others: the contract
+        default (shm's primitive each run)."""
         if primitive != "sendrecv":
-            if self._hosts(primitive, args):
-                return self.host.prepare(primitive, args, method)
             return super().prepare(primitive, args, method)
         found = None if self.node.multi else self._match(*args)
         if found is None:
@@ -442,28 +383,7 @@ class SharedMemory(Transport):
 
     # ------------------------------------------------------------------ all-gather
 
-    def measured_on(self, primitive: str, args: tuple) -> Optional[Tuple[Transport, tuple]]:
-        """Where a plan's persistent-or-blocking choice for ``primitive(*args)`` is measured: host MPI for a
-        call shm leaves to it (:meth:`prepare` then prepares host MPI's), else ``None`` (shm's own, one form)."""
-        return (self.host, args) if primitive != "sendrecv" and self._hosts(primitive, args) else None
-
-    def _hosts(self, primitive: str, args: tuple) -> bool:
-        """Whether host MPI moves this call (``args`` as the primitive takes them), not shm: every primitive's
-        rule, by the size every rank measures alike (the gathered result, the whole reduced array)."""
-        if primitive in ("allgatherv", "allreduce"):
-            return not self._mine(primitive, args[1].nbytes)
-        if primitive == "reduce_scatter":
-            return not self._mine(primitive, (args[1] if args[0] is None else args[0]).nbytes)
-        if primitive == "bcast":
-            return self.hosts_bcast(args[0].nbytes)
-        if primitive == "reduce":  # within one node only: across nodes host MPI moves it whole
-            return self.node.multi or not self._mine(primitive, args[1].nbytes)
-        return primitive in ("alltoallv", "gatherv", "scatterv")
-
     def allgatherv(self, send: Optional[Any], recv: Any, counts: Sequence[int]) -> None:
-        if self._hosts("allgatherv", (send, recv)):
-            self.host.allgatherv(send, recv, counts)
-            return
         counts = list(counts)
         if self.node.multi:
             self._gather_nodes(send, recv, counts)
@@ -629,9 +549,6 @@ class SharedMemory(Transport):
         return shared
 
     def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
-        if self._hosts("reduce_scatter", (send, recv)):
-            self.host.reduce_scatter(send, recv, counts, op)
-            return
         counts = list(counts)
         if self.node.multi:
             self._reduce_scatter_nodes(send, recv, counts, op)
@@ -709,9 +626,6 @@ class SharedMemory(Transport):
         return target[0]
 
     def allreduce(self, send: Optional[Any], recv: Any, op: str) -> None:
-        if self._hosts("allreduce", (send, recv)):
-            self.host.allreduce(send, recv, op)
-            return
         if self.node.multi:
             self._allreduce_nodes(send, recv, op)
             return
@@ -779,12 +693,8 @@ class SharedMemory(Transport):
 
     # ------------------------------------------------------------------ rooted
 
-    def hosts_bcast(self, nbytes: int) -> bool:
-        # Within one node only: across nodes the message goes to host MPI whole (no hierarchical form).
-        return self.node.multi or not self._mine("bcast", nbytes)
-
     def bcast(self, buf: Any, root: int) -> None:
-        if self._hosts("bcast", (buf,)):
+        if self.leaves("bcast", True):  # called directly across nodes (the selector never sends it here)
             self.host.bcast(buf, root)
             return
         node = self.node
@@ -819,7 +729,7 @@ class SharedMemory(Transport):
             node.sync("bcast (releasing root's shared input)")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
-        if self._hosts("reduce", (send, recv)):
+        if self.leaves("reduce", True):  # called directly across nodes (the selector never sends it here)
             self.host.reduce(send, recv, op, root)
             return
         node = self.node
