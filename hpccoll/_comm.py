@@ -17,7 +17,6 @@ from ._log import configure
 from ._settings import DEFAULT_BUCKET_BYTES
 from .transports import (
     Selector,
-    choose_transport,
     host_transport_name,
     make_transport,
     resolve_transport_name,
@@ -381,7 +380,7 @@ class Communicator:
         """
         from ._arrays import as_array
 
-        return choose_transport(self, as_array(array)[1])
+        return self.selector.choice(as_array(array)[1])
 
     def explain(
         self, x: Any, collective: str = "all_reduce", *, op: Any = "sum", axis: int = 0, sizes: Any = None
@@ -466,7 +465,7 @@ class Communicator:
                 self.check,
                 tuple(notes),
             )
-        choice = self.transport_for(xs[0]) if xs else choose_transport(self, kind)
+        choice = self.selector.choice(kind)
         t = self.transport_of(kind) if collective == "shift" else self.transport_of(kind, nbytes)
         plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many or collective == "shift", notes)
         split, movers = self._explained_buckets(xs, wire, t, kind, EXPLAINED[collective], reducing, many)

@@ -37,7 +37,6 @@ from ._comm import Communicator, as_communicator
 from ._core.launch import Ready
 from ._errors import ArgumentError, HpccollError
 from ._request import DONE, Pending, Request
-from ._tune import choose_method
 from .transports._base import PRIMITIVES, sent
 
 __all__ = ["plan", "Plan", "METHODS"]
@@ -502,7 +501,7 @@ def _span(a: Any) -> Tuple[int, int]:
 def _replay(c: Communicator, name: str, log: _Log, finish: Callable[[], Any], method: str) -> Plan:
     prepared = []
     for t, primitive, args in log.calls:
-        how = choose_method(c, t, primitive, args) if method == "auto" else method
+        how = c.selector.form(t, primitive, args) if method == "auto" else method
         prepared.append(t.prepare(primitive, args, how))
     transport = log.calls[0][0]
     runs = [p.run for p in prepared]

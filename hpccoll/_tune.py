@@ -1,8 +1,8 @@
 """Measured choices: how a plan runs host MPI's calls, and ``python -m hpccoll tune``'s profile.
 
 Nothing here trusts a constant measured on another machine. A plan's
-``method="auto"`` (:func:`choose_method`, which lives with the profile in
-:mod:`hpccoll.transports._tuned` so that collectives can use it) takes the
+``method="auto"`` (:meth:`hpccoll.transports.Selector.form`, the
+communicator's selector, which kept halo exchanges use too) takes the
 verdict of the profile in force for its call and size; without one it
 times the blocking and the persistent form side by side on scratch buffers of
 the same size, once per call and size on a communicator, and keeps the
@@ -25,9 +25,9 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ._comm import Communicator, as_communicator
-from .transports._tuned import FORMAT, PERSISTENT_MARGIN, as_collective, buffers, choose_method, key_of, path_of, race
+from .transports._tuned import FORMAT, PERSISTENT_MARGIN, as_collective, buffers, key_of, path_of, race
 
-__all__ = ["choose_method", "tune", "add_arguments", "run_command", "PRIMITIVES", "SIZES"]
+__all__ = ["tune", "add_arguments", "run_command", "PRIMITIVES", "SIZES"]
 
 #: The primitives ``tune`` measures (all-to-all: host MPI only).
 PRIMITIVES = ("allreduce", "allgatherv", "reduce_scatter", "bcast", "reduce", "alltoallv")

@@ -19,7 +19,7 @@ from mpi4py import MPI
 import hpccoll
 from hpccoll import ArgumentError, _settings
 from hpccoll._faults import TIMEOUT_EXIT_CODE
-from hpccoll.collectives.rooted import OVERLAP_BYTES
+from hpccoll.transports import Selector
 
 #: The issue's bound: the whole job exits non-zero within this many seconds instead of hanging.
 LIMIT = 30.0
@@ -204,7 +204,7 @@ def test_watched_collectives_give_the_same_results(comm, watched, checked, monke
     results.append((calls[0](w), calls[0](comm)))
     # broadcasts: a small one (host MPI's Bcast) and one past OVERLAP_BYTES (its Ibcast waited on), out of place
     last = comm.size - 1
-    big = np.full(OVERLAP_BYTES // 8 + 3, float(comm.rank))
+    big = np.full(Selector.OVERLAP_BYTES // 8 + 3, float(comm.rank))
     for a in (wide, big):
         results.append((hpccoll.broadcast(a, w, root=last), hpccoll.broadcast(a, comm, root=last)))
     # NumPy on the global data: every rank's x and wide, drawn again from that rank's seed.

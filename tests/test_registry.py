@@ -35,7 +35,8 @@ class Recording(HostMPI):
 
 
 @pytest.fixture
-def recording(comm):
+def recording(comm, monkeypatch):
+    monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)  # auto's choices, whatever the run named
     Recording.calls = []
     transports.register(Recording)
     made = []
@@ -164,3 +165,66 @@ def test_a_transport_without_either_form_is_abstract():
 
     with pytest.raises(TypeError, match="abstract"):
         Neither(None)
+
+
+class Relay(HostMPI):
+    """A transport written outside the tree that composes host MPI for what it does not win: it declares its
+    hand-offs (``wins``, ``leaves``) and its primitives never hand a message on themselves."""
+
+    name = "relay"
+    priority = 10  # before shm and mpi
+    chosen_because = "a relaying transport"
+    min_bytes = 1024
+    wins = {"allreduce": (1024, 1 << 20)}
+    first_use = False  # the table is the verdict (no race)
+    hosts = False  # not a host transport for others: host MPI is its own
+    calls: list = []
+
+    def __init__(self, comm):
+        super().__init__(comm)
+        self.host = comm.host_transport()
+
+    def leaves(self, primitive, blocking):
+        return not blocking  # its non-blocking forms are host MPI's
+
+    def allreduce(self, send, recv, op):
+        Relay.calls.append(("allreduce", recv.nbytes))
+        super().allreduce(send, recv, op)
+
+    def iallreduce(self, send, recv, op):
+        Relay.calls.append(("iallreduce", recv.nbytes))
+        return super().iallreduce(send, recv, op)
+
+    def reduce_scatter(self, send, recv, counts, op):
+        Relay.calls.append(("reduce_scatter", recv.nbytes))
+        super().reduce_scatter(send, recv, counts, op)
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["auto", "named"])
+def test_the_selector_reads_a_transports_declared_hand_offs(comm, named, monkeypatch):
+    """The communicator's selector gives a composing transport the calls it declares it wins (all of them,
+    but what it ``leaves``, where it was named) and host MPI every other; explain names the same mover."""
+    monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
+    transports.register(Relay)
+    Relay.calls = []
+    c = hpccoll.Communicator(comm.mpi, transport="relay" if named else "auto")
+    try:
+        P = c.size
+        sizes = (32, 2048, 2 << 20)  # below min_bytes, inside wins, past wins
+        for nbytes in sizes:
+            x = np.ones(nbytes // 8)
+            agree(c, np.array_equal(hpccoll.all_reduce(x, c), x * P))
+            agree(c, np.array_equal(hpccoll.all_reduce(x, c, async_op=True).wait(), x * P))
+            agree(c, np.array_equal(hpccoll.reduce_scatter(np.ones(nbytes // 8 * P), c), x * P))
+            want = "relay" if named or nbytes == 2048 else "mpi"
+            agree(c, c.explain(x).moved_by == (want,) or P == 1, f"{nbytes} B: {c.explain(x)}")
+            agree(c, c.transport_of("numpy", nbytes, "allreduce", blocking=False).name == "mpi")
+        if named:
+            expected = [(p, n) for n in sizes for p in ("allreduce", "reduce_scatter")]
+        else:
+            expected = [("allreduce", 2048)]
+        agree(c, Relay.calls == ([] if P == 1 else expected), str(Relay.calls))
+    finally:
+        c.free()
+        transports.unregister("relay")
+        Relay.calls = []

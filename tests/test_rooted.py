@@ -26,6 +26,7 @@ from test_check_mode import checked  # noqa: F401 - the check-mode communicator 
 import hpccoll
 from hpccoll import ArgumentError, DTypeError, MismatchError, UnsupportedOpError
 from hpccoll.testing import dottest
+from hpccoll.transports import Selector
 
 pytestmark = pytest.mark.mpi
 
@@ -112,12 +113,11 @@ def test_broadcast_every_dtype_and_root(comm):
 @pytest.mark.parametrize("transport", ["auto", "mpi", "shm"])
 @pytest.mark.timeout(120)
 def test_broadcast_large(comm, transport):
-    """Broadcasts from the size where root copies x into out while host MPI sends it (rooted.OVERLAP_BYTES)
+    """Broadcasts from the size where root copies x into out while host MPI sends it (Selector.OVERLAP_BYTES)
     and below it, every root: out=None, out=, in place and a read-only x; x never modified; async too;
     ranks whose x or out are strided where the others' are not, and a list (every rank must make the
     transport call in the same form, blocking or not, or MPI never matches them)."""
-    from hpccoll.collectives.rooted import OVERLAP_BYTES
-
+    OVERLAP_BYTES = Selector.OVERLAP_BYTES
     P, me = comm.size, comm.rank
     with hpccoll.Communicator(comm.mpi, transport=transport) as c, Verdict(c) as v:
         for n in (OVERLAP_BYTES // 8 - 1, OVERLAP_BYTES // 8, 3 * OVERLAP_BYTES // 8 + 5):
@@ -797,8 +797,9 @@ def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
     form matches every other (blocking on one rank, non-blocking or planned on the other, small and past
     ``OVERLAP_BYTES``), amid other point-to-point traffic (an all-to-all's pairs in flight); at other sizes,
     or with ``pair_bcast`` off, MPI's ``Bcast``."""
-    from hpccoll.collectives.rooted import OVERLAP_BYTES, _overlapped
     from hpccoll.transports.host_mpi import HostMPI
+
+    OVERLAP_BYTES = Selector.OVERLAP_BYTES
 
     P, me = comm.size, comm.rank
     with hpccoll.Communicator(comm.mpi, transport="mpi") as c, Verdict(c) as v:
@@ -808,8 +809,10 @@ def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
             v.true(name == ("Bcast" if P != 2 else "Send" if me == root else "Recv"), f"root {root}: {name}")
         # past OVERLAP_BYTES only a root with a copy to make waits on a request where the forms match (two ranks)
         v.true(t.bcast_forms_match is (P == 2), f"bcast_forms_match {t.bcast_forms_match} at {P} ranks")
-        v.true(_overlapped(t, OVERLAP_BYTES, True), "a copying root overlaps")
-        v.true(_overlapped(t, OVERLAP_BYTES, False) is (P != 2), "the others: the blocking call at two ranks only")
+        v.true(c.selector.overlaps(t, OVERLAP_BYTES, True), "a copying root overlaps")
+        v.true(
+            c.selector.overlaps(t, OVERLAP_BYTES, False) is (P != 2), "the others: the blocking call at two ranks only"
+        )
         if P == 2:
             blocks = [[3 + 2 * q, 1] for q in range(P)]  # each rank's all-to-all block sizes
             a2a = [make((sum(b), 2), np.int32, seed=40 + q) for q, b in enumerate(blocks)]

@@ -31,7 +31,7 @@ owned cells raises on every rank, never a hang or garbage.
 Kept exchanges: a stencil code exchanges the same array, in place (or into the
 same ``out``), every step. When every rank makes the same such call a second
 time (one NumPy array, no check mode), the ranks prepare its messages together
-once, as a plan would (:func:`hpccoll.transports._tuned.choose_method`: MPI
+once, as a plan would (:meth:`hpccoll.transports.Selector.form`: MPI
 persistent requests on host MPI), and keep them on the
 communicator, up to :data:`KEEP` exchanges (each holds its arrays). A region
 that the transport cannot move where it lies keeps its own send or receive
@@ -64,7 +64,6 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._request import Request
 from ..transports._control import MAX_DIMS, exchange_shapes
 from ..transports._mpitypes import contiguous_run, strided
-from ..transports._tuned import choose_method
 from ..transports.shm import holder_of
 
 __all__ = ["halo_exchange", "halo_of"]
@@ -286,7 +285,7 @@ def _keep(c: Any, transport: Any, x: Any, out: Any, key: Any, args: tuple, copie
     if _GATE not in c.state:  # the agreement every call makes from now on
         c.state[_GATE] = _Gate(c)
     c.state[_GATE].last = None  # it may be the one dropped below
-    prepared = transport.prepare("sendrecv", args, choose_method(c, transport, "sendrecv", args))
+    prepared = transport.prepare("sendrecv", args, c.selector.form(transport, "sendrecv", args))
     replaced = kept.pop((id(x), id(out)), None)  # the same arrays kept before, with another shape or halo
     if replaced is not None:
         replaced.prepared.free()

@@ -24,18 +24,13 @@ from .._core.validate import axis_of, check_out, one_array, outs_of, plain_out, 
 from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, truth_valued, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
+from ..transports import Selector
 from ..transports._control import exchange_extents
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
-
-#: From this many bytes on, a blocking broadcast that host MPI moves is MPI's non-blocking one on every rank
-#: (chosen alike: every rank's ``x`` has the same shape), so that root copies ``x`` into its ``out`` while the
-#: message travels and the copy is hidden. Below, the non-blocking call costs more than it hides
-#: (docs/benchmarks.md, the rooted collectives).
-OVERLAP_BYTES = 256 << 10
 
 
 def root_of(root: Any, parts: int) -> int:
@@ -94,8 +89,8 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     # back: only into a writeable x), or copies it while host MPI sends it
     buf = wire_flat(x if copy else out, wire)
     if async_op:
-        return _bcast(t, buf, root, _copier(out, x, np) if copy else Ready(out), True)
-    if x.nbytes < OVERLAP_BYTES or not _overlapped(t, x.nbytes, copy):  # the first test spares small calls a frame
+        return _bcast(c, t, buf, root, _copier(out, x, np) if copy else Ready(out), True)
+    if x.nbytes < Selector.OVERLAP_BYTES or not c.selector.overlaps(t, x.nbytes, copy):  # the first spares a frame
         t.bcast(buf, root)  # the transport's call itself, no frames between
         if copy:
             np.copyto(out, x)
@@ -107,16 +102,16 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     return out
 
 
-def _bcast(t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: bool, early: bool = False) -> Any:
+def _bcast(c: Any, t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: bool, early: bool = False) -> Any:
     """Every broadcast's transport call but the common road's blocking ones, in the form every rank makes.
 
-    Blocking and :func:`_overlapped`, it is the non-blocking call waited on,
+    Blocking where the selector overlaps it (:meth:`~hpccoll.transports.Selector.overlaps`), it is the non-blocking call waited on,
     and an ``early`` ``finish`` (one that reads nothing that arrives: root's
     copy of ``x`` into ``out``) runs while the message travels. The common
     road (:func:`_broadcast_common`) makes the same choice inline, so a rank
     on either road makes the form the others make, whatever its layout.
     """
-    if async_op or not _overlapped(t, buf.nbytes, early):
+    if async_op or not c.selector.overlaps(t, buf.nbytes, early):
         return launch(t, "bcast", (buf, root), finish, async_op)
     pending = t.ibcast(buf, root)
     if not early:
@@ -125,20 +120,6 @@ def _bcast(t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: boo
     result = finish()
     pending.wait()
     return result
-
-
-def _overlapped(t: Any, nbytes: int, copy: bool) -> bool:
-    """Whether a blocking broadcast of ``nbytes`` on transport ``t`` is host MPI's non-blocking one waited on.
-
-    From :data:`OVERLAP_BYTES` on, where host MPI moves the message
-    (``t.hosts``: the selector gave it the call): alike on every rank, as the message's size is. MPI
-    matches a blocking broadcast only with blocking ones. Where the two forms
-    match (``t.bcast_forms_match``: host MPI's two-rank broadcast, one
-    message), only a root with a ``copy`` to make while it travels takes the
-    non-blocking one: waiting on a request straight after starting it costs
-    more than the blocking call.
-    """
-    return nbytes >= OVERLAP_BYTES and (copy or not t.bcast_forms_match) and t.hosts
 
 
 def _copier(out: Any, x: Any, xp: Any) -> Callable[[], Any]:
@@ -173,18 +154,18 @@ def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: boo
     if mine and out is not x and x.flags.c_contiguous and getattr(x.flags, "writeable", True):
         # root sends straight from x, then copies it (a transport's default bcast may write root's own
         # values back: only into a writeable x)
-        return _bcast(transport, as_wire(flat(x, xp), wire), r, _copier(out, x, xp), async_op, early=True)
+        return _bcast(c, transport, as_wire(flat(x, xp), wire), r, _copier(out, x, xp), async_op, early=True)
     if out.flags.c_contiguous:
         if mine and out is not x:
             xp.copyto(out, x)
-        return _bcast(transport, wire_flat(out, wire), r, Ready(out), async_op)
+        return _bcast(c, transport, wire_flat(out, wire), r, Ready(out), async_op)
     buf = as_wire(flat(x, xp), wire).copy() if mine else xp.empty(x.size, wire)
 
     def finish() -> Any:
         xp.copyto(out, as_wire(buf, x.dtype).reshape(out.shape))
         return out
 
-    return _bcast(transport, buf, r, finish, async_op)
+    return _bcast(c, transport, buf, r, finish, async_op)
 
 
 def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -229,7 +210,7 @@ def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str,
             results.append(piece if o is None else _copied(o, piece, xp))
         return results
 
-    return _bcast(transport, buf, r, finish, async_op)
+    return _bcast(c, transport, buf, r, finish, async_op)
 
 
 def _copied(out: Any, a: Any, xp: Any) -> Any:

@@ -34,8 +34,9 @@ from .. import _settings
 from .._errors import ArgumentError, HpccollError, TransportUnavailable
 from .._log import child
 from ._base import Transport
+from ._control import allgather_object
 from ._state import remembered
-from ._tuned import as_collective, buffers, load, race, verdict
+from ._tuned import as_collective, buffers, load, measure_method, message_bytes, race, verdict
 from .cuda_mpi import CudaMPI
 from .host_mpi import HostMPI
 from .nccl import NcclTransport
@@ -297,7 +298,7 @@ def _auto(comm: Any, kind: str) -> Tuple[TransportChoice, Chain]:
 
 
 class Selector:
-    """Which transport moves each message of one communicator: the one place that decides it.
+    """Which transport moves each message of one communicator, and in which form: the one place that decides.
 
     Two steps, remembered here (``Communicator.selector``) and read alike by
     the collectives, plans, :meth:`~hpccoll.Communicator.explain` and
@@ -314,17 +315,26 @@ class Selector:
        verdict decides, else a race against the host transport at the first
        message of each power-of-two size class (:attr:`Transport.first_use`).
 
-    Every rank asks about the same call with the same size, so every rank gets
-    the same answer, and every probe and race is collective.
+    The form: a prepared call's (:meth:`form`: persistent or blocking) and a
+    large blocking broadcast's (:meth:`overlaps`). Every rank asks about the
+    same call with the same size, so every rank gets the same answer, and
+    every probe and race is collective.
     """
 
-    __slots__ = ("comm", "_chains", "_movers", "_raced", "_profile")
+    __slots__ = ("comm", "_chains", "_movers", "_raced", "_forms", "_profile")
+
+    #: From this many bytes on, a blocking broadcast that a host transport moves is its non-blocking one
+    #: waited on, on every rank alike (every rank's message has the same size), so that root copies its
+    #: input into its result while the message travels. Below, the non-blocking call costs more than it
+    #: hides (docs/benchmarks.md, the rooted collectives).
+    OVERLAP_BYTES = 256 << 10
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
         self._chains: Dict[str, Any] = {}  # kind -> ((min_bytes, instance or name), ...), tried in order
         self._movers: Dict[tuple, Transport] = {}  # (kind, primitive, nbytes, blocking) -> the transport
         self._raced: Dict[tuple, bool] = {}  # (transport, primitive, size class) -> whether it won its race
+        self._forms: Dict[tuple, str] = {}  # (transport, primitive, size class) -> a prepared call's measured form
         self._profile: Optional[dict] = None  # the tuning profile's transport verdicts, read once
 
     def clear(self) -> None:
@@ -332,6 +342,12 @@ class Selector:
         self._chains.clear()
         self._movers.clear()
         self._raced.clear()
+        self._forms.clear()
+
+    def choice(self, kind: str) -> TransportChoice:
+        """The transport for the smallest messages of ``kind`` arrays and why (``Communicator.transport_for``,
+        ``info``, ``explain``); collective the first time, as :func:`choose_transport`."""
+        return choose_transport(self.comm, kind)
 
     def of(self, kind: str, nbytes: int = 0) -> Transport:
         """The transport ``auto``'s chain gives a message of ``kind`` arrays and ``nbytes`` (step 1)."""
@@ -369,6 +385,52 @@ class Selector:
         if t.name == self.comm.transport or self._won(t, primitive, nbytes):
             return t
         return t.host
+
+    def overlaps(self, t: Any, nbytes: int, copy: bool) -> bool:
+        """Whether a blocking broadcast of ``nbytes`` on ``t`` (the selector's) is its non-blocking one waited on.
+
+        From :attr:`OVERLAP_BYTES` on, where a host transport moves the
+        message (``t.hosts``): alike on every rank. MPI matches a blocking
+        broadcast only with blocking ones. Where the two forms match
+        (``t.bcast_forms_match``: host MPI's two-rank broadcast, one message),
+        only a root with a ``copy`` to make while it travels takes the
+        non-blocking one: waiting on a request straight after starting it
+        costs more than the blocking call.
+        """
+        return nbytes >= self.OVERLAP_BYTES and (copy or not t.bcast_forms_match) and t.hosts
+
+    def form(self, t: Any, primitive: str, args: tuple) -> str:
+        """``"persistent"`` or ``"blocking"`` for a prepared call of ``primitive(*args)`` on ``t`` (collective).
+
+        A plan's call (``method="auto"``), a kept halo exchange's. The
+        profile's verdict for this call and size when it has one; else
+        measured now on scratch buffers (the call's own are never touched) and
+        remembered for later calls of the same primitive and size class. A
+        transport without persistent requests gets ``"blocking"``, and so
+        does one on device buffers (the profile and the race time host
+        buffers), unless it runs the call through a host transport
+        (``measured_on``: ``staged``), which is then measured instead.
+        """
+        measured_on = getattr(t, "measured_on", None)
+        if measured_on is not None:  # a transport that runs the call through another's (staged: host MPI)
+            through = measured_on(primitive, args)
+            if through is None:  # it moves the call itself, in one form
+                return "blocking"
+            t, args = through
+        elif getattr(t, "array_kind", "numpy") != "numpy":
+            return "blocking"  # device buffers: the profile and the race measure host buffers only
+        if not getattr(t, "persistent", False):
+            return "blocking"
+        comm = self.comm
+        primitive, nbytes = allgather_object(comm, (primitive, message_bytes(args)), "a plan's size")[0]
+        measured = verdict((load(comm)["profile"] or {}).get("methods", {}).get(primitive), nbytes)
+        if measured in ("persistent", "blocking"):
+            return str(measured)
+        key = (t.name, primitive, int(nbytes).bit_length())
+        known = self._forms.get(key)
+        if known is None:
+            known = self._forms[key] = measure_method(comm, t, primitive, args, nbytes)
+        return known
 
     def _won(self, t: Any, primitive: str, nbytes: int) -> bool:
         """Whether ``t`` moves a blocking ``primitive`` of ``nbytes`` faster than its host transport."""

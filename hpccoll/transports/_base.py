@@ -192,7 +192,7 @@ class Transport(abc.ABC):
 
     #: Whether a blocking :meth:`bcast` on one rank matches a non-blocking :meth:`ibcast` on another (MPI's
     #: point-to-point messages do; its ``Bcast`` and ``Ibcast`` do not). Where it holds, a blocking broadcast
-    #: past ``rooted.OVERLAP_BYTES`` is the non-blocking call only on a root that has a copy to make while it
+    #: past ``Selector.OVERLAP_BYTES`` is the non-blocking call only on a root that has a copy to make while it
     #: travels; the other ranks, and an in-place root, make the blocking one. A class default that an
     #: instance may replace once it knows its communicator (host MPI's two-rank broadcast).
     bcast_forms_match: bool = False

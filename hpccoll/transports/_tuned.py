@@ -12,9 +12,9 @@ collective, once per communicator): a file visible on some nodes only can
 never make ranks choose differently. A profile whose key (MPI library, ranks,
 nodes, ranks per node) differs from the running job's is not used.
 
-:func:`choose_method` gives a prepared call (a plan's, a kept halo exchange's)
-its form: the profile's verdict, else the two forms timed side by side on
-scratch buffers when it is prepared (:func:`race`).
+:func:`measure_method` times a prepared call's two forms side by side on
+scratch buffers (:func:`race`) where the profile has no verdict for it (the
+communicator's :class:`~hpccoll.transports.Selector` decides).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import _settings
 from .._timing import interleave, medians, paired_ratio
-from ._control import allgather_object, guarded
+from ._control import guarded
 from ._mpitypes import library
 
 __all__ = [
@@ -42,7 +42,8 @@ __all__ = [
     "race",
     "buffers",
     "as_collective",
-    "choose_method",
+    "measure_method",
+    "message_bytes",
 ]
 
 #: The profile's format name (its ``"format"`` field).
@@ -141,7 +142,7 @@ def verdict(table: Optional[Mapping[str, Any]], nbytes: int) -> Optional[str]:
 # --------------------------------------------------------------------------- a plan's method, measured
 
 
-def _message_bytes(args: Sequence[Any]) -> int:
+def message_bytes(args: Sequence[Any]) -> int:
     """The bytes a call's buffers hold (this rank's; the choice uses rank 0's)."""
     total = 0
     for a in args:
@@ -234,9 +235,8 @@ def as_collective(call: Callable[[], Any], primitive: str, args: tuple, rank: in
     """``call`` (``primitive`` on :func:`buffers`' ``args``) and then what the public collective does after
     it on rank ``rank``: a reduce's ranks other than root fill their result with zeros.
 
-    A transport race is of the collective, not the bare primitive: on Open MPI 5.0.11 at 4 MiB that fill
-    slowed shm's next reduce more than host MPI's (2 ranks, one process: the bare primitives raced shm/host
-    0.82-1.12, with the fill 1.19-1.27, the public calls 1.16-1.28).
+    A transport race is of the collective, not the bare primitive: that fill can turn a race's verdict
+    (docs/benchmarks.md, "Figures kept out of the code").
     """
     if primitive != "reduce" or rank == args[3]:
         return call
@@ -249,42 +249,8 @@ def as_collective(call: Callable[[], Any], primitive: str, args: tuple, rank: in
     return with_zeros
 
 
-def choose_method(c: Any, t: Any, primitive: str, args: tuple) -> str:
-    """``"persistent"`` or ``"blocking"`` for a plan's call of ``primitive(*args)`` on ``t`` (collective).
-
-    The profile's verdict for this call and size when it has one; else
-    measured now on scratch buffers (the plan's own are never touched) and
-    remembered on ``c`` for later plans of the same call and size. A
-    transport without persistent requests gets ``"blocking"``, and so does
-    one on device buffers (the profile and the race time host buffers),
-    unless it runs the call through a host transport (``measured_on``:
-    ``staged``), which is then measured instead. (A call ``shm`` leaves to
-    host MPI reaches host MPI itself: the communicator's selector sends it there.)
-    """
-    measured_on = getattr(t, "measured_on", None)
-    if measured_on is not None:  # a transport that runs the call through another's (staged: host MPI)
-        through = measured_on(primitive, args)
-        if through is None:  # it moves the call itself, in one form
-            return "blocking"
-        t, args = through
-    elif getattr(t, "array_kind", "numpy") != "numpy":
-        return "blocking"  # device buffers: the profile and the race measure host buffers only
-    if not getattr(t, "persistent", False):
-        return "blocking"
-    primitive, nbytes = allgather_object(c, (primitive, _message_bytes(args)), "a plan's size")[0]
-    table = (load(c)["profile"] or {}).get("methods", {}).get(primitive)
-    measured = verdict(table, nbytes)
-    if measured in ("persistent", "blocking"):
-        return measured
-    key = f"plan method: {t.name} {primitive} {int(nbytes).bit_length()}"
-    known = c.state.get(key)
-    if known is None:
-        known = c.state[key] = _measure_method(c, t, primitive, args, nbytes)
-    return str(known)
-
-
-def _measure_method(c: Any, t: Any, primitive: str, args: tuple, nbytes: int) -> str:
-    """Time the blocking and persistent forms of the call on scratch buffers; the faster."""
+def measure_method(c: Any, t: Any, primitive: str, args: tuple, nbytes: int) -> str:
+    """Time the blocking and persistent forms of the call on scratch buffers; the faster (collective)."""
     scratch = _scratch(args)
     if scratch is None:
         return "blocking"

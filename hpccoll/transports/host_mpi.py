@@ -156,7 +156,7 @@ class HostMPI(Transport):
 
     # Both broadcasts are made directly (no name built, no tuple): a small broadcast's cost is mostly these
     # steps, and a large blocking one is the non-blocking call waited on, where every step between MPI's
-    # start and its wait delays the message (rooted.OVERLAP_BYTES). Between two ranks each is one message
+    # start and its wait delays the message (Selector.OVERLAP_BYTES). Between two ranks each is one message
     # (pair_bcast); _bcast builds the same calls for the watched and the prepared forms.
 
     def bcast(self, buf: Any, root: int) -> None:

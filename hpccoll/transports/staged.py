@@ -29,7 +29,7 @@ A plan (:func:`hpccoll.plan`) fixes its call's pinned buffers once: each
 prepared call (:meth:`Staged.prepare`) owns host buffers of its own, never
 regrown or shared with other calls, and host MPI's call is prepared on them
 once (an MPI-4 persistent request where host MPI measured that faster for the
-call and size, :func:`~hpccoll.transports._tuned.choose_method`), so a run is
+call and size, :meth:`~hpccoll.transports.Selector.form`), so a run is
 the copies in, one stream synchronisation, the prepared host call and the
 copies back, with the same stream rule as the unplanned calls, kept per plan.
 
