@@ -15,6 +15,7 @@ import time
 
 import pytest
 import standin_cupy
+from conftest import agree
 from launch import run_mpiexec
 from mpi4py import MPI
 from standin_nccl import StandInRuntime
@@ -536,19 +537,29 @@ def test_timer_the_slowest_rank_dominates():
 def test_info_sections(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    if WORLD.rank == 0:
+    named = hpccoll._comm.as_communicator(None).transport  # the world's, which info reports (a run may name one)
+
+    def text():  # rank 0 prints the report
         for section in ("hpccoll", "MPI", "GPU", "transports", "settings", "environment"):
             assert any(line == section or line.startswith(section + " ") for line in out.splitlines()), section
         assert f"ranks: {WORLD.size} on" in out
         assert "mpi       (numpy arrays) usable" in out
         assert "shm       (numpy arrays) usable" in out  # MPICH makes node-shared windows here
-        assert "NumPy arrays take: auto: node-shared memory" in out and "else NumPy arrays use host MPI" in out
+        if named == "auto":
+            assert "NumPy arrays take: auto: node-shared memory" in out and "else NumPy arrays use host MPI" in out
+        else:
+            assert f"NumPy arrays take: transport={named!r} requested" in out
+
+    agree(WORLD, text if WORLD.rank == 0 else True)  # every rank fails together, before the next collective
     assert main(["info", "--json"]) == 0
     out = capsys.readouterr().out
-    if WORLD.rank == 0:
+
+    def data():
         info = json.loads(out)
         assert info["ranks"] == WORLD.size
         assert info["transports"]["shm"]["usable"] and info["transports"]["shm"]["auto"] is None
+
+    agree(WORLD, data if WORLD.rank == 0 else True)
 
 
 @pytest.mark.skipif(WORLD.size > 1, reason="launches its own mpiexec; runs in the serial suite")

@@ -22,8 +22,9 @@ communicator's scratch buffers. These tests
   decline reaches the general branch, with the general branch's result or
   error;
 - record the transport primitives each branch calls (both must reach the
-  network only through ``c.transport_of("numpy")``, with the same
-  primitive and counts), and the watchdog on the common branch;
+  network only through the transports ``c.transport_of("numpy", ...)``
+  hands out -- the one for the kind, or the host transport it composes --
+  with the same primitive and counts), and the watchdog on the common branch;
 - let ranks take different branches in one call.
 
 Checks are made on every rank together (conftest's :func:`agree`), so that a
@@ -194,7 +195,8 @@ def traced(c, *, no_scratch=False):
     route).
     """
     t = Trace()
-    transport = c.transport_of("numpy")
+    front = c.transport_of("numpy")
+    watched = [front] + [host for host in (getattr(front, "host", None),) if host is not None]
     with pytest.MonkeyPatch.context() as m:
         for mod, (short, _) in MODULES.items():
             for fn in ("_one", "_many"):
@@ -214,13 +216,15 @@ def traced(c, *, no_scratch=False):
             return real_exchange(comm, arrays, axes, what)
 
         m.setattr(gather, "exchange_extents", exchange)
-        for name in PRIMITIVES:  # instance attributes shadow the class's methods until removed
-            setattr(transport, name, _recorded(t.calls, name, getattr(transport, name)))
+        for transport in watched:
+            for name in PRIMITIVES:  # instance attributes shadow the class's methods until removed
+                setattr(transport, name, _recorded(t.calls, name, getattr(transport, name)))
         try:
             yield t
         finally:
-            for name in PRIMITIVES:
-                delattr(transport, name)
+            for transport in watched:
+                for name in PRIMITIVES:
+                    delattr(transport, name)
 
 
 def entry(mod, *args):
@@ -777,7 +781,7 @@ def test_not_in_check_mode_or_size_one(c):
 def test_common_branch_watched(c, monkeypatch):
     """With HPCCOLL_TIMEOUT the common branch's MPI calls go through the watchdog (in the transport)."""
     monkeypatch.setenv("HPCCOLL_TIMEOUT", "60")
-    w = hpccoll.Communicator(c.mpi, check=False)
+    w = hpccoll.Communicator(c.mpi, check=False, transport="mpi")  # host MPI's calls, whatever the run named
     ran, watched, waited = [], [], []
     real_run, real_watched, real_wait = host_mpi.run, _control.watched, host_mpi.watched
     monkeypatch.setattr(host_mpi, "run", lambda comm, name, *a, **k: (ran.append(name), real_run(comm, name, *a, **k)))

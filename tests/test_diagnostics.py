@@ -237,8 +237,10 @@ def test_explain_reports_widening_and_why():
 
 
 @pytest.mark.mpi
-def test_explain_says_when_it_communicates():
-    """The size exchange of all_gather(sizes=None) communicates, every time; known sizes and reductions do not."""
+def test_explain_says_when_it_communicates(monkeypatch):
+    """The size exchange of all_gather(sizes=None) communicates, every time; known sizes and reductions do not
+    (under ``auto``: a named shm sets up the node's memory at its first use)."""
+    monkeypatch.delenv("HPCCOLL_TRANSPORT", raising=False)
     with hpccoll.Communicator() as c:
         first = c.explain(np.ones(3))  # the first choice for NumPy arrays: local (no probe below shm's threshold)
         gathered = c.explain(np.ones((2, 3)), "all_gather")

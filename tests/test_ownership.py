@@ -31,8 +31,8 @@ def watched(comm, monkeypatch):
     """Weak references to every ndarray handed to a non-blocking primitive of the NumPy transports."""
     refs = []
     seen = set()
-    for nbytes in (1, 1 << 30):  # whichever transports auto picks, small and large
-        t = comm.transport_of("numpy", nbytes)
+    picked = [comm.transport_of("numpy", nbytes) for nbytes in (1, 1 << 30)]  # small and large, and the host
+    for t in picked + [t.host for t in picked if getattr(t, "host", None) is not None]:  # transports they compose
         if id(t) in seen:
             continue
         seen.add(id(t))

@@ -63,6 +63,8 @@ def test_no_leaks_over_a_hundred_rounds(comm, memory):
 @small_worlds
 def test_peak_memory_within_bound_at_1_mib(comm, memory):
     """benchmarks/memory.py's peak cases at 1 MiB: what hpccoll allocates stays within output + one packing buffer."""
+    if comm.transport == "shm":  # HPCCOLL_TRANSPORT=shm: node-shared scratch windows by design (docs/shm.md)
+        pytest.skip("a named shm keeps node-shared scratch windows of its own, outside this bound")
     for row in memory.measure_peak(comm, 1 << 20):
         assert row["traced"] <= row["bound"] + (64 << 10), row
 

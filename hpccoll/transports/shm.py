@@ -102,24 +102,14 @@ class SharedMemory(Transport):
     #: ``sendrecv`` takes strided NumPy views up to its host transport's size (which moves them: they are never
     #: read in place); see :attr:`HostMPI.strided_messages <hpccoll.transports.host_mpi.HostMPI.strided_messages>`.
     strided_messages = 0
-    #: Per primitive, the ``[low, high)`` message sizes where shm measured faster (docs/bench/shm.md);
-    #: when ``auto`` chose shm, messages outside them, all-to-alls and the non-blocking forms go to
-    #: host MPI (``HPCCOLL_TRANSPORT=shm`` moves every blocking message through shared memory). A
-    #: private all-gather stops winning at 4 MiB: it copies every block once more than MPI's single-copy
-    #: transfers do (into shared memory, then out by each of the P ranks: P + 1 against P), which shows
-    #: once the blocks outgrow the caches.
-    #: The rooted ones: ``reduce`` (root reduces, in rank order, the inputs the others put in scratch) won
-    #: against host MPI's ``Reduce`` on both MPIs; ``bcast`` (root writes each round once into the scratch
-    #: window, every rank copies it out) lost at most sizes, so it is left to host MPI, whose ``Ibcast``
-    #: also lets a broadcast's root copy its input while the message travels. Within one node only; rooted
-    #: gathers and scatters always go to host MPI. The reduce range starts at 256 KiB, below the size where
-    #: it began to win: below ``min_bytes`` every collective's messages would pass through shm's dispatch on
-    #: the way to host MPI. A private all-gather is not in the table: it did not win on this project's CI
-    #: machine (issue 21), so without a profile ``auto`` leaves it to host MPI. The figures:
-    #: docs/benchmarks.md (the rooted collectives; figures moved out of the code).
-    #: A profile of ``python -m hpccoll tune`` that measured shm faster for a primitive and size decides
-    #: instead of this table (:class:`~hpccoll.transports.Selector`). Where the profile has no verdict, the table only names the
-    #: sizes worth a race (:attr:`first_use`): it decides nothing by itself.
+    #: Per primitive, the ``[low, high)`` message sizes worth trying shm for (:attr:`Transport.wins`); the
+    #: communicator's :class:`~hpccoll.transports.Selector` gives every other message to host MPI, unless shm
+    #: was named. Not in the table: a private all-gather (it copies every block once more than MPI's
+    #: single-copy transfers do: into shared memory, then out by each of the P ranks) and a broadcast (root
+    #: writes each round once, every rank copies it out; host MPI's ``Ibcast`` also lets root copy its input
+    #: while the message travels). A ``python -m hpccoll tune`` profile's verdict decides inside and outside
+    #: these ranges; without one, a first-use race decides inside them (:attr:`first_use`). The figures behind
+    #: the ranges: docs/bench/shm.md and docs/benchmarks.md (the rooted collectives).
     wins = {
         "reduce_scatter": (1 << 20, 1 << 62),
         "allreduce": (256 << 10, 1 << 62),
