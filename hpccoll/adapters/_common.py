@@ -18,6 +18,7 @@ from .._operators import _extents
 from ..collectives.alltoall import own_recv_sizes, recv_extents
 from ..collectives.halo import halo_of
 from ..collectives.rooted import root_of
+from ..collectives.shift import offset_of
 
 __all__ = [
     "gather_sizes",
@@ -36,6 +37,7 @@ __all__ = [
     "gather_maps",
     "scatter_maps",
     "halo_exchange_maps",
+    "shift_maps",
 ]
 
 #: A collective as the adapters see it: (forward, adjoint), each a function of one array.
@@ -208,3 +210,8 @@ def replicate_maps(comm: Communicator) -> Maps:
 
 def _identity(a: Any) -> Any:
     return a
+
+
+def shift_maps(comm: Communicator, offset: Any) -> Maps:
+    """The shift by ``offset`` (checked here: an int) on ``comm`` and its adjoint, the shift back."""
+    return PAIR["shift"].bind(comm=comm, offset=offset_of(offset))

@@ -34,11 +34,10 @@ import numpy as np
 from autograd.extend import defjvp, defvjp, primitive
 from autograd.tracer import getval
 
-from .._api import PAIR, CommLike, OpLike
+from .._api import CommLike, OpLike
 from .._arrays import Array
 from .._comm import as_communicator
 from .._core.validate import axis_of
-from ..collectives.shift import offset_of
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -55,6 +54,7 @@ from ._common import (
     root_scatter_sizes,
     scatter_maps,
     scatter_sizes,
+    shift_maps,
 )
 
 __all__ = [
@@ -379,4 +379,4 @@ def shift(x: Array, comm: CommLike = None, *, offset: int = 1) -> Array:
     array
         The block of rank ``(r - offset) mod P``.
     """
-    return _linear(x, *PAIR["shift"].bind(comm=as_communicator(comm), offset=offset_of(offset)))
+    return _linear(x, *shift_maps(as_communicator(comm), offset))

@@ -107,7 +107,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.typing import ArrayLike
 
-from .._api import PAIR, CommLike, OpLike
+from .._api import CommLike, OpLike
 from .._api import all_gather as _core_all_gather
 from .._arrays import split_sizes
 from .._comm import Communicator, as_communicator
@@ -117,7 +117,6 @@ from .._core.validate import block_sizes
 from .._core.validate import linear_op as _linear_op
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
-from ..collectives.shift import offset_of
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -134,6 +133,7 @@ from ._common import (
     root_scatter_sizes,
     scatter_maps,
     scatter_sizes,
+    shift_maps,
 )
 
 __all__ = [
@@ -1169,4 +1169,4 @@ def shift(x: ArrayLike, comm: CommLike = None, *, offset: int = 1) -> jax.Array:
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
     x, c = _prepare(x, comm)
-    return _linear(x, c, PAIR["shift"].bind(comm=c, offset=offset_of(offset)), x.shape, "shift", None, None)
+    return _linear(x, c, shift_maps(c, offset), x.shape, "shift", None, None)

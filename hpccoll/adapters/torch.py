@@ -37,13 +37,12 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .._api import PAIR, CommLike, OpLike
+from .._api import CommLike, OpLike
 from .._arrays import Array
 from .._comm import as_communicator
 from .._core.validate import axis_of
 from .._dtypes import ml_dtype
 from .._errors import ArgumentError, DTypeError
-from ..collectives.shift import offset_of
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -60,6 +59,7 @@ from ._common import (
     root_scatter_sizes,
     scatter_maps,
     scatter_sizes,
+    shift_maps,
 )
 
 __all__ = [
@@ -541,4 +541,4 @@ def shift(x: torch.Tensor, comm: CommLike = None, *, offset: int = 1) -> torch.T
         passes each gradient back ``offset`` ranks.
     """
     _shape_of(x)
-    return _Linear.apply(x, *PAIR["shift"].bind(comm=as_communicator(comm), offset=offset_of(offset)))
+    return _Linear.apply(x, *shift_maps(as_communicator(comm), offset))
