@@ -468,7 +468,7 @@ class Communicator:
         choice = self.selector.choice(kind)
         t = self.transport_of(kind) if collective == "shift" else self.transport_of(kind, nbytes)
         plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many or collective == "shift", notes)
-        split, movers = self._explained_buckets(xs, wire, t, kind, EXPLAINED[collective], reducing, many)
+        split, movers = self._explained_buckets(xs, wire, t, kind, nbytes, EXPLAINED[collective], reducing, many)
         if t.name != choice.name or movers != (t.name,):
             notes.append(
                 f"a message of {nbytes} bytes: {t.name} chosen"
@@ -510,17 +510,26 @@ class Communicator:
         return each, exchanged
 
     def _explained_buckets(
-        self, xs: List[Any], wire: List[int], t: Any, kind: str, primitive: str, reducing: bool, many: bool
+        self,
+        xs: List[Any],
+        wire: List[int],
+        t: Any,
+        kind: str,
+        nbytes: int,
+        primitive: str,
+        reducing: bool,
+        many: bool,
     ) -> Tuple[Optional[List["Bucket"]], Tuple[str, ...]]:
-        """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them
-        (the selector's answers for the blocking calls)."""
+        """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them:
+        the selector's answers for the blocking calls, asked with the sizes the collective asks with (one
+        array: ``nbytes``, its bytes before any widening; a list: each bucket's wire bytes)."""
         if primitive == "sendrecv":  # a shift: one message per array that has elements, in one call
             mover = _in_place_mover(t, xs)
             if not many:
                 return None, (mover,)
             return [Bucket((i,), n, mover) for i, n in enumerate(wire) if n], (mover,)
         if not many:
-            return None, (self.transport_of(kind, wire[0], primitive).name,)
+            return None, (self.transport_of(kind, nbytes, primitive).name,)
         split: List[Bucket] = []
         groups: Dict[Any, List[int]] = {}
         for i, a in enumerate(xs):  # reductions: one group per dtype; all-gathers: raw bytes, one group

@@ -82,6 +82,13 @@ CASES = {
     "all_reduce-small": ("all_reduce", lambda c, g: g.standard_normal(5), {}, None),
     "all_reduce-shm": ("all_reduce", lambda c, g: g.standard_normal(1 << 16), {}, None),
     "all_reduce-float16-widened": ("all_reduce", lambda c, g: g.standard_normal(300).astype("f2"), {}, None),
+    # 192 KiB of float16, 384 KiB on the wire: below shm's threshold, its widened message above it
+    "all_reduce-float16-widened-shm": (
+        "all_reduce",
+        lambda c, g: g.standard_normal(96 << 10).astype("f2"),
+        {},
+        None,
+    ),
     "all_reduce-int8-sum": ("all_reduce", lambda c, g: g.integers(-3, 3, 40).astype("i1"), {}, None),
     "all_reduce-bool-prod": ("all_reduce", lambda c, g: g.integers(0, 2, 9).astype(bool), {"op": "prod"}, None),
     "all_reduce-avg": ("all_reduce", lambda c, g: g.standard_normal((3, 4)).astype("f4"), {"op": "avg"}, None),

@@ -105,8 +105,8 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
 def _bcast(c: Any, t: Any, buf: Any, root: int, finish: Callable[[], Any], async_op: bool, early: bool = False) -> Any:
     """Every broadcast's transport call but the common road's blocking ones, in the form every rank makes.
 
-    Blocking where the selector overlaps it (:meth:`~hpccoll.transports.Selector.overlaps`), it is the non-blocking call waited on,
-    and an ``early`` ``finish`` (one that reads nothing that arrives: root's
+    Blocking where the selector overlaps it (:meth:`~hpccoll.transports.Selector.overlaps`), it is the
+    non-blocking call waited on, and an ``early`` ``finish`` (one that reads nothing that arrives: root's
     copy of ``x`` into ``out``) runs while the message travels. The common
     road (:func:`_broadcast_common`) makes the same choice inline, so a rank
     on either road makes the form the others make, whatever its layout.

@@ -42,7 +42,6 @@ from .._arrays import shape_of
 from .._dtypes import check_dtype, movement_dtype
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import finish_reduction
-from .._log import child
 from .._request import DONE, Pending
 from ._base import WIRE_OPS, Prepared, Transport
 from ._control import guarded
@@ -53,7 +52,6 @@ from ._state import remembered
 
 __all__ = ["SharedMemory", "SHARED", "shared_empty", "holder_of"]
 
-_log = child("transport")
 
 #: The ``out=`` spelling of a node-shared result.
 SHARED = "shared"
