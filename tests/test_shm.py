@@ -19,6 +19,7 @@ from conftest import (
     DTYPE_IDS,
     DTYPES,
     SIZE_PATTERNS,
+    agree,
     all_ranks,
     assert_close,
     assert_same,
@@ -137,12 +138,13 @@ def test_auto_races_shm_against_host_on_first_use(monkeypatch):
         def mine(nbytes, primitive="allreduce"):
             return c.transport_of("numpy", nbytes, primitive) is t
 
-        assert mine(low) and raced == [(low, ["mpi", "shm"])]
-        assert mine(low + 8) and len(raced) == 1  # the same size class: no second race
-        assert not mine(4 << 20) and raced[-1][0] == 4 << 20  # a new class, lost
-        assert not mine(64 << 20) and raced[-1][0] == 8 << 20  # past race_max_bytes: raced there
-        assert not mine(32 << 20) and len(raced) == 3  # ... once
-        assert not mine(low - 8) and not mine(1 << 20, "allgatherv") and len(raced) == 3
+        # each ask may race (collective): every verdict is agreed before the next, failing on every rank at once
+        agree(c, mine(low) and raced == [(low, ["mpi", "shm"])], str(raced))
+        agree(c, mine(low + 8) and len(raced) == 1, str(raced))  # the same size class: no second race
+        agree(c, not mine(4 << 20) and raced[-1][0] == 4 << 20, str(raced))  # a new class, lost
+        agree(c, not mine(64 << 20) and raced[-1][0] == 8 << 20, str(raced))  # past race_max_bytes: raced there
+        agree(c, not mine(32 << 20) and len(raced) == 3, str(raced))  # ... once
+        agree(c, not mine(low - 8) and not mine(1 << 20, "allgatherv") and len(raced) == 3, str(raced))
         for nbytes in (low, 4 << 20):  # both verdicts, through the public call
             x = np.arange(nbytes // 8, dtype=np.float64) + c.rank
             want = np.arange(x.size) * c.size + sum(range(c.size))
