@@ -118,19 +118,15 @@ def copy_blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_f
 
 # --------------------------------------------------------------------------- NumPy
 
-#: Runs up to this many bytes move as one NumPy element each (above it NumPy's own loop is as fast).
-NUMPY_RUN_ELEMENT_MAX = 4096
 #: Below this many runs (rows x blocks) the copy is too small for the extra views to pay.
 NUMPY_MIN_RUNS = 32
 _VOIDS: Dict[int, np.dtype] = {}
 
 
-def _run_dtype(nbytes: int, own: np.dtype) -> np.dtype:
-    """A dtype with one element per ``nbytes`` run, copied bit for bit (``own`` for long runs)."""
+def _run_dtype(nbytes: int) -> np.dtype:
+    """A dtype with one element per ``nbytes`` run, copied bit for bit."""
     e = _NUMPY_UNIT.get(nbytes) or _VOIDS.get(nbytes)
     if e is None:
-        if nbytes > NUMPY_RUN_ELEMENT_MAX:
-            return own
         if len(_VOIDS) >= 1024:
             _VOIDS.clear()
         e = _VOIDS[nbytes] = np.dtype((np.void, nbytes))
@@ -143,15 +139,14 @@ def _numpy(buf: Any, arr: Any, lead: int, unit: int, sizes: Sequence[int], to_fl
     NumPy's copy loops pay per inner loop, and an inner loop here is one run
     (``unit`` bytes per index along the axis, times the block's extent): seen
     as one element per run, the copy is one long loop over rows instead
-    (faster for runs of 8 to 4096 bytes, docs/benchmarks.md; bit for bit:
-    NumPy copies elements of one dtype as raw bytes).
+    (bit for bit: NumPy copies elements of one dtype as raw bytes).
     """
     first, parts = sizes[0], len(sizes)
     if sizes.count(first) == parts:
         cells = arr.reshape(lead, parts, -1)
         blocks = buf.reshape(parts, lead, -1)
         if lead * parts >= NUMPY_MIN_RUNS:
-            e = _run_dtype(first * unit, arr.dtype)
+            e = _run_dtype(first * unit)
             cells, blocks = cells.view(e), blocks.view(e)
         blocks = blocks.transpose(1, 0, 2)
         np.copyto(blocks, cells) if to_flat else np.copyto(cells, blocks)
@@ -169,7 +164,7 @@ def _numpy(buf: Any, arr: Any, lead: int, unit: int, sizes: Sequence[int], to_fl
             cells = grid[:, col : col + run]
             piece = flat[off : off + lead * run]
             if runs:
-                e = _run_dtype(run, own)
+                e = _run_dtype(run)
                 cells, piece = cells.view(e), piece.view(e)
             piece = piece.reshape(lead, -1)
             np.copyto(piece, cells) if to_flat else np.copyto(cells, piece)

@@ -146,7 +146,7 @@ def test_odd_alignments(dtype, trail, pattern, offset):
 @pytest.mark.parametrize("run_bytes", [4, 8, 12, 16, 24, 64, 4096, 8192, 65536])
 @pytest.mark.parametrize("rows", [1, 2, 40])
 def test_runs_short_and_long(run_bytes, rows):
-    """One element per run up to NUMPY_RUN_ELEMENT_MAX bytes, the own dtype beyond; few and many rows."""
+    """One element per run, short runs and long, few rows and many."""
     trail = run_bytes // 4
     for sizes in [(1, 1, 1), (1, 0, 2)]:
         roundtrip(random_array((rows, sum(sizes), trail), np.float32, seed=run_bytes), 1, sizes)
