@@ -543,25 +543,12 @@ _failed: dict = {}  # "last": the exception a callback raised (XLA may run callb
 _failed_lock = threading.Lock()
 
 
-#: With the host callbacks (``"callback"``, ``"io_callback"``), a jitted call site keeps its result
-#: buffer up to this size and has hpccoll write into it (``out=``) on later calls: XLA copies a
-#: callback's result before the callback returns, and MPI is faster into reused memory than into
-#: fresh pages. Larger results are allocated per call. (The buffer lowering writes into XLA's output.)
-REUSE_BYTES = 4 << 20
-
-
 def _host_callback(fn: Fn) -> Fn:
     """The callback for one call site: ``fn`` on NumPy arrays, its hpccoll errors kept for :func:`reraise`."""
-    kept: list = []
 
     def call(a: Any) -> np.ndarray:
         with _KEEP:
-            if kept:
-                return fn(np.asarray(a), out=kept[0])
-            out = np.asarray(fn(np.asarray(a)))
-            if 0 < out.nbytes <= REUSE_BYTES and out.flags.writeable and out.flags.c_contiguous:
-                kept.append(out)
-            return out
+            return np.asarray(fn(np.asarray(a)))
 
     return call
 
