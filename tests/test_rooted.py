@@ -807,9 +807,12 @@ def test_broadcast_between_two_ranks_is_one_message(comm, monkeypatch):
         for root in range(P):
             name = t._bcast(np.ones(1), root)[0]
             v.true(name == ("Bcast" if P != 2 else "Send" if me == root else "Recv"), f"root {root}: {name}")
-        # from OVERLAP_BYTES on, every rank makes the non-blocking call, waited on
-        v.true(c.selector.overlaps(t, OVERLAP_BYTES), "overlapped from OVERLAP_BYTES")
-        v.true(not c.selector.overlaps(t, OVERLAP_BYTES - 1), "blocking below OVERLAP_BYTES")
+        # past OVERLAP_BYTES only a root with a copy to make waits on a request where the forms match (two ranks)
+        v.true(t.bcast_forms_match is (P == 2), f"bcast_forms_match {t.bcast_forms_match} at {P} ranks")
+        v.true(c.selector.overlaps(t, OVERLAP_BYTES, True), "a copying root overlaps")
+        v.true(
+            c.selector.overlaps(t, OVERLAP_BYTES, False) is (P != 2), "the others: the blocking call at two ranks only"
+        )
         if P == 2:
             blocks = [[3 + 2 * q, 1] for q in range(P)]  # each rank's all-to-all block sizes
             a2a = [make((sum(b), 2), np.int32, seed=40 + q) for q, b in enumerate(blocks)]

@@ -90,7 +90,7 @@ def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool
     buf = wire_flat(x if copy else out, wire)
     if async_op:
         return _bcast(c, t, buf, root, _copier(out, x, np) if copy else Ready(out), True)
-    if x.nbytes < Selector.OVERLAP_BYTES or not c.selector.overlaps(t, x.nbytes):  # the first spares a frame
+    if x.nbytes < Selector.OVERLAP_BYTES or not c.selector.overlaps(t, x.nbytes, copy):  # the first spares a frame
         t.bcast(buf, root)  # the transport's call itself, no frames between
         if copy:
             out[...] = x  # out has x's shape and dtype: assignment is the cheapest copy (docs/benchmarks.md)
@@ -111,7 +111,7 @@ def _bcast(c: Any, t: Any, buf: Any, root: int, finish: Callable[[], Any], async
     road (:func:`_broadcast_common`) makes the same choice inline, so a rank
     on either road makes the form the others make, whatever its layout.
     """
-    if async_op or not c.selector.overlaps(t, buf.nbytes):
+    if async_op or not c.selector.overlaps(t, buf.nbytes, early):
         return launch(t, "bcast", (buf, root), finish, async_op)
     pending = t.ibcast(buf, root)
     if not early:

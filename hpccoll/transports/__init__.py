@@ -386,14 +386,18 @@ class Selector:
             return t
         return t.host
 
-    def overlaps(self, t: Any, nbytes: int) -> bool:
+    def overlaps(self, t: Any, nbytes: int, copy: bool) -> bool:
         """Whether a blocking broadcast of ``nbytes`` on ``t`` (the selector's) is its non-blocking one waited on.
 
         From :attr:`OVERLAP_BYTES` on, where a host transport moves the
-        message (``t.hosts``): alike on every rank, as MPI matches a blocking
-        broadcast only with blocking ones.
+        message (``t.hosts``): alike on every rank. MPI matches a blocking
+        broadcast only with blocking ones. Where the two forms match
+        (``t.bcast_forms_match``: host MPI's two-rank broadcast, one message),
+        only a root with a ``copy`` to make while it travels takes the
+        non-blocking one: waiting on a request straight after starting it
+        costs more than the blocking call.
         """
-        return nbytes >= self.OVERLAP_BYTES and t.hosts
+        return nbytes >= self.OVERLAP_BYTES and (copy or not t.bcast_forms_match) and t.hosts
 
     def form(self, t: Any, primitive: str, args: tuple) -> str:
         """``"persistent"`` or ``"blocking"`` for a prepared call of ``primitive(*args)`` on ``t`` (collective).

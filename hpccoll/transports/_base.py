@@ -190,6 +190,13 @@ class Transport(abc.ABC):
     #: ``hpccoll.collectives.shared`` looks the transport up by this capability, not by name.
     shared_results: ClassVar[bool] = False
 
+    #: Whether a blocking :meth:`bcast` on one rank matches a non-blocking :meth:`ibcast` on another (MPI's
+    #: point-to-point messages do; its ``Bcast`` and ``Ibcast`` do not). Where it holds, a blocking broadcast
+    #: past ``Selector.OVERLAP_BYTES`` is the non-blocking call only on a root that has a copy to make while it
+    #: travels; the other ranks, and an in-place root, make the blocking one. A class default that an
+    #: instance may replace once it knows its communicator (host MPI's two-rank broadcast).
+    bcast_forms_match: bool = False
+
     #: A transport that composes a host transport (``self.host``) for the messages it does not move faster:
     #: per blocking primitive, the ``[low, high)`` message sizes in bytes worth trying it for (the size every
     #: rank measures alike: the gathered result, the whole reduced array). The communicator's

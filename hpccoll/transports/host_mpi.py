@@ -81,6 +81,7 @@ class HostMPI(Transport):
         self._sources = [(rank - step) % parts for step in range(1, parts)]
         self._targets = [(rank + step) % parts for step in range(1, parts)]
         self._pair = parts == 2 and self.pair_bcast  # broadcasts as one send and one receive
+        self.bcast_forms_match = self._pair  # Send and Recv match Isend and Irecv
         #: MPI-4 persistent collectives (``MPI_Allreduce_init`` ...) for :meth:`prepare`.
         self.persistent = _persistent_collectives()
         self._prepared: "weakref.WeakSet[_Fixed]" = weakref.WeakSet()  # freed by close()
