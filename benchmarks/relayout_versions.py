@@ -12,15 +12,14 @@ same bytes.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
+from bench_versions import load_before
+from mpi4py import MPI
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from hpccoll._relayout import copy_blocks as after
 
 
 def main() -> int:
@@ -29,15 +28,7 @@ def main() -> int:
     p.add_argument("--leads", default="16,64,1024", help="rows per array, comma-separated")
     p.add_argument("--runs", default="8192,65536,262144", help="bytes per block and row, comma-separated")
     args = p.parse_args()
-    tmp = tempfile.mkdtemp()
-    tar = subprocess.run(["git", "-C", ROOT, "archive", args.before, "hpccoll"], check=True, capture_output=True)
-    subprocess.run(["tar", "-x", "-C", tmp], input=tar.stdout, check=True)
-    os.rename(os.path.join(tmp, "hpccoll"), os.path.join(tmp, "hpccoll_before"))
-    sys.path.insert(0, tmp)
-    sys.path.insert(0, ROOT)
-    from hpccoll_before._relayout import copy_blocks as before
-
-    from hpccoll._relayout import copy_blocks as after
+    before = load_before(args.before, MPI.COMM_SELF)._relayout.copy_blocks
 
     print(f"# python benchmarks/relayout_versions.py {' '.join(sys.argv[1:])}")
     for lead in map(int, args.leads.split(",")):
