@@ -219,10 +219,15 @@ def _arrays_of(x: Any) -> Optional[Tuple[List[Any], bool]]:
         return None
 
 
-def _axes(arrays: Sequence[Any], axis: int, name: str = "axis", joins: bool = False) -> Optional[List[int]]:
-    """Each array's ``axis`` normalised, or ``None`` where the collective itself is to refuse it."""
+def _found(x: Any, axis: int) -> Optional[Tuple[List[Any], List[int], bool]]:
+    """``x``'s arrays, each one's ``axis`` normalised, and whether ``x`` is a list; ``None`` where the collective
+    itself is to refuse ``x`` or ``axis``."""
+    found = _arrays_of(x)
+    if found is None:
+        return None
+    arrays, many = found
     try:
-        return [axis_of(axis, a.ndim, name, joins) for a in arrays]
+        return arrays, [axis_of(axis, a.ndim) for a in arrays], many
     except HpccollError:
         return None
 
@@ -270,8 +275,9 @@ class _PairOperator(Operator):
     sizes: Optional[Tuple[int, ...]] = None
     axis: int = 0
 
-    def __init__(self) -> None:
+    def __init__(self, comm: CommLike) -> None:
         self.layouts = _Layouts()
+        self.comm = as_communicator(comm)
 
     def forward(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         """Apply the collective with this operator's settings.
@@ -288,8 +294,7 @@ class _PairOperator(Operator):
         array or list of arrays
             This rank's result, a new array (or ``out``).
         """
-        result: ArrayT = self._forward(x, out)
-        return result
+        return self._forward(x, out)
 
     def adjoint(self, y: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         """Apply the adjoint with this operator's settings (and the extents its forward learned).
@@ -314,8 +319,7 @@ class _PairOperator(Operator):
             of this layout, and an extent that does not divide evenly over
             the ranks.
         """
-        result: ArrayT = self._adjoint(y, out)
-        return result
+        return self._adjoint(y, out)
 
     def plan(self, x: Any, out: Any = None) -> Plan:
         """A :class:`~hpccoll.Plan` of :meth:`forward` on ``x`` (collective): ``p()`` runs it on ``x``'s contents.
@@ -332,8 +336,7 @@ class _PairOperator(Operator):
         Plan
             See :func:`hpccoll.plan`.
         """
-        keywords = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
-        return make_plan(self.pair.forward, x, self.comm, out=out, **self._planned(x, keywords, True))
+        return make_plan(self.pair.forward, x, self.comm, out=out, **self._planned(x, self._forward_keywords(), True))
 
     def plan_adjoint(self, y: Any, out: Any = None) -> Plan:
         """A :class:`~hpccoll.Plan` of :meth:`adjoint` on ``y`` (collective), with the extents a forward learned.
@@ -356,56 +359,51 @@ class _PairOperator(Operator):
         """The keywords a plan of one side gets (an operator that learns extents adds them)."""
         return keywords
 
+    def _forward_keywords(self) -> Dict[str, Any]:
+        """This operator's keywords that the forward takes."""
+        return {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
+
     def _forward(self, x: Any, out: Any) -> Any:
-        fwd = {k: v for k, v in self.keywords.items() if k not in self.pair.adjoint_only}
-        return self.pair.forward(x, self.comm, out=out, **fwd)
+        return self.pair.forward(x, self.comm, out=out, **self._forward_keywords())
 
     def _adjoint(self, y: Any, out: Any) -> Any:
         return self.pair.adjoint(y, self.comm, out=out, **self.keywords)
 
     def _call(self, fn: Callable[..., Any]) -> _Call:
         """``fn`` (one side of the pair) with this operator's keywords but ``sizes``."""
-        keywords = {k: v for k, v in self.keywords.items() if k != "sizes"}
-        if fn is self.pair.forward:
-            keywords = {k: v for k, v in keywords.items() if k not in self.pair.adjoint_only}
+        bound = self._forward_keywords() if fn is self.pair.forward else self.keywords
+        keywords = {k: v for k, v in bound.items() if k != "sizes"}
 
         def call(a: Any, sizes: Optional[Tuple[int, ...]], out: Any) -> Any:
             return fn(a, self.comm, out=out, sizes=sizes, **keywords)
 
         return call
 
-    def _learned(
+    def _learning(
         self,
-        call: _Call,
         x: Any,
         out: Any,
-        arrays: Sequence[Any],
-        axes: Sequence[int],
-        many: bool,
+        fn: Callable[..., Any],
         what: str,
-        extent: Callable[[Tuple[int, ...]], Tuple[int, ...]],
-    ) -> Tuple[Any, List[Tuple[int, ...]]]:
-        """``call`` on ``x`` and the extents it used (``extent`` of every rank's extents, per array)."""
-        c = self.comm
-        if c.check:  # check mode's detailed agreement first; then the extents, known to agree
-            result = call(x, None, out)
-            return result, [extent(t) for t in _extents(c, arrays, axes, what)]
-        # One exchange, as the collective's own; the data then moves with the extents known.
-        table = [extent(t) for t in _extents(c, arrays, axes, what)]
-        return _grouped(call, x, table, out, many), table
-
-    def _gathering(self, x: Any, out: Any, fn: Callable[..., Any], what: str) -> Any:
-        """A gathering side (AllGather's forward, ReduceScatter's adjoint): learns every rank's extents and
-        remembers them by the gathered shape."""
+        extent: Callable[[Tuple[int, ...]], Tuple[int, ...]] = tuple,
+    ) -> Any:
+        """A side that learns every rank's extents (AllGather's forward, ReduceScatter's adjoint, the rooted
+        forwards): ``fn`` with the extents learned first (one exchange), kept per array as ``extent`` of every
+        rank's extents for the other side (:meth:`_remember`)."""
         call = self._call(fn)
         if self.sizes is not None:
             return call(x, self.sizes, out)
-        found = _arrays_of(x)
-        axes = None if found is None else _axes(found[0], self.axis, joins=True)
-        if found is None or axes is None:
+        found = _found(x, self.axis)
+        if found is None:
             return call(x, None, out)  # the collective refuses x, as it would have
-        arrays, many = found
-        result, table = self._learned(call, x, out, arrays, axes, many, what, tuple)
+        arrays, axes, many = found
+        c = self.comm
+        if c.check:  # check mode's detailed agreement first; then the extents, known to agree
+            result = call(x, None, out)
+            table = [extent(t) for t in _extents(c, arrays, axes, what)]
+        else:  # one exchange, as the collective's own; the data then moves with the extents known
+            table = [extent(t) for t in _extents(c, arrays, axes, what)]
+            result = _grouped(call, x, table, out, many)
         self._remember(arrays, axes, table, many)
         return result
 
@@ -417,13 +415,10 @@ class _PairOperator(Operator):
     def _sides(self, a: Any, keywords: Dict[str, Any], gathering: bool, what: str) -> Dict[str, Any]:
         """A plan's keywords on one side of an all-gather pair without ``sizes``: the gathering side learns
         every rank's extents now (one small exchange, as its call would), the scattering side reuses them."""
-        found = _arrays_of(a)
-        if self.sizes is not None or found is None or found[1]:
-            return keywords  # sizes given, or a list (the collective exchanges the extents itself)
-        arrays = found[0]
-        axes = _axes(arrays, self.axis, joins=gathering)
-        if axes is None:
-            return keywords  # the collective refuses a, as it would have
+        found = _found(a, self.axis)
+        if self.sizes is not None or found is None or found[2]:
+            return keywords  # sizes given, a refused by the collective, or a list (which exchanges the extents itself)
+        arrays, axes, _ = found
         if gathering:
             table = [tuple(t) for t in _extents(self.comm, arrays, axes, what)]
             self._remember(arrays, axes, table, False)
@@ -439,11 +434,10 @@ class _PairOperator(Operator):
         call = self._call(fn)
         if self.sizes is not None:
             return call(y, self.sizes, out)
-        found = _arrays_of(y)
-        axes = None if found is None else _axes(found[0], self.axis)
-        if found is None or axes is None:
+        found = _found(y, self.axis)
+        if found is None:
             return call(y, None, out)
-        arrays, many = found
+        arrays, axes, many = found
         table = self.layouts.get(_key([a.shape for a in arrays], many))
         if table is not None:
             return _grouped(call, y, table, out, many)
@@ -487,8 +481,7 @@ class AllGather(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, axis: int = 0, sizes: Sizes = None) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.axis = axis
         self.sizes = _check_sizes(sizes, self.comm)
         self.keywords = dict(axis=axis, sizes=self.sizes)
@@ -496,7 +489,7 @@ class AllGather(_PairOperator):
     pair = PAIR["all_gather"]
 
     def _forward(self, x: Any, out: Any) -> Any:
-        return self._gathering(x, out, self.pair.forward, "all_gather")
+        return self._learning(x, out, self.pair.forward, "all_gather")
 
     def _adjoint(self, y: Any, out: Any) -> Any:
         return self._scattering(y, out, self.pair.adjoint, "AllGather.adjoint", guess=False)
@@ -527,8 +520,7 @@ class ReduceScatter(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", axis: int = 0, sizes: Sizes = None) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.op = normalize_op(op)
         self.axis = axis
         self.sizes = _check_sizes(sizes, self.comm)
@@ -542,7 +534,7 @@ class ReduceScatter(_PairOperator):
     def _adjoint(self, y: Any, out: Any) -> Any:
         if self.op not in ("sum", "avg"):  # no adjoint: the collective says so, before any exchange
             return super()._adjoint(y, out)
-        return self._gathering(y, out, self.pair.adjoint, "reduce_scatter_adjoint")
+        return self._learning(y, out, self.pair.adjoint, "reduce_scatter_adjoint")
 
     def _planned(self, a: Any, keywords: Dict[str, Any], forward: bool) -> Dict[str, Any]:
         return self._sides(a, keywords, not forward, "ReduceScatter.plan")
@@ -569,8 +561,7 @@ class AllReduce(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.op = normalize_op(op)
         if cotangent not in COTANGENTS:
             raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
@@ -624,8 +615,7 @@ class AllToAll(_PairOperator):
         sizes: Sizes = None,
         recv_sizes: Sizes = None,
     ) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.split_axis, self.concat_axis = split_axis, concat_axis
         self.sizes = _check_sizes(sizes, self.comm)
         self.recv_sizes = None if recv_sizes is None else sizes_of(recv_sizes, self.comm.size, "recv_sizes")
@@ -667,10 +657,9 @@ class AllToAll(_PairOperator):
         if self.recv_sizes is not None:
             return super()._adjoint(y, out)
         c, status, entry = self.comm, _INVALID, None
-        found = _arrays_of(y)
-        cas = None if found is None else _axes(found[0], self.concat_axis, "concat_axis")
-        if found is not None and cas is not None:
-            arrays, many = found
+        found = _found(y, self.concat_axis)
+        if found is not None:
+            arrays, cas, many = found
             entry = None if many else self.layouts.get(_key([arrays[0].shape], False))
             if entry is not None:
                 status = entry[0]
@@ -724,8 +713,7 @@ class Broadcast(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, root: int = 0) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.root = root_of(root, self.comm.size)
         self.keywords = dict(root=self.root)
 
@@ -749,8 +737,7 @@ class Reduce(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.op = normalize_op(op)
         self.root = root_of(root, self.comm.size)
         self.keywords = dict(op=self.op, root=self.root)
@@ -759,6 +746,11 @@ class Reduce(_PairOperator):
 
     def __repr__(self) -> str:
         return f"Reduce(op={self.op!r}, root={self.root}, size={self.comm.size})"
+
+
+def _rooted_key(arrays: Sequence[Any], axes: Sequence[int], many: bool) -> Hashable:
+    """A rooted layout's key: its arrays' shapes without the split axis, and whether they came as a list."""
+    return _key([shape_without(a.shape, ax) for a, ax in zip(arrays, axes)], many)
 
 
 class _Rooted(_PairOperator):
@@ -771,46 +763,27 @@ class _Rooted(_PairOperator):
     """
 
     def __init__(self, comm: CommLike, root: int, axis: int, sizes: Sizes) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.root = root_of(root, self.comm.size)
         self.axis = axis
         self.sizes = _check_sizes(sizes, self.comm)
         self.keywords = dict(root=self.root, axis=axis, sizes=self.sizes)
 
-    def _layout(self, x: Any) -> Optional[Tuple[List[Any], List[int], Hashable, bool]]:
-        """``x``'s arrays, axes, layout key and list-ness; ``None`` where the collective is to refuse ``x``."""
-        found = _arrays_of(x)
-        axes = None if found is None else _axes(found[0], self.axis)
-        if found is None or axes is None:
-            return None
-        arrays, many = found
-        return arrays, axes, _key([shape_without(a.shape, ax) for a, ax in zip(arrays, axes)], many), many
-
-    def _learning(self, x: Any, out: Any, fn: Callable[..., Any], what: str, extent: Callable[..., Any]) -> Any:
-        """Run ``fn`` with every array's extents learned first (one exchange) and remembered for the other side."""
-        call = self._call(fn)
-        if self.sizes is not None:
-            return call(x, self.sizes, out)
-        layout = self._layout(x)
-        if layout is None:
-            return call(x, None, out)  # the collective refuses x, as it would have
-        arrays, axes, key, many = layout
-        result, table = self._learned(call, x, out, arrays, axes, many, what, extent)
-        self.layouts.put(key, table)
-        return result
+    def _remember(self, arrays: Sequence[Any], axes: Sequence[int], table: List[Tuple[int, ...]], many: bool) -> None:
+        """Keep every rank's extents ``table`` by the layout every rank has alike."""
+        self.layouts.put(_rooted_key(arrays, axes, many), table)
 
     def _remembered(self, y: Any, out: Any, fn: Callable[..., Any], what: str, unknown: str) -> Any:
         """Run ``fn`` with the extents remembered for ``y``'s layout; without them per ``unknown``."""
         call = self._call(fn)
         if self.sizes is not None:
             return call(y, self.sizes, out)
-        layout = self._layout(y)
-        if layout is None:
+        found = _found(y, self.axis)
+        if found is None:
             return call(y, None, out)
-        table = self.layouts.get(layout[2])
+        table = self.layouts.get(_rooted_key(*found))
         if table is not None:
-            return _grouped(call, y, table, out, layout[3])
+            return _grouped(call, y, table, out, found[2])
         if unknown == "discover":
             return call(y, None, out)
         refuse(  # the layout key is the same on every rank: so is this verdict
@@ -907,8 +880,7 @@ class HaloExchange(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, halo: Union[int, Sequence[int]], corners: bool = False) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.comm.grid  # noqa: B018 (raises ArgumentError for a communicator without a process grid)
         self.halo = halo_of(halo, len(self.comm.dims))
         self.corners = corners
@@ -934,8 +906,7 @@ class Shift(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, offset: int = 1) -> None:
-        super().__init__()
-        self.comm = as_communicator(comm)
+        super().__init__(comm)
         self.offset = offset_of(offset)
         self.keywords = dict(offset=self.offset)
 

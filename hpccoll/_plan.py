@@ -44,20 +44,13 @@ __all__ = ["plan", "Plan", "METHODS"]
 #: The ``method`` values :func:`plan` takes.
 METHODS = ("auto", "blocking", "persistent")
 
-#: The contract's primitives (each also has its ``i`` form).
-_PRIMITIVES = frozenset(
-    ("allgatherv", "reduce_scatter", "allreduce", "alltoallv", "bcast", "reduce", "gatherv", "scatterv", "sendrecv")
-)
-_STARTS = frozenset("i" + p for p in _PRIMITIVES)
+#: The non-blocking forms of the contract's primitives.
+_STARTS = frozenset("i" + p for p in PRIMITIVES)
 
 
 def _public() -> Dict[str, Callable[..., Any]]:
     """Every public collective and adjoint, by name."""
-    fns: Dict[str, Callable[..., Any]] = {}
-    for pair in _api.PAIRS:
-        fns[pair.forward.__name__] = pair.forward
-        fns[pair.adjoint.__name__] = pair.adjoint
-    return fns
+    return {fn.__name__: fn for pair in _api.PAIRS for fn in (pair.forward, pair.adjoint)}
 
 
 class Plan(functools.partial):
@@ -467,14 +460,8 @@ def _replayable(log: _Log, x: Any, finish: Optional[Callable[[], Any]], rank: in
     return all(
         buf is None or getattr(buf, "nbytes", 1) == 0 or any(_within(buf, a) for a in sources)  # 0 B: read nothing
         for _, primitive, args in log.calls
-        for buf in _read(primitive, args, rank)
+        for buf in sent(primitive, args, rank)  # the buffers whose contents the call sends
     )
-
-
-def _read(primitive: str, args: tuple, rank: int) -> List[Any]:
-    """The buffers whose contents a recorded call sends (the contract's table, :func:`~hpccoll.transports._base.sent`);
-    an unknown primitive's: never replayed."""
-    return sent(primitive, args, rank) if primitive in PRIMITIVES else [object()]
 
 
 def _within(buf: Any, x: Any) -> bool:

@@ -141,8 +141,7 @@ class Request(Generic[ResultT]):
             for p in self._pending:
                 p.wait()
             self._complete()
-        result: ResultT = self._result
-        return result
+        return self._result
 
     @property
     def done(self) -> bool:
