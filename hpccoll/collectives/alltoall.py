@@ -169,14 +169,10 @@ def own_recv_sizes(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Siz
     return recv_sizes
 
 
-def _out_shape(shape: Sizes, sa: int, ca: int, mine: int, recv_sizes: Sizes) -> Sizes:
-    """The result's shape: extent ``mine`` along ``split_axis``, then ``sum(recv_sizes)`` along ``concat_axis``."""
-    return with_extent(with_extent(shape, sa, mine), ca, sum(recv_sizes))
-
-
 def _out(out: Any, x: Any, xp: Any, sa: int, ca: int, mine: int, recv_sizes: Sizes) -> Any:
-    """Validate (or allocate) ``out``; it may not overlap ``x`` at all (no in-place form)."""
-    return check_out(out, _out_shape(x.shape, sa, ca, mine, recv_sizes), x.dtype, x, xp)
+    """Validate (or allocate) ``out``: extent ``mine`` along ``split_axis``, then ``sum(recv_sizes)`` along
+    ``concat_axis``; it may not overlap ``x`` at all (no in-place form)."""
+    return check_out(out, with_extent(with_extent(x.shape, sa, mine), ca, sum(recv_sizes)), x.dtype, x, xp)
 
 
 def _move(
@@ -278,13 +274,12 @@ def _settle(
         else ([list(_sent(a, sa, ca, t, c.size)) for a, sa, ca, t in zip(arrays, sas, cas, table)], recv_sizes, key)
     )
     everyone = settle(c, what, desc, local, err, async_op)
-    if everyone is None and recv_sizes is None:
-        return _exchange(c, arrays, sas, cas, table, key, what)
-    if everyone is None:  # even only where global facts say so: axes differ, one split, one extent per rank
-        assert recv_sizes is not None  # the branch above took the other case
-        return [recv_sizes] * k, all(sa != ca and len(set(t)) == 1 for sa, ca, t in zip(sas, cas, table)) and len(
-            set(recv_sizes)
-        ) == 1
+    if everyone is None:
+        if recv_sizes is None:
+            return _exchange(c, arrays, sas, cas, table, key, what)
+        # even only where global facts say so: axes differ, one split, one extent per rank
+        even = all(sa != ca and len(set(t)) == 1 for sa, ca, t in zip(sas, cas, table)) and len(set(recv_sizes)) == 1
+        return [recv_sizes] * k, even
     for j, (_, given, _) in enumerate(everyone):
         sent = [tuple(rows[i][j] for rows, _, _ in everyone) for i in range(k)]
         if given is not None and any(list(s) != list(given) for s in sent):

@@ -279,14 +279,13 @@ def _table(
     extents = settle(c, what, desc, local, err, async_op)
     assert lst is not None, "settle raised if the survey failed"
     arrays = lst.arrays
-    if extents is not None:  # check mode: every rank's extents, array by array
-        table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]
-    elif sizes is None:
+    if extents is None:  # no check mode (or one rank)
+        if sizes is not None:
+            return [sizes] * len(arrays)  # each array checked against this rank's entry; the ranks' own MPI call agrees
         return (
             exchange_extents(c, arrays, axes, what) if c.size > 1 else [(a.shape[ax],) for a, ax in zip(arrays, axes)]
         )
-    else:
-        return [sizes] * len(arrays)  # each array checked against this rank's entry; the ranks' own MPI call agrees
+    table = [tuple(rank_ext[i] for rank_ext in extents) for i in range(len(arrays))]  # every rank's, array by array
     if sizes is not None and any(list(t) != list(sizes) for t in table):
         raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along the axis are {table}")
     return table

@@ -25,7 +25,7 @@ from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_
 from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
 
-__all__ = ["all_reduce", "replicated_adjoint", "into", "finisher"]
+__all__ = ["all_reduce", "replicated_adjoint", "into", "finisher", "alone", "copy_into", "dtype_groups", "list_outs"]
 
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
@@ -91,11 +91,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
-        if truth_valued(x.dtype, op):
-            xp.copyto(out, x.astype(np.bool_))  # nonzero is true (and x != 0 is no CuPy-stand-in idiom)
-        elif out is not x:
-            xp.copyto(out, x)
-        return done(out, async_op, kind)
+        return done(alone(out, x, op, xp), async_op, kind)
     transport = c.transport_of(kind, x.nbytes, "allreduce", not async_op)  # collective on first GPU use
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     # allreduce always has the in-place form (Transport.allreduce: send None), when the buffers allow it
@@ -106,6 +102,15 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     send = flat(x, xp)
     send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
     return into(transport, plan, send, out, xp, None, c.size, async_op)
+
+
+def alone(out: Any, x: Any, op: str, xp: Any) -> Any:
+    """A reduction over one rank, into ``out``: ``x`` (truth values for the logical ops on integers)."""
+    if truth_valued(x.dtype, op):
+        xp.copyto(out, x.astype(np.bool_))  # nonzero is true (and x != 0 is no CuPy-stand-in idiom)
+    elif out is not x:
+        xp.copyto(out, x)
+    return out
 
 
 def into(
@@ -143,7 +148,7 @@ def _checked_list(
         op = normalize_op(op)
         for dtype in lst.dtypes:
             reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
-        outs = None if out is None else _list_outs(lst.arrays, out, lst.kind)
+        outs = None if out is None else list_outs(lst.arrays, out, lst.kind)
         if c.check:
             desc = all_reduce_list_desc(lst.arrays, op)
     except HpccollError as e:
@@ -152,7 +157,7 @@ def _checked_list(
     return lst, op, outs
 
 
-def _dtype_groups(arrays: List[Any], dtypes: Set[np.dtype]) -> Mapping[np.dtype, Sequence[int]]:
+def dtype_groups(arrays: List[Any], dtypes: Set[np.dtype]) -> Mapping[np.dtype, Sequence[int]]:
     """The positions of the arrays of each dtype, in order: one group per dtype (never per plan: bool and
     uint8 share one, but not their results' dtype)."""
     if len(dtypes) == 1:  # one dtype: one group, in order
@@ -167,13 +172,13 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
     lst, op, outs = _checked_list(xs, types, c, op, out, what, async_op)
     arrays, kind = lst.arrays, lst.kind
     if c.size == 1:
-        return done([_copy_into(o, a, op) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
+        return done([copy_into(o, a, op) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
     n = len(arrays)
     nbytes = [arrays[0].nbytes] * n if lst.alike else list(map(_nbytes_of, arrays))
     total = nbytes[0] * n if lst.alike else sum(nbytes)
     transport = c.transport_of(kind, total)  # collective on first GPU use; its reduction rules
     xp = module_of(kind)
-    groups = _dtype_groups(arrays, lst.dtypes)
+    groups = dtype_groups(arrays, lst.dtypes)
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
     batch = Batch(c, kind, async_op)
     for dtype, members in groups.items():
@@ -213,7 +218,8 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
     return batch.finish(results)
 
 
-def _list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
+def list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
+    """A list form's ``out`` checked array by array (``None`` entries kept; an entry may be its array: in place)."""
     xp = module_of(kind)
     return [
         check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL)) if o is not None else None
@@ -254,7 +260,7 @@ def _unpacker(
     return finish
 
 
-def _copy_into(out: Any, x: Any, op: str) -> Any:
+def copy_into(out: Any, x: Any, op: str) -> Any:
     """The reduction of ``x`` over one rank, into ``out`` (or a copy)."""
     if truth_valued(x.dtype, op):
         x = x.astype(np.bool_).astype(x.dtype)

@@ -21,11 +21,12 @@ from .._core.blocks import ALL, in_place_send, in_place_test, may_share, shape_w
 from .._core.launch import Batch, Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import axis_of, check_out, one_array, outs_of, plain_out, sizes_of
-from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, truth_valued, wire_of
+from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from ..transports import Selector
 from ..transports._control import exchange_extents
+from .reduce import alone, dtype_groups, list_outs
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
 
@@ -178,11 +179,7 @@ def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str,
         lst = survey_list(xs, types, async_op)
         arrays, kind = lst.arrays, lst.kind
         r = root_of(root, c.size)
-        xp = module_of(kind)
-        outs = [
-            None if o is None else check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL))
-            for a, o in zip(arrays, outs_of(out, len(arrays)))
-        ]
+        outs = list_outs(arrays, out, kind)
         if checking(c):
             desc = descriptor("broadcast", root=r, arrays=[(a.dtype.name, a.shape) for a in arrays])
     except HpccollError as e:
@@ -285,7 +282,7 @@ def _reduce_one(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_o
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1 or not x.size:
-        return done(_alone(out, x, op, xp), async_op, kind)
+        return done(alone(out, x, op, xp), async_op, kind)
     transport = c.transport_of(kind, x.nbytes, "reduce", not async_op)
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     mine = c.rank == r
@@ -321,21 +318,12 @@ def _reduced(
     return finish
 
 
-def _alone(out: Any, x: Any, op: str, xp: Any) -> Any:
-    """A reduction over one rank, into ``out``: ``x`` (truth values for the logical ops on integers)."""
-    if truth_valued(x.dtype, op):
-        xp.copyto(out, x.astype(np.bool_))
-    elif out is not x:
-        xp.copyto(out, x)
-    return out
-
-
 def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
     """A list: one reduce per dtype (the arrays of a dtype packed in one buffer)."""
     err = desc = None
     arrays: List[Any] = []
     outs: List[Any] = []
-    kind, r = "numpy", 0
+    kind, xp, r = "numpy", np, 0
     try:
         lst = survey_list(xs, types, async_op)
         arrays, kind = lst.arrays, lst.kind
@@ -353,16 +341,12 @@ def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
-    xp = module_of(kind)
     if c.size == 1:
-        return done([_alone(o, a, op, xp) for a, o in zip(arrays, outs)], async_op, kind)
+        return done([alone(o, a, op, xp) for a, o in zip(arrays, outs)], async_op, kind)
     transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # its reduction rules
     mine = c.rank == r
-    groups: dict = {}
-    for i, a in enumerate(arrays):
-        groups.setdefault(a.dtype, []).append(i)
     batch = Batch(c, kind, async_op)
-    for dtype, members in groups.items():
+    for dtype, members in dtype_groups(arrays, lst.dtypes).items():
         plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
         send = concat([arrays[i] for i in members], plan.wire, plan.widen, xp)
         recv = xp.empty(send.size, plan.wire)

@@ -12,7 +12,7 @@ general branch, which validates everything and raises the errors.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
 from ..transports._control import exchange_shapes
-from .reduce import finisher, into
+from .reduce import copy_into, dtype_groups, finisher, into
 
 __all__ = ["reduce_scatter", "reduce_scatter_arrays"]
 
@@ -194,8 +194,7 @@ def _many(
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
-        arrays = [a.astype(np.bool_).astype(a.dtype) if truth_valued(a.dtype, op) else a for a in arrays]
-        return done([a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)], async_op, kind)
+        return done([copy_into(o, a, op) for a, o in zip(arrays, outs)], async_op, kind)
     return _buckets(c, lst, axes, table, outs, op, out is None, xp, async_op)
 
 
@@ -218,12 +217,7 @@ def _buckets(
     shape = lst.shape  # one shape: each array's block extents and trailing size are one value
     total = arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))
     transport = c.transport_of(kind, total)  # collective on first GPU use; its reduction rules
-    if len(lst.dtypes) == 1:  # one group per dtype (bool and uint8 share a plan, not a result dtype)
-        groups: Dict[Any, Any] = {next(iter(lst.dtypes)): range(len(arrays))}
-    else:
-        groups = {}
-        for i, a in enumerate(arrays):
-            groups.setdefault(a.dtype, []).append(i)
+    groups = dtype_groups(arrays, lst.dtypes)  # one group per dtype (bool and uint8 share a plan, not a result dtype)
     if shape is not None:
         inner = [prod(shape_without(shape, axes[0]))] * len(arrays)
     else:
@@ -287,14 +281,9 @@ def _tables(lst: ListOf, axes: List[int], sizes: Any, parts: int) -> List[Tuple[
     return [sizes] * n
 
 
-def _copied(out: Any, a: Any, xp: Any) -> Any:
-    xp.copyto(out, a)
-    return out
-
-
 def _rank_major(
     arrays: List[Any],
-    idx: List[int],
+    idx: Sequence[int],
     axes: List[int],
     table: List[Any],
     counts: List[int],
@@ -328,7 +317,7 @@ def _rank_major(
 
 def _unpacker(
     recv: Any,
-    idx: List[int],
+    idx: Sequence[int],
     arrays: List[Any],
     axes: List[int],
     outs: List[Any],

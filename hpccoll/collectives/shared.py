@@ -96,11 +96,11 @@ def shared_all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bo
     inputs in shared memory); 16-bit floats (widened to float32 on the wire)
     are reduced privately, then published.
     """
-    err = desc = plan = None
+    err = desc = None
     try:
         x = _shared_input(x, out)
         op = normalize_op(op)
-        plan = reduce_plan(x.dtype, op)
+        reduce_plan(x.dtype, op)  # raises for an unsupported (dtype, op) before any communication
         if c.check:
             desc = all_reduce_desc(x, op, SHARED)
     except HpccollError as exc:
