@@ -23,7 +23,6 @@ from ..collectives.shift import offset_of
 __all__ = [
     "gather_sizes",
     "scatter_sizes",
-    "check_cotangent",
     "all_gather_maps",
     "reduce_scatter_maps",
     "all_reduce_maps",
@@ -73,8 +72,7 @@ def root_scatter_sizes(
     """
     if sizes is not None:
         return sizes_of(sizes, comm.size)
-    extents = _extents(comm, (x,), (axis_of(axis, np.ndim(x)),), "scatter")[0]
-    return split_sizes(extents[root], comm.size)
+    return split_sizes(gather_sizes(x, comm, axis, None, "scatter")[root], comm.size)
 
 
 def scatter_sizes(
@@ -84,13 +82,6 @@ def scatter_sizes(
     if sizes is not None:
         return sizes_of(sizes, comm.size)
     return split_sizes(shape[axis_of(axis, len(shape))], comm.size)
-
-
-def check_cotangent(cotangent: Any) -> str:
-    """Validate an all-reduce ``cotangent`` convention."""
-    if cotangent not in COTANGENTS:
-        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
-    return cotangent
 
 
 def all_gather_maps(comm: Communicator, axis: int, sizes: Tuple[int, ...]) -> Maps:
@@ -105,7 +96,8 @@ def reduce_scatter_maps(comm: Communicator, op: Any, axis: int, sizes: Tuple[int
 
 def all_reduce_maps(comm: Communicator, op: Any, cotangent: str) -> Maps:
     """All-reduce and its adjoint under the ``cotangent`` convention (validated here)."""
-    check_cotangent(cotangent)
+    if cotangent not in COTANGENTS:
+        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
     return PAIR["all_reduce"].bind(comm=comm, op=op, cotangent=cotangent)
 
 

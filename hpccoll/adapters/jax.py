@@ -226,7 +226,7 @@ class _Map:
         return self.name
 
 
-def _guarded(fn: Optional[Fn], verify: Optional[Callable[[], None]], refusal: Optional[str]) -> Optional[Fn]:
+def _guarded(fn: Optional[Fn], verify: Optional[Callable[[], None]], refusal: Optional[str]) -> Fn:
     """``fn`` after ``verify`` (a collective check), or a function raising ``UnsupportedOpError(refusal)``."""
     if refusal is not None:
 
@@ -234,9 +234,7 @@ def _guarded(fn: Optional[Fn], verify: Optional[Callable[[], None]], refusal: Op
             raise UnsupportedOpError(refusal)
 
         return refused
-    if fn is None:  # the identity runs nothing, so it checks nothing
-        return None
-    assert verify is not None, "called with a refusal or a check"
+    assert fn is not None and verify is not None, "called with a refusal, or a check of a collective"
 
     def verified(a: Any, **kw: Any) -> Any:
         verify()
@@ -956,8 +954,7 @@ def broadcast(x: ArrayLike, comm: CommLike = None, *, root: int = 0) -> jax.Arra
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
     x, c = _prepare(x, comm)
-    r = root_of(root, c.size)
-    return _linear(x, c, broadcast_maps(c, r), x.shape, "broadcast", None, None)
+    return _linear(x, c, broadcast_maps(c, root_of(root, c.size)), x.shape, "broadcast", None, None)
 
 
 def reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> jax.Array:
@@ -981,8 +978,7 @@ def reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", root: int
         The reduction on ``root``, zeros of ``x``'s shape on the other ranks.
     """
     x, c = _prepare(x, comm)
-    r = root_of(root, c.size)
-    return _linear(x, c, reduce_maps(c, op, r), x.shape, "reduce", op, op)
+    return _linear(x, c, reduce_maps(c, op, root_of(root, c.size)), x.shape, "reduce", op, op)
 
 
 def gather(
@@ -1077,8 +1073,7 @@ def scatter(
     ax = _axis(axis, x.ndim)
     s, verify = _scattered_sizes(x, c, r, ax, sizes)
     shape = with_extent(x.shape, ax, s[c.rank])
-    maps = scatter_maps(c, r, ax, s, int(x.shape[ax]))
-    return _linear(x, c, maps, shape, "scatter", None, None, verify)
+    return _linear(x, c, scatter_maps(c, r, ax, s, int(x.shape[ax])), shape, "scatter", None, None, verify)
 
 
 def halo_exchange(x: ArrayLike, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> jax.Array:
