@@ -142,8 +142,7 @@ class Node:
         self.members: List[List[int]] = [[g for g, h in enumerate(heads) if h == n] for n in order]
         self.index: int = order.index(first)
         self.multi = len(order) > 1
-        flat = [g for m in self.members for g in m]
-        self.contiguous = flat == list(range(len(heads)))
+        self.contiguous = [g for m in self.members for g in m] == list(range(len(heads)))
         leaders = world.Split(0 if self.rank == 0 else MPI.UNDEFINED, me) if self.multi else MPI.COMM_NULL
         self.leaders = None if leaders == MPI.COMM_NULL else leaders
         self.control = Block(self.mpi, self.size * _RECORD * 8)
@@ -267,11 +266,11 @@ class Segment:
     def __init__(self, node: Node, sid: int, capacity: int) -> None:
         self.sid = sid
         self.rank = node.rank
-        self.header = round_up(node.size * 8, 64)
+        header = round_up(node.size * 8, 64)
         self.capacity = capacity
-        self.block = Block(node.mpi, self.header + capacity)
-        self.address = self.block.address + self.header
-        self.data = self.block.u8[self.header : self.header + capacity]
+        self.block = Block(node.mpi, header + capacity)
+        self.address = self.block.address + header
+        self.data = self.block.u8[header : header + capacity]
         self.released = self.block.u8[: node.size * 8].view(np.int64)
         self.gen = 0
         self.held = 0
@@ -305,22 +304,14 @@ class Segment:
         if gen != self.gen:  # pragma: no cover - a generation ends only when every hold on it is gone
             return
         self.held -= 1
-        if self.held == 0:
-            self._release()
-
-    def _release(self) -> None:
-        if self.block.u8 is None or _EXITING:
-            return
-        self.block.sync()  # this rank's reads of the segment come before its release
-        self.released[self.rank] = self.gen
+        if self.held == 0 and self.block.u8 is not None and not _EXITING:
+            self.block.sync()  # this rank's reads of the segment come before its release
+            self.released[self.rank] = self.gen
 
     def is_free(self) -> bool:
         """Whether no rank holds any array of the current generation (as seen now; monotone)."""
-        released, gen = self.released, self.gen
-        for q in range(len(released)):
-            if released[q] != gen:
-                return False
-        return True
+        gen = self.gen
+        return all(r == gen for r in self.released.tolist())
 
     def free(self) -> None:
         """Free the window (collective; only when no rank holds anything, or the memory is lost)."""
@@ -369,14 +360,12 @@ class Pool:
         """Leader: write ``decision`` into descriptor ``line`` (fields 3-7)."""
         sid, frees = decision
         line[3] = sid
-        for i in range(self.FREES):
-            line[4 + i] = frees[i] if i < len(frees) else 0
+        line[4 : 4 + self.FREES] = frees + [0] * (self.FREES - len(frees))
 
     def apply(self, line: Any, nbytes: int) -> Segment:
         """Every rank: carry out the leader's published decision; return the segment, its new generation begun."""
         sid = int(line[3])
-        for i in range(self.FREES):
-            f = int(line[4 + i])
+        for f in line[4 : 4 + self.FREES].tolist():
             if f:
                 self.segments.pop(f).free()
         if sid < 0:
@@ -403,14 +392,6 @@ class Pool:
             self.publish(line, self.decide(nbytes))
         node.sync(what)
         return self.apply(node.lines()[0], nbytes)
-
-    def locate(self, address: int, nbytes: int) -> Optional[Tuple[Segment, int]]:
-        """The segment holding ``[address, address + nbytes)`` and the offset in its data, else ``None``."""
-        for seg in self.segments.values():
-            offset = address - seg.address
-            if 0 <= offset and offset + nbytes <= seg.capacity:
-                return seg, offset
-        return None
 
     def close(self) -> None:
         """Free every segment no rank holds; keep the others mapped until exit (collective)."""

@@ -317,7 +317,12 @@ class SharedMemory(Transport):
             return None
         from mpi4py import MPI
 
-        return self.pool.locate(MPI.Get_address(a), a.nbytes)
+        address = MPI.Get_address(a)
+        for seg in self.pool.segments.values():
+            offset = address - seg.address
+            if 0 <= offset and offset + a.nbytes <= seg.capacity:
+                return seg, offset
+        return None
 
     def _ensure_scratch(self, need: int) -> Block:
         """Grow the scratch window so one slot holds ``need`` bytes, up to :attr:`chunk_bytes` (collective).
@@ -355,9 +360,8 @@ class SharedMemory(Transport):
 
     def _piece(self, lines: Any, q: int, packed: int, start: int, count: int, dtype: np.dtype) -> np.ndarray:
         """Rank ``q``'s published input: element ``start`` of its full input, or byte ``packed`` of its slot."""
-        kind = lines[q, 0]
         isz = dtype.itemsize
-        if kind == _SCRATCH:
+        if lines[q, 0] == _SCRATCH:
             off = int(lines[q, 2]) + packed
             scratch = self._scratch
             assert scratch is not None, "published from scratch, so made by _ensure_scratch"
@@ -380,7 +384,7 @@ class SharedMemory(Transport):
 
     def _gather_node(self, send: Optional[Any], recv: Any, counts: List[int]) -> None:
         node = self.node
-        me, size = node.rank, node.size
+        me = node.rank
         top = max(counts)
         if top == 0:
             return
@@ -408,7 +412,7 @@ class SharedMemory(Transport):
             node.wait("all_gather")
             lines = node.lines()
             if a == 0:
-                shared = _any_segment(lines, size)
+                shared = _any_segment(lines)
             for q in node.others:
                 hi = min(counts[q], a + step)
                 if hi > a:
@@ -522,7 +526,7 @@ class SharedMemory(Transport):
             node.sync(what)
             lines = node.lines()
             if a == 0:
-                shared = _any_segment(lines, size)
+                shared = _any_segment(lines)
                 if ready is not None:
                     ready()
             hi = min(mine, a + step)
@@ -538,30 +542,30 @@ class SharedMemory(Transport):
 
     def reduce_scatter(self, send: Optional[Any], recv: Any, counts: Sequence[int], op: str) -> None:
         counts = list(counts)
-        if self.node.multi:
-            self._reduce_scatter_nodes(send, recv, counts, op)
-            return
-        me = self.node.rank
-        start = sum(counts[:me])
-        out = recv[start : start + counts[me]] if send is None else recv
+        g = self.comm.rank  # on one node, the node rank too
+        start = sum(counts[:g])
+        out = recv[start : start + counts[g]] if send is None else recv
         src = recv if send is None else send
-        if self._reduce_node(
+        if self.node.multi:
+            self._reduce_scatter_nodes(src, self._locate(send), out, counts, op)
+        elif self._reduce_node(
             src, self._locate(send), counts, op, lambda lo, hi, h, s: out[lo:hi], "reduce_scatter", aliased=send is None
         ):
             self.node.sync("reduce_scatter (releasing shared inputs)")
 
-    def _reduce_scatter_nodes(self, send: Optional[Any], recv: Any, counts: List[int], op: str) -> None:
+    def _reduce_scatter_nodes(
+        self, src: np.ndarray, found: Optional[Tuple[Segment, int]], out: np.ndarray, counts: List[int], op: str
+    ) -> None:
         n = sum(counts)
         if n == 0:
             return
         node, g = self.node, self.comm.rank
-        src = recv if send is None else send
         pos, node_counts, node_displs = self._node_layout(counts)
         mine = node_counts[node.index]
         spare = 0 if node.contiguous else n
-        stage = self._stage_view(n + spare + max(mine, 1), recv.dtype)  # never an empty (aliased) receive buffer
+        stage = self._stage_view(n + spare + max(mine, 1), out.dtype)  # never an empty (aliased) receive buffer
         partial, result = stage[:n], stage[n + spare :]
-        self._reduce_to(src, self._locate(send), op, "reduce_scatter (within the node)", partial)
+        self._reduce_to(src, found, op, "reduce_scatter (within the node)", partial)
         if node.leaders is not None:
             if spare:  # the nodes' blocks in node-major order, as Reduce_scatter wants them
                 permuted = stage[n : 2 * n]
@@ -569,12 +573,10 @@ class SharedMemory(Transport):
                 for r, c in enumerate(counts):
                     permuted[pos[r] : pos[r] + c] = partial[displs[r] : displs[r] + c]
                 partial = permuted
-            t = mpi_datatype(recv.dtype)
+            t = mpi_datatype(out.dtype)
             self._leaders("Reduce_scatter", [partial, t], [result, mine, t], node_counts, mpi_op(op))
         node.sync("reduce_scatter (waiting for the node leader)")
         at = pos[g] - node_displs[node.index]
-        start = sum(counts[:g])
-        out = recv[start : start + counts[g]] if send is None else recv
         out[...] = result[at : at + counts[g]]
         node.sync("reduce_scatter (staging free again)")
 
@@ -596,11 +598,6 @@ class SharedMemory(Transport):
         blocks, mine = _node_block(src.size, node, src.itemsize)
         start = mine.start
         target: List[np.ndarray] = [] if dest is None else [dest]
-
-        def ready() -> None:
-            assert obtain is not None, "dest or obtain"
-            target.append(obtain())
-
         self._reduce_node(
             src,
             found,
@@ -608,7 +605,7 @@ class SharedMemory(Transport):
             op,
             lambda lo, hi, h, s: target[0][start + lo : start + hi],
             what,
-            ready=None if obtain is None else ready,
+            ready=None if obtain is None else lambda: target.append(obtain()),
         )
         node.sync(what)
         return target[0]
@@ -748,7 +745,7 @@ class SharedMemory(Transport):
             node.sync("reduce")
             lines = node.lines()
             if a == 0:
-                shared = _any_segment(lines, size)
+                shared = _any_segment(lines)
             if me == root:
                 srcs = [self._piece(lines, q, 0, a, hi - a, dt) for q in range(size)]
                 if not packs and found is None:
@@ -773,6 +770,7 @@ class SharedMemory(Transport):
         is the segment's memory).
         """
         node = self.node
+        synced = layout is None  # exchanged below by a node sync, which serves as the pool's first
         if layout is None:
             line = node.mine()
             line[0] = -1 if shape is None else prod(shape) * dtype.itemsize
@@ -783,9 +781,6 @@ class SharedMemory(Transport):
             if failed:
                 return failed
             layout = [(int(lines[q, 0]), int(lines[q, 1])) for q in range(node.size)]
-            synced = True
-        else:
-            synced = False
         starts, end = [], 0
         for nbytes, itemsize in layout:
             end = round_up(end, itemsize)
@@ -999,9 +994,9 @@ def _split(n: int, parts: int, itemsize: int) -> List[int]:
     return [max(0, min(per, n - q * per)) for q in range(parts)]
 
 
-def _any_segment(lines: Any, size: int) -> bool:
+def _any_segment(lines: Any) -> bool:
     """Whether any rank's published input is a segment."""
-    return _SEGMENT in lines[:size, 0].tolist()
+    return _SEGMENT in lines[:, 0].tolist()
 
 
 def _contiguous_shards(lines: Any, nbytes: Sequence[int]) -> bool:
