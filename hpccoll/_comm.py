@@ -113,15 +113,21 @@ class Communicator:
     def __init__(self, mpi_comm: Any = None, *, transport: str = "auto", check: Optional[bool] = None):
         base = _intracomm(mpi_comm)
         configure()  # HPCCOLL_DEBUG's handler, once per process (a bad value raises before the collective Dup)
-        transport, check, timeout = _validated(transport, check)  # validated before the collective Dup
+        # everything validated before the collective Dup
+        transport = resolve_transport_name(transport)
+        if check is None:
+            check = _settings.get("HPCCOLL_CHECK")
+        elif not isinstance(check, bool):
+            raise ArgumentError(f"check: expected True, False or None; got {check!r}")
+        timeout = _settings.get("HPCCOLL_TIMEOUT")
         self._setup(base.Dup(), transport, check, timeout)
 
-    @classmethod
-    def _adopt(cls, mpi_comm: Any, transport: str, check: bool, timeout: Optional[float]) -> "Communicator":
-        """Wrap a communicator hpccoll made itself (no further ``Dup``)."""
-        self = cls.__new__(cls)
-        self._setup(mpi_comm, transport, check, timeout)
-        return self
+    def _child(self, mpi_comm: Any) -> "Communicator":
+        """Wrap a communicator hpccoll made itself from this one (no further ``Dup``), with this one's settings."""
+        child = Communicator.__new__(Communicator)
+        child._setup(mpi_comm, self.transport, self.check, self.timeout)
+        child.bucket_bytes = self.bucket_bytes
+        return child
 
     def _setup(self, mpi_comm: Any, transport: str, check: bool, timeout: Optional[float]) -> None:
         self._mpi = mpi_comm
@@ -166,9 +172,7 @@ class Communicator:
 
         if sub == MPI.COMM_NULL:
             return None
-        child = Communicator._adopt(sub, self.transport, self.check, self.timeout)
-        child.bucket_bytes = self.bucket_bytes
-        return child
+        return self._child(sub)
 
     def cartesian(self, dims: Sequence[int], periodic: Union[bool, Sequence[bool]] = False) -> "Communicator":
         """A Communicator over the same ranks with a Cartesian process grid (``MPI_Cart_create``; collective).
@@ -212,8 +216,7 @@ class Communicator:
         elif err is not None:
             raise err
         cart = self._mpi.Create_cart(list(filled), list(periods), reorder=False)
-        child = Communicator._adopt(cart, self.transport, self.check, self.timeout)
-        child.bucket_bytes = self.bucket_bytes
+        child = self._child(cart)
         child._grid = Grid.of(cart, filled, periods)
         return child
 
@@ -378,8 +381,6 @@ class Communicator:
         TransportUnavailable
             The requested transport cannot run here; the message names why.
         """
-        from ._arrays import as_array
-
         return self.selector.choice(as_array(array)[1])
 
     def explain(
@@ -457,13 +458,10 @@ class Communicator:
                 (),
                 "one rank: a local copy",
                 nbytes,
-                {},
-                {},
-                None,
-                exchanged,
-                exchanged,
-                self.check,
-                tuple(notes),
+                size_exchange=exchanged,
+                communicated=exchanged,
+                check=self.check,
+                notes=tuple(notes),
             )
         choice = self.selector.choice(kind)
         t = self.transport_of(kind) if collective == "shift" else self.transport_of(kind, nbytes)
@@ -595,7 +593,8 @@ class Communicator:
         list
             Every rank's ``local`` value, in rank order.
         """
-        gathered = allgather_object(self, (descriptor, local, _portable(error), what), f"{what}'s cross-rank check")
+        portable = None if error is None else (type(error), str(error))
+        gathered = allgather_object(self, (descriptor, local, portable, what), f"{what}'s cross-rank check")
         for rank, (_, _, err, _) in enumerate(gathered):
             if err is not None:
                 cls, msg = err
@@ -859,21 +858,6 @@ def _grid_of(dims: Any, periodic: Any, size: int) -> Tuple[Tuple[int, ...], Tupl
     ):
         return filled, tuple(bool(p) for p in periodic)
     raise ArgumentError(f"periodic: expected a bool or {len(filled)} bools (one per axis); got {periodic!r}")
-
-
-def _validated(transport: Any, check: Any) -> tuple:
-    name = resolve_transport_name(transport)
-    if check is None:
-        check = _settings.get("HPCCOLL_CHECK")
-    elif not isinstance(check, bool):
-        raise ArgumentError(f"check: expected True, False or None; got {check!r}")
-    return name, check, _settings.get("HPCCOLL_TIMEOUT")
-
-
-def _portable(error: Optional[HpccollError]) -> Optional[tuple]:
-    if error is None:
-        return None
-    return (type(error), str(error))
 
 
 def _difference(first: dict, other: dict, rank: int) -> str:
