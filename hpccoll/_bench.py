@@ -261,13 +261,13 @@ class Case:
             return (slice(None),) * axis + (slice(start, start + sizes[q]),)
 
         self.arrays = [self._host(coll, i, P, r, axis, lead, shape, block, units, per) for i in range(n)]
-        on_device = (lambda a: a) if xp is np else xp.asarray
-        xs = [on_device(a.x) for a in self.arrays]
+        self.on_device: Callable[[Any], Any] = (lambda a: a) if xp is np else xp.asarray  # host arrays to the buffers
+        xs = [self.on_device(a.x) for a in self.arrays]
         self.outs = [xp.empty(a.want.shape, dtype) for a in self.arrays]
         self.in_place: Optional[Callable[[], Any]] = None
         self.reset: Callable[[], Any] = lambda: None
         self.got_in_place: Callable[[], List[Any]] = lambda: []
-        _CALLS[coll](self, _Inputs(xs, block, on_device, args.list > 0, bool(args.blocking), axis, r))
+        _CALLS[coll](self, _Inputs(xs, block, self.on_device, args.list > 0, bool(args.blocking), axis, r))
         self.raw: Optional[Callable[[], Any]] = None  # raw MPI on host buffers, only when asked for
         if args.baseline and xp is np:
             counts = [n * lead * s for s in sizes]
@@ -396,14 +396,13 @@ class Case:
         untouched is counted; in-place inputs are restored. Every rank makes the call; a rank
         whose result is not checked (reduce and gather away from root) counts 0.
         """
-        on_device = (lambda a: a) if self.xp is np else self.xp.asarray
         if in_place and self.in_place is not None:
             self.reset()
             self.in_place()
             got = self.got_in_place()
         else:
             for o, a in zip(self.outs, self.arrays):
-                self.xp.copyto(o, on_device(_poison(a.want)))
+                self.xp.copyto(o, self.on_device(_poison(a.want)))
             self.hpc()
             got = self.outs
         host = (lambda a: a) if self.xp is np else self.xp.asnumpy
@@ -411,15 +410,6 @@ class Case:
         if not self.checked:
             return 0
         return sum(_wrong(g, a.want) for g, a in zip(results, self.arrays))
-
-
-def _raw_plan(op: str, dtype: np.dtype) -> Optional[tuple]:
-    """Raw MPI can run (op, dtype) directly; None where only hpccoll's plan can (avg, 16-bit floats, bool)."""
-    from .transports._mpitypes import mpi_datatype, mpi_op
-
-    if op == "avg" or dtype.kind in "bV" or dtype.itemsize == 2 and dtype.kind == "f":
-        return None
-    return mpi_datatype(dtype), mpi_op(op)
 
 
 def _raw(
@@ -433,65 +423,33 @@ def _raw(
     reads only at root are None elsewhere).
     """
     from ._dtypes import movement_dtype
+    from .transports._mpitypes import displacements, mpi_datatype, mpi_op
 
     call = _caller(mpi, blocking)
     even = counts.count(counts[0]) == len(counts)
+    r, P, at_root = mpi.rank, mpi.size, mpi.rank == root
+    if coll not in _MOVING:  # the reductions, on buffers of dtype
+        if op == "avg" or dtype.kind in "bV" or dtype.itemsize == 2 and dtype.kind == "f":
+            return None  # only hpccoll can run avg, 16-bit floats and bool
+        t, o = mpi_datatype(dtype), mpi_op(op)
+        if coll == "reducescatter":
+            send, recv = np.zeros(sum(counts), dtype), np.zeros(counts[r], dtype)
+            if even:
+                return call("Reduce_scatter_block", [send, t], [recv, t], o)
+            return call("Reduce_scatter", [send, t], [recv, t], counts, o)
+        x, out = np.zeros(total, dtype), np.zeros(total, dtype)
+        if coll == "reduce":
+            return call("Reduce", [x, t], [out, t] if at_root else None, o, root)
+        return call("Allreduce", [x, t], [out, t], o)
+    # the data-movement collectives, on buffers of the dtype that moves dtype's bytes
+    wire = movement_dtype(dtype)
+    t = mpi_datatype(wire)
     if coll == "shift":  # to the next rank, from the previous one: Sendrecv, or Irecv and Isend
-        from .transports._mpitypes import mpi_datatype
-
-        wire = movement_dtype(dtype)
-        sbuf, rbuf = [np.zeros(total, wire), mpi_datatype(wire)], [np.zeros(total, wire), mpi_datatype(wire)]
-        to, source = (mpi.rank + 1) % mpi.size, (mpi.rank - 1) % mpi.size
+        sbuf, rbuf = [np.zeros(total, wire), t], [np.zeros(total, wire), t]
+        to, source = (r + 1) % P, (r - 1) % P
         if blocking:
             return lambda: mpi.Sendrecv(sbuf, to, 0, rbuf, source, 0)
         return lambda: [q.Wait() for q in (mpi.Irecv(rbuf, source, 0), mpi.Isend(sbuf, to, 0))]
-    if coll in _MOVING:
-        return _raw_moving(call, coll, movement_dtype(dtype), counts, total, mpi.rank, mpi.size, root, even)
-    plan = _raw_plan(op, dtype)
-    if plan is None:
-        return None
-    t, o = plan
-    r = mpi.rank
-    if coll == "reducescatter":
-        send, recv = np.zeros(sum(counts), dtype), np.zeros(counts[r], dtype)
-        if even:
-            return call("Reduce_scatter_block", [send, t], [recv, t], o)
-        return call("Reduce_scatter", [send, t], [recv, t], counts, o)
-    x, out = np.zeros(total, dtype), np.zeros(total, dtype)
-    if coll == "reduce":
-        return call("Reduce", [x, t], [out, t] if r == root else None, o, root)
-    return call("Allreduce", [x, t], [out, t], o)
-
-
-def _caller(mpi: Any, blocking: bool) -> Callable[..., Callable[[], Any]]:
-    """``call(name, *args)``: a callable making mpi4py's ``name(*args)``, or its I-form and ``Wait``."""
-
-    def call(name: str, *a: Any) -> Callable[[], Any]:
-        if blocking:
-            fn = getattr(mpi, name)
-            return lambda: fn(*a)
-        ifn = getattr(mpi, "I" + name[0].lower() + name[1:])
-        return lambda: ifn(*a).Wait()
-
-    return call
-
-
-def _raw_moving(
-    call: Callable[..., Callable[[], Any]],
-    coll: str,
-    wire: np.dtype,
-    counts: List[int],
-    total: int,
-    r: int,
-    P: int,
-    root: int,
-    even: bool,
-) -> Callable[[], Any]:
-    """:func:`_raw` of the data-movement collectives, on buffers of ``wire``."""
-    from .transports._mpitypes import displacements, mpi_datatype
-
-    t = mpi_datatype(wire)
-    at_root = r == root
     if coll == "broadcast":
         return call("Bcast", [np.zeros(total, wire), t], root)
     if coll == "gather":
@@ -516,6 +474,19 @@ def _raw_moving(
         return call("Alltoall", [send, t], [recv, t])
     back = [counts[r]] * P
     return call("Alltoallv", [send, (counts, displacements(counts)), t], [recv, (back, displacements(back)), t])
+
+
+def _caller(mpi: Any, blocking: bool) -> Callable[..., Callable[[], Any]]:
+    """``call(name, *args)``: a callable making mpi4py's ``name(*args)``, or its I-form and ``Wait``."""
+
+    def call(name: str, *a: Any) -> Callable[[], Any]:
+        if blocking:
+            fn = getattr(mpi, name)
+            return lambda: fn(*a)
+        ifn = getattr(mpi, "I" + name[0].lower() + name[1:])
+        return lambda: ifn(*a).Wait()
+
+    return call
 
 
 def _device(name: str) -> tuple:
@@ -720,12 +691,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p : argparse.ArgumentParser
         The parser (``python -m hpccoll bench``'s, or a subcommand's).
     """
-    _nccl_tests_options(p)
-    _own_options(p)
-
-
-def _nccl_tests_options(p: argparse.ArgumentParser) -> None:
-    """The options nccl-tests has too, with its letters and meanings."""
+    # the options nccl-tests has too, with its letters and meanings
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("32M"), help="largest size (default 32M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows (default 2)")
@@ -764,10 +730,7 @@ def _nccl_tests_options(p: argparse.ArgumentParser) -> None:
         metavar="0|1",
         help="1: blocking calls (default); 0: async_op=True, then wait()",
     )
-
-
-def _own_options(p: argparse.ArgumentParser) -> None:
-    """The options nccl-tests does not have: which calls, on which arrays, and what is written."""
+    # the options nccl-tests does not have: which calls, on which arrays, and what is written
     p.add_argument("--collective", choices=COLLECTIVES + ("all",), default="all", help="default all")
     p.add_argument("--rounds", type=_count(1), default=3, help="interleaved rounds; the median is shown (default 3)")
     p.add_argument(

@@ -270,8 +270,7 @@ def _seen_again(c: Any, x: Any, out: Any, key: Any) -> bool:
     """Whether this rank made this call before (it is then worth keeping); remembers it."""
     seen = c.state.setdefault(_SEEN, {})
     mark = (id(x), id(out), key)
-    again = mark in seen
-    seen.pop(mark, None)
+    again = seen.pop(mark, False)  # then re-inserted last: marks are dropped oldest first
     seen[mark] = True
     if len(seen) > KEEP:
         del seen[next(iter(seen))]
@@ -324,9 +323,9 @@ def halo_exchange(x: Any, c: Any, halo: Any, corners: Any, out: Any, what: str, 
     layout = None if err is not None else _layout_of(c, grid, fields, widths, bool(corners))
     key, shared = None, False
     if layout is not None and not (many or adjoint) and type(x) is np.ndarray and out is not None:
-        flat = _views(fields[0].out, layout)  # every message a view of out: nothing packed, nothing landed
-        # node-shared: a field from shared_empty exchanged in place (shm reads the boundaries in place)
-        shared = flat and out is x and holder_of(x) is not None
+        # node-shared: a field from shared_empty exchanged in place, every message a view of out (nothing packed,
+        # nothing landed: shm reads the boundaries in place)
+        shared = _views(fields[0].out, layout) and out is x and holder_of(x) is not None
         if not c.check:  # worth keeping: a plain call into a fixed out, made before
             key = _call_key(x, halo, corners, len(widths))
             if key is not None and not _seen_again(c, x, out, key):
@@ -517,9 +516,7 @@ def _agree(
     Returns whether every rank wants to keep this exchange (``keep``) and whether every rank's
     field is node-shared (``shared``): the same on every rank.
     """
-    shape: List[int] = []
-    for f in fields:
-        shape.extend(f.x.shape)
+    shape = [n for f in fields for n in f.x.shape]
     codes = [dtype_code(f.x.dtype) for f in fields]
     ndims = [f.x.ndim for f in fields]
     if err is not None or len(shape) > MAX_DIMS:
@@ -605,8 +602,7 @@ def _split(flat_shape: Sequence[int], ndims: List[int]) -> List[Tuple[int, ...]]
 
 def _layout(c: Any, grid: Any, shapes: List[Tuple[int, ...]], widths: Tuple[int, ...], corners: bool) -> _Layout:
     """The regions of every message, in the order both ends list them (the sender's directions)."""
-    d = len(grid.dims)
-    steps = _directions(d, corners)
+    steps = _directions(len(grid.dims), corners)
     index = {o: k for k, o in enumerate(steps)}
     sends: Dict[int, List[Tuple[int, int, Region]]] = {}
     recvs: Dict[int, List[Tuple[int, int, Region]]] = {}

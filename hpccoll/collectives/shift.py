@@ -23,7 +23,7 @@ does not reshape them); check mode (``HPCCOLL_CHECK=1``) compares them, and
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -104,8 +104,7 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
             o[...] = buf.reshape(o.shape)
         return result
 
-    step_after: Callable[[], Any] = Ready(result) if not landing else finish
-    return launch(c.transport_of(kind), "sendrecv", (sends, recvs), step_after, async_op)
+    return launch(c.transport_of(kind), "sendrecv", (sends, recvs), Ready(result) if not landing else finish, async_op)
 
 
 def _common(x: np.ndarray, c: Any, offset: int, out: Any, async_op: bool) -> Any:
