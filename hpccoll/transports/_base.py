@@ -92,6 +92,15 @@ def _bytes_like(like: Any, n: int) -> Any:
     return cupy.empty(n, np.uint8)
 
 
+def _by_peer(messages: Sequence[Tuple[Any, int]], parts: int) -> Tuple[List[Any], List[int]]:
+    """The buffers of ``(buffer, rank)`` ``messages`` rank after rank (each rank's in message order), and each
+    rank's bytes: the default ``sendrecv``'s packing order and ``alltoallv`` counts."""
+    peers: List[List[Any]] = [[] for _ in range(parts)]
+    for buf, q in messages:
+        peers[q].append(buf)
+    return [buf for bufs in peers for buf in bufs], [sum(buf.nbytes for buf in bufs) for bufs in peers]
+
+
 class _Then(Pending):
     """A pending operation, then a step once it completed (the default ``isendrecv``'s unpacking)."""
 
@@ -481,31 +490,21 @@ class Transport(abc.ABC):
 
     def _sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], started: bool) -> Pending:
         """The default :meth:`sendrecv`: one ``alltoallv`` of bytes, packed per peer in message order."""
-        parts = self.comm.size
-        send_counts, recv_counts = [0] * parts, [0] * parts
-        outgoing: List[List[Any]] = [[] for _ in range(parts)]
-        for buf, q in sends:
-            outgoing[q].append(buf)
-            send_counts[q] += buf.nbytes
-        incoming: List[List[Any]] = [[] for _ in range(parts)]
-        for buf, q in recvs:
-            incoming[q].append(buf)
-            recv_counts[q] += buf.nbytes
+        outgoing, send_counts = _by_peer(sends, self.comm.size)
+        incoming, recv_counts = _by_peer(recvs, self.comm.size)
         like = (list(sends) + list(recvs))[0][0] if (sends or recvs) else np.empty(0, np.uint8)
         packed = _bytes_like(like, sum(send_counts))
         at = 0
-        for bufs in outgoing:
-            for buf in bufs:
-                packed[at : at + buf.nbytes] = buf.view(np.uint8)
-                at += buf.nbytes
+        for buf in outgoing:
+            packed[at : at + buf.nbytes] = buf.view(np.uint8)
+            at += buf.nbytes
         received = _bytes_like(like, sum(recv_counts))
 
         def unpack() -> None:
             at = 0
-            for bufs in incoming:
-                for buf in bufs:
-                    buf.view(np.uint8)[...] = received[at : at + buf.nbytes]
-                    at += buf.nbytes
+            for buf in incoming:
+                buf.view(np.uint8)[...] = received[at : at + buf.nbytes]
+                at += buf.nbytes
 
         if started:
             pending = self.ialltoallv(packed, received, send_counts, recv_counts)

@@ -8,6 +8,7 @@ duplicated types. Derived datatypes (inner-axis blocks) are built on these.
 
 from __future__ import annotations
 
+import functools
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Sequence
 
@@ -133,14 +134,13 @@ def element(dtype: np.dtype) -> Any:
 def region_type(shape: Sequence[int], strides: Sequence[int], dtype: np.dtype) -> Any:
     """The committed datatype of :func:`region`: axes of extent 1 dropped, axes that are contiguous with the
     next merged, then one ``hvector`` per remaining axis, the innermost's blocks the contiguous run (cached)."""
-    itemsize = dtype.itemsize
     axes = _merged_axes(shape, strides)
     key = (tuple(map(tuple, axes)), dtype)
     t = _REGIONS.get(key)
     if t is not None:
         return t
     item, run = element(dtype)
-    if axes and axes[-1][1] == itemsize:  # the innermost axis is contiguous: one run
+    if axes and axes[-1][1] == dtype.itemsize:  # the innermost axis is contiguous: one run
         run *= axes.pop()[0]
     if axes:  # the run as the blocks of the next axis out (one vector, as MPI's own subarray types are)
         n, s = axes.pop()
@@ -187,7 +187,6 @@ _ELEMENTS: Dict[np.dtype, Any] = {}
 
 #: The integer dtypes whose MPI_SUM could saturate instead of wrapping (8 and 16 bits).
 SMALL_INTS = ("int8", "uint8", "int16", "uint16")
-_SATURATING: Any = None
 
 
 def library() -> str:
@@ -197,6 +196,7 @@ def library() -> str:
     return MPI.Get_library_version().strip().splitlines()[0].strip()
 
 
+@functools.cache
 def saturating_sums() -> FrozenSet[np.dtype]:
     """The 8- and 16-bit integer dtypes whose ``MPI_SUM`` saturates in this MPI library (decided once).
 
@@ -213,27 +213,22 @@ def saturating_sums() -> FrozenSet[np.dtype]:
     communication-free probe (``MPI.SUM.Reduce_local`` on 4096 elements, the
     same kernels the collectives run), which depends only on the library.
     """
-    global _SATURATING
-    if _SATURATING is None:
-        from mpi4py import MPI
+    from mpi4py import MPI
 
-        if library().startswith("Open MPI"):
-            found = set(SMALL_INTS)
-        else:
-            found = set()
-            for name in SMALL_INTS:
-                top = np.iinfo(name).max
-                a, b = np.full(4096, top, name), np.full(4096, top, name)
-                MPI.SUM.Reduce_local(a, b)
-                if (b != np.add(a, a, dtype=name)).any():
-                    found.add(name)
-        _SATURATING = frozenset(np.dtype(n) for n in found)
-    return _SATURATING
+    if library().startswith("Open MPI"):
+        found = set(SMALL_INTS)
+    else:
+        found = set()
+        for name in SMALL_INTS:
+            top = np.iinfo(name).max
+            a, b = np.full(4096, top, name), np.full(4096, top, name)
+            MPI.SUM.Reduce_local(a, b)
+            if (b != np.add(a, a, dtype=name)).any():
+                found.add(name)
+    return frozenset(np.dtype(n) for n in found)
 
 
-_UNOWNED: Any = None
-
-
+@functools.cache
 def unowned_nonblocking() -> List[str]:
     """The non-blocking MPI calls hpccoll uses whose mpi4py request keeps no reference to its buffers.
 
@@ -242,33 +237,30 @@ def unowned_nonblocking() -> List[str]:
     pending. hpccoll's :class:`~hpccoll.Request` holds every buffer it hands
     MPI until completion, so this is worked around whatever the answer.
     """
-    global _UNOWNED
-    if _UNOWNED is None:
-        import gc
-        import weakref
+    import gc
+    import weakref
 
-        from mpi4py import MPI
+    from mpi4py import MPI
 
-        me = MPI.COMM_SELF
-        calls = {
-            "Iallreduce": lambda x, r: me.Iallreduce(x, r),
-            "Iallgatherv": lambda x, r: me.Iallgatherv(x, [r, [4]]),
-            "Ireduce_scatter": lambda x, r: me.Ireduce_scatter(x, r, [4]),
-            "Ireduce_scatter_block": lambda x, r: me.Ireduce_scatter_block(x, r),
-            "Ialltoallv": lambda x, r: me.Ialltoallv([x, [4]], [r, [4]]),
-        }
-        found = []
-        for name, call in calls.items():
-            x, r = np.ones(4), np.empty(4)
-            ref = weakref.ref(x)
-            request = call(x, r)
-            del x
-            gc.collect()
-            if ref() is None:
-                found.append(name)
-            request.Wait()
-        _UNOWNED = found
-    return _UNOWNED
+    me = MPI.COMM_SELF
+    calls = {
+        "Iallreduce": lambda x, r: me.Iallreduce(x, r),
+        "Iallgatherv": lambda x, r: me.Iallgatherv(x, [r, [4]]),
+        "Ireduce_scatter": lambda x, r: me.Ireduce_scatter(x, r, [4]),
+        "Ireduce_scatter_block": lambda x, r: me.Ireduce_scatter_block(x, r),
+        "Ialltoallv": lambda x, r: me.Ialltoallv([x, [4]], [r, [4]]),
+    }
+    found = []
+    for name, call in calls.items():
+        x, r = np.ones(4), np.empty(4)
+        ref = weakref.ref(x)
+        request = call(x, r)
+        del x
+        gc.collect()
+        if ref() is None:
+            found.append(name)
+        request.Wait()
+    return found
 
 
 def quirks() -> List[str]:
@@ -308,9 +300,7 @@ def quirks() -> List[str]:
     return out
 
 
-_SIGNED_EXTREMA: Any = None
-
-
+@functools.cache
 def signed_unsigned_extrema() -> bool:
     """Whether this MPI's ``MPI_MAX``/``MPI_MIN`` compare ``uint64`` as signed (decided once, locally).
 
@@ -318,11 +308,8 @@ def signed_unsigned_extrema() -> bool:
     reduces ``uint64`` extrema with the top bit flipped, as ``int64`` (an order-preserving map), and
     flips it back. A local ``Reduce_local`` probe: the same kernels on every rank of one library.
     """
-    global _SIGNED_EXTREMA
-    if _SIGNED_EXTREMA is None:
-        from mpi4py import MPI
+    from mpi4py import MPI
 
-        a, b = np.array([(1 << 63) + 5], np.uint64), np.array([7], np.uint64)
-        MPI.MAX.Reduce_local(a, b)
-        _SIGNED_EXTREMA = int(b[0]) != (1 << 63) + 5
-    return _SIGNED_EXTREMA
+    a, b = np.array([(1 << 63) + 5], np.uint64), np.array([7], np.uint64)
+    MPI.MAX.Reduce_local(a, b)
+    return int(b[0]) != (1 << 63) + 5

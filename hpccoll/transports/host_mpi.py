@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -86,10 +86,6 @@ class HostMPI(Transport):
         self.persistent = _persistent_collectives()
         self._prepared: "weakref.WeakSet[_Fixed]" = weakref.WeakSet()  # freed by close()
 
-    def _run(self, name: str, *args: Any) -> None:
-        """The MPI collective ``name``, watched when ``HPCCOLL_TIMEOUT`` is set."""
-        run(self.comm, name, *args)
-
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
         itemsize = out.itemsize
         if out.nbytes < self.strided_min_bytes:
@@ -105,7 +101,7 @@ class HostMPI(Transport):
             # Rank r's block: lead rows of first*trail elements, row stride total*trail.
             recv_t = committed(base.Create_vector(lead, first * trail, total * trail), first * trail * itemsize)
             try:
-                self._run("Allgather", [send, lead * mine * trail, base], [out, 1, recv_t])
+                run(self.comm, "Allgather", [send, lead * mine * trail, base], [out, 1, recv_t])
             finally:
                 recv_t.Free()
             return True
@@ -113,7 +109,7 @@ class HostMPI(Transport):
         recv_t = committed(base.Create_vector(lead, trail, total * trail), trail * itemsize)
         send_t = committed(base.Create_vector(lead, trail, max(mine, 1) * trail), trail * itemsize)
         try:
-            self._run("Allgatherv", [send, mine, send_t], [out, (list(sizes), displacements(sizes)), recv_t])
+            run(self.comm, "Allgatherv", [send, mine, send_t], [out, (list(sizes), displacements(sizes)), recv_t])
         finally:
             recv_t.Free()
             send_t.Free()
@@ -541,14 +537,8 @@ class _Fixed(Prepared):
             self.run = run
 
     def start(self) -> Pending:
-        request = self.request
-        if isinstance(request, _Requests):
-            from mpi4py import MPI
-
-            MPI.Prequest.Startall(request.requests)
-        else:
-            request.Start()
-        return MPIPending(request, self.then, self.comm, self.what)
+        self.steps[0]()  # Start, or Startall for several requests
+        return MPIPending(self.request, self.then, self.comm, self.what)
 
     def free(self) -> None:
         request, self.request = self.request, None
@@ -565,21 +555,17 @@ class _Fixed(Prepared):
             pass
 
 
-_PERSISTENT: List[bool] = []
-
-
+@functools.cache
 def _persistent_collectives() -> bool:
     """Whether this MPI library has MPI-4's persistent collectives (decided once, by trying one on
     ``MPI_COMM_SELF``): Open MPI 5 has them while it reports MPI 3.1; a library without them raises."""
-    if not _PERSISTENT:
-        from mpi4py import MPI
+    from mpi4py import MPI
 
-        try:
-            MPI.COMM_SELF.Barrier_init().Free()
-            _PERSISTENT.append(True)
-        except (NotImplementedError, MPI.Exception):
-            _PERSISTENT.append(False)
-    return _PERSISTENT[0]
+    try:
+        MPI.COMM_SELF.Barrier_init().Free()
+        return True
+    except (NotImplementedError, MPI.Exception):
+        return False
 
 
 def _finalized() -> bool:
