@@ -224,7 +224,7 @@ def movement_dtype(dtype: np.dtype) -> np.dtype:
     bits move exactly as 16-bit integers everywhere. ml_dtypes' 8-bit floats (``float8_e4m3fn``,
     ``float8_e5m2``) move as ``uint8`` for the same reason: no MPI type, and bytes move exactly.
     """
-    key = _CHECKED.get(dtype)
+    key = _CHECKED.get(dtype) or dtype.name  # also a dtype no collective has checked yet (the bench's raw MPI)
     if key in _HALFS:
         return np.dtype(np.uint16)
     if key in _FLOAT8:

@@ -189,6 +189,21 @@ def test_bench_table(capsys, extra):
     assert "# Avg bus bandwidth" in out
 
 
+def test_bench_baseline_moves_bfloat16_as_its_bits(capsys):
+    """Raw MPI has no bfloat16: the data-movement rows time it on the bits (uint16), the sums have no raw call."""
+    pytest.importorskip("ml_dtypes")
+    status, out, _ = bench(capsys, *SMALL, "-d", "bfloat16", "--baseline")
+    assert status == 0
+    if WORLD.rank != 0:
+        return
+    for coll, row in table_of(out):
+        assert row[8] == "0", (coll, row)
+        if row[3] == "none":  # data movement
+            assert float(row[13]) > 0 and float(row[14]) > 0, (coll, row)
+        else:
+            assert row[13:] == ["n/a", "-"], (coll, row)
+
+
 def test_bench_json_and_bus_bandwidth(tmp_path, capsys):
     n = WORLD.size
     root = n - 1
