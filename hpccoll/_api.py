@@ -368,8 +368,7 @@ def reduce_scatter(
     >>> b = hpccoll.reduce_scatter(np.arange(6.0))   # doctest: +SKIP
     >>> # on 3 ranks, rank 1 gets array([6., 9.])
     """
-    c = as_communicator(comm)
-    return scattering.reduce_scatter(x, c, op, axis, sizes, out, "reduce_scatter", async_op)
+    return scattering.reduce_scatter(x, as_communicator(comm), op, axis, sizes, out, "reduce_scatter", async_op)
 
 
 @overload
@@ -579,7 +578,6 @@ def all_reduce_adjoint(
         return reducing.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
     early = None
     many = is_array_list(y)
-    linear = "sum"  # op normalised; refuse() raises before any other value would be used
     try:
         linear = linear_op(op, "all_reduce_adjoint")
         if cotangent not in COTANGENTS:
@@ -827,8 +825,7 @@ def broadcast(
     >>> hpccoll.broadcast(np.full(2, comm.rank), root=1)   # doctest: +SKIP
     >>> # on every rank: array([1, 1])
     """
-    c = as_communicator(comm)
-    return rooted.broadcast(x, c, root, out, "broadcast", async_op)
+    return rooted.broadcast(x, as_communicator(comm), root, out, "broadcast", async_op)
 
 
 @overload
@@ -867,8 +864,7 @@ def broadcast_adjoint(
     array or list of arrays
         The cotangent of this rank's ``x``.
     """
-    c = as_communicator(comm)
-    return rooted.reduce(y, c, "sum", root, out, "broadcast_adjoint", async_op)
+    return rooted.reduce(y, as_communicator(comm), "sum", root, out, "broadcast_adjoint", async_op)
 
 
 @overload
@@ -941,8 +937,7 @@ def reduce(
     >>> hpccoll.reduce(np.ones(3), root=0)   # doctest: +SKIP
     >>> # on 4 ranks: rank 0 gets array([4., 4., 4.]), the others array([0., 0., 0.])
     """
-    c = as_communicator(comm)
-    return rooted.reduce(x, c, op, root, out, "reduce", async_op)
+    return rooted.reduce(x, as_communicator(comm), op, root, out, "reduce", async_op)
 
 
 @overload
@@ -1015,8 +1010,6 @@ def reduce_adjoint(
 
 def _linear_or_refuse(op: Any, y: Any, c: Communicator, what: str) -> str:
     """``op`` normalised and known linear (``avg`` also checked against ``y``'s dtypes), or raise on every rank."""
-    early = None
-    linear = "sum"
     try:
         linear = linear_op(op, what)
         if linear == "avg":  # avg on bool or integers raises, as in the forward
@@ -1024,11 +1017,10 @@ def _linear_or_refuse(op: Any, y: Any, c: Communicator, what: str) -> str:
             for i, yi in enumerate(y if many else (y,)):
                 yi, _, _ = one_array(yi, f"y[{i}]" if many else "y")
                 reduce_plan(yi.dtype, linear)
+        return linear
     except HpccollError as e:
         early = e
-    if early is not None:  # outside the except block: no "during handling" chain
-        refuse(c, what, early)
-    return linear
+    refuse(c, what, early)  # outside the except block: no "during handling" chain
 
 
 def _averaged(result: Any, op: str, c: Communicator) -> Any:
@@ -1120,8 +1112,7 @@ def gather(
     >>> hpccoll.gather(np.full(comm.rank + 1, comm.rank), root=0)   # doctest: +SKIP
     >>> # on 3 ranks: rank 0 gets array([0, 1, 1, 2, 2, 2]), the others array([])
     """
-    c = as_communicator(comm)
-    return rooted.gather(x, c, root, axis, sizes, out, "gather", async_op)
+    return rooted.gather(x, as_communicator(comm), root, axis, sizes, out, "gather", async_op)
 
 
 @overload
@@ -1185,8 +1176,7 @@ def gather_adjoint(
     array or list of arrays
         The cotangent of this rank's ``x``.
     """
-    c = as_communicator(comm)
-    return rooted.scatter(y, c, root, axis, sizes, out, "gather_adjoint", async_op)
+    return rooted.scatter(y, as_communicator(comm), root, axis, sizes, out, "gather_adjoint", async_op)
 
 
 @overload
@@ -1270,8 +1260,7 @@ def scatter(
     >>> hpccoll.scatter(np.arange(5), root=0)   # doctest: +SKIP
     >>> # on 2 ranks: rank 0 gets array([0, 1, 2]), rank 1 array([3, 4])
     """
-    c = as_communicator(comm)
-    return rooted.scatter(x, c, root, axis, sizes, out, "scatter", async_op)
+    return rooted.scatter(x, as_communicator(comm), root, axis, sizes, out, "scatter", async_op)
 
 
 @overload
@@ -1335,8 +1324,7 @@ def scatter_adjoint(
         At root the cotangent of its ``x``; elsewhere an array of extent 0
         along ``axis``.
     """
-    c = as_communicator(comm)
-    return rooted.gather(y, c, root, axis, sizes, out, "scatter_adjoint", async_op)
+    return rooted.gather(y, as_communicator(comm), root, axis, sizes, out, "scatter_adjoint", async_op)
 
 
 # --------------------------------------------------------------------------- halo exchange
@@ -1435,8 +1423,7 @@ def halo_exchange(
     >>> grid = hpccoll.Communicator().cartesian([0, 0], periodic=True)   # doctest: +SKIP
     >>> u = hpccoll.halo_exchange(u, grid, halo=1, out=u)                   # doctest: +SKIP
     """
-    c = as_communicator(comm)
-    return _halo(x, c, halo, corners, out, "halo_exchange", async_op, False)
+    return _halo(x, as_communicator(comm), halo, corners, out, "halo_exchange", async_op, False)
 
 
 @overload
@@ -1494,8 +1481,7 @@ def halo_exchange_adjoint(
     array or list of arrays
         The cotangent of this rank's ``x``.
     """
-    c = as_communicator(comm)
-    return _halo(g, c, halo, corners, out, "halo_exchange_adjoint", async_op, True)
+    return _halo(g, as_communicator(comm), halo, corners, out, "halo_exchange_adjoint", async_op, True)
 
 
 # --------------------------------------------------------------------------- shift along the ring
@@ -1559,8 +1545,7 @@ def shift(
     >>> kv = hpccoll.shift(kv, comm)             # doctest: +SKIP
     >>> req = hpccoll.shift(kv, comm, async_op=True)   # doctest: +SKIP
     """
-    c = as_communicator(comm)
-    return _shift(x, c, offset, out, "shift", async_op, False)
+    return _shift(x, as_communicator(comm), offset, out, "shift", async_op, False)
 
 
 @overload
@@ -1594,8 +1579,7 @@ def shift_adjoint(
     array or list of arrays
         The cotangent of this rank's ``x``: the ``y`` of rank ``(r + offset) mod P``.
     """
-    c = as_communicator(comm)
-    return _shift(y, c, offset, out, "shift_adjoint", async_op, True)
+    return _shift(y, as_communicator(comm), offset, out, "shift_adjoint", async_op, True)
 
 
 # --------------------------------------------------------------------------- the pairs, declared once

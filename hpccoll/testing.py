@@ -62,10 +62,10 @@ def default_rtol(dtype: Any) -> float:
     return _RTOL[min(dt.itemsize // 2 if dt.kind == "c" else dt.itemsize, 16)]
 
 
-def _host(a: Any, complex_: bool) -> np.ndarray:
-    """``a`` as a flat NumPy array in float64 (or complex128 when ``complex_``), copied off the GPU if there."""
+def _host(a: Any, dtype: type) -> np.ndarray:
+    """``a`` as a flat NumPy array of ``dtype`` (float64 or complex128), copied off the GPU if there."""
     a = a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
-    return a.astype(np.complex128 if complex_ else np.float64).ravel()
+    return a.astype(dtype).ravel()
 
 
 def _is_complex(a: Any) -> bool:
@@ -177,14 +177,12 @@ def dottest(
             f"x, y: expected shapes matching op (forward(x) has shape {np.shape(fx)}, adjoint(y) has "
             f"{np.shape(aty)}); got x {np.shape(x)} and y {np.shape(y)}"
         )
-    complex_ = any(_is_complex(a) for a in (x, y, fx, aty))
-    dtype = np.complex128 if complex_ else np.float64
+    dtype = np.complex128 if any(_is_complex(a) for a in (x, y, fx, aty)) else np.float64
     local = np.array(
-        [np.vdot(_host(fx, complex_), _host(y, complex_)), np.vdot(_host(x, complex_), _host(aty, complex_))],
-        dtype=dtype,
+        [np.vdot(_host(fx, dtype), _host(y, dtype)), np.vdot(_host(x, dtype), _host(aty, dtype))], dtype=dtype
     )
     total = all_reduce(local, c)  # through hpccoll's transports: NumPy on the host, whatever x and y were
-    lhs, rhs = (complex(v) if complex_ else float(v) for v in total)
+    lhs, rhs = total.tolist()  # Python complex numbers, or floats for real data
     scale = max(abs(lhs), abs(rhs))
     # One verdict: every rank's sums are the same reduction, but the ranks need not round it alike.
     ok = bool(all_reduce(np.array([abs(lhs - rhs) <= rtol * scale], dtype=np.int8), c, op="min")[0])

@@ -86,10 +86,7 @@ def late(c: Any, what: str, check: Callable[[], Any]) -> Any:
         result = check()
     except HpccollError as e:
         err = e
-    if checking(c):
-        c.agree(what, None, None, err)
-    elif err is not None:
-        raise err
+    settle(c, what, None, None, err)
     return result
 
 

@@ -7,11 +7,11 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from .._arrays import SEQUENCES, as_array, check_list_items, list_types
+from .._arrays import as_array, check_list_items, list_types
 from .._dtypes import check_dtype
 from .._errors import ArgumentError, HpccollError
 
-__all__ = ["SEQUENCES", "is_array_list", "list_types", "ListOf", "survey_list"]
+__all__ = ["is_array_list", "list_types", "ListOf", "survey_list"]
 
 _NDARRAY_ONLY = frozenset((np.ndarray,))
 _dtype_of = operator.attrgetter("dtype")
@@ -45,13 +45,6 @@ def survey_list(xs: Sequence[Any], types: Set[type], keep: bool = False) -> List
     ``keep``: the call outlives this one (non-blocking), so the arrays are
     held in a copy of the user's list, not in the list itself.
     """
-    arrays, kind, dtypes = _checked(xs, types, keep)
-    shapes = list(map(_shape_of, arrays))
-    shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
-    return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)
-
-
-def _checked(xs: Sequence[Any], types: Set[type], keep: bool) -> Tuple[List[Any], str, Set[np.dtype]]:
     if types <= _NDARRAY_ONLY:  # the common case, without per-array calls
         arrays, kind = xs if type(xs) is list and not keep else list(xs), "numpy"
     else:
@@ -68,4 +61,6 @@ def _checked(xs: Sequence[Any], types: Set[type], keep: bool) -> Tuple[List[Any]
         except HpccollError:
             first = next(i for i, a in enumerate(arrays) if a.dtype == dtype)
             check_dtype(dtype, f"x[{first}]")
-    return arrays, kind, dtypes
+    shapes = list(map(_shape_of, arrays))
+    shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
+    return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)

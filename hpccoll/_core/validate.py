@@ -15,13 +15,12 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .._arrays import as_array, module_of, overlaps, split_sizes
+from .._arrays import SEQUENCES, as_array, module_of, overlaps, split_sizes
 from .._dtypes import check_dtype, normalize_op, op_label
 from .._errors import ArgumentError, UnsupportedOpError
-from .lists import SEQUENCES, ListOf
+from .lists import ListOf
 
 __all__ = [
-    "SEQUENCES",
     "COTANGENTS",
     "axis_of",
     "axes_of",
