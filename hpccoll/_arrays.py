@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import sys
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Set, Tuple, TypeVar, Union
@@ -152,12 +153,8 @@ def _contiguous(a: Any) -> bool:
     return a.flags.c_contiguous or a.flags.f_contiguous
 
 
-def prod(dims: Any) -> int:
-    """Product of a tuple of ints (1 for an empty tuple)."""
-    p = 1
-    for d in dims:
-        p *= d
-    return p
+#: Product of a tuple of ints (1 for an empty tuple).
+prod = math.prod
 
 
 def shape_of(name: str, shape: Any) -> Tuple[int, ...]:

@@ -81,24 +81,16 @@ _MPI_OPS: Dict[str, Optional[str]] = {
 }
 _ACCEPTED = (
     f"{', '.join(repr(op) for op in OPS if op not in _LOGICAL + _BITWISE)} "
-    f"(or MPI's logical and bitwise {', '.join(map(repr, _LOGICAL + _BITWISE))}), or "
-    + "MPI."
+    f"(or MPI's logical and bitwise {', '.join(map(repr, _LOGICAL + _BITWISE))}), or MPI."
     + "/".join(k for k, v in _MPI_OPS.items() if v is not None)
 )
 
 #: bool travels as 0/1 bytes: its op on those bytes (numpy's bool arithmetic: sum and max are OR,
 #: prod and min are AND; the bitwise ops on 0/1 are the logical ones).
 _BOOL_OPS = {
-    "sum": "max",
-    "max": "max",
-    "lor": "max",
-    "bor": "max",
-    "prod": "min",
-    "min": "min",
-    "land": "min",
-    "band": "min",
-    "lxor": "lxor",
-    "bxor": "lxor",
+    **dict.fromkeys(("sum", "max", "lor", "bor"), "max"),
+    **dict.fromkeys(("prod", "min", "land", "band"), "min"),
+    **dict.fromkeys(("lxor", "bxor"), "lxor"),
 }
 
 
@@ -372,12 +364,11 @@ def reduce_plan(
     key = (dtype, op, native, saturates, ops)
     plan = _PLANS.get(key)
     if plan is None:
-        made: Union[ReducePlan, Exception]
         try:
-            made = _make_plan(dtype, op, native, saturates, ops)
+            plan = _make_plan(dtype, op, native, saturates, ops)
         except (DTypeError, UnsupportedOpError) as exc:
-            made = exc
-        plan = _PLANS[key] = made
+            plan = exc
+        _PLANS[key] = plan
     if isinstance(plan, Exception):
         raise type(plan)(*plan.args)
     return plan

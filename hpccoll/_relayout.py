@@ -69,9 +69,7 @@ def element_width(run_bytes: int, *addresses: int) -> int:
     bits = run_bytes
     for a in addresses:
         bits |= a
-    if bits == 0:
-        return 16
-    return min(16, bits & -bits)
+    return min(16, bits & -bits) if bits else 16
 
 
 def copy_blocks(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat: bool) -> None:
@@ -183,10 +181,8 @@ def _general(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_flat
     cells = _split_axis(arr, ax, parts, first) if sizes.count(first) == parts else None
     if cells is not None:  # even blocks: one copy between two views
         blocks = xp.moveaxis(buf.reshape((parts,) + pre + (first,) + post), 0, ax)
-        if to_flat:
-            xp.copyto(blocks, cells, casting="unsafe")
-        else:
-            xp.copyto(cells, blocks, casting="unsafe")
+        dst, src = (blocks, cells) if to_flat else (cells, blocks)
+        xp.copyto(dst, src, casting="unsafe")
         return
     if xp is not np:  # one kernel on a contiguous temporary rather than one launch per block
         _cupy_via_contiguous(buf, arr, xp, ax, sizes, to_flat)
@@ -216,11 +212,9 @@ def per_block(buf: Any, arr: Any, xp: Any, ax: int, sizes: Sequence[int], to_fla
     for s in sizes:
         count = math.prod(pre) * s * math.prod(post)
         piece = buf[offset : offset + count].reshape(pre + (s,) + post)
-        where = (slice(None),) * ax + (slice(start, start + s),)
-        if to_flat:
-            xp.copyto(piece, arr[where], casting="unsafe")
-        else:
-            xp.copyto(arr[where], piece, casting="unsafe")
+        cells = arr[(slice(None),) * ax + (slice(start, start + s),)]
+        dst, src = (piece, cells) if to_flat else (cells, piece)
+        xp.copyto(dst, src, casting="unsafe")
         start += s
         offset += count
 
