@@ -48,8 +48,6 @@ def parser(prog: str = "python -m hpccoll") -> argparse.ArgumentParser:
         help="MPI, GPU and transport report (printed once, by rank 0)",
         description=_info.__doc__,
     )
-    _info.add_arguments(info)
-    info.set_defaults(run=_info.run_command, subparser=info)
     bench = sub.add_parser(
         "bench",
         help="nccl-tests style bandwidth table of every collective",
@@ -57,8 +55,6 @@ def parser(prog: str = "python -m hpccoll") -> argparse.ArgumentParser:
         epilog=_bench.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _bench.add_arguments(bench)
-    bench.set_defaults(run=_bench.run_command, subparser=bench)
     tune = sub.add_parser(
         "tune",
         help="measure the transports and MPI's call forms here; write the profile auto and plans use",
@@ -67,8 +63,9 @@ def parser(prog: str = "python -m hpccoll") -> argparse.ArgumentParser:
         "  mpiexec -n 4 python -m mpi4py -m hpccoll tune",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _tune.add_arguments(tune)
-    tune.set_defaults(run=_tune.run_command, subparser=tune)
+    for command, module in ((info, _info), (bench, _bench), (tune, _tune)):
+        module.add_arguments(command)
+        command.set_defaults(run=module.run_command, subparser=command)
     return p
 
 

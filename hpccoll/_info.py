@@ -6,7 +6,8 @@ import argparse
 import os
 import platform
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from collections import Counter
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import _settings
 
@@ -51,6 +52,14 @@ def _gpu() -> Dict[str, Any]:
         return {"cupy": getattr(sys.modules.get("cupy"), "__version__", "?"), "reason": f"{type(exc).__name__}: {exc}"}
 
 
+def _probe(reason: Callable[[Any], Optional[str]], comm: Any) -> Optional[str]:
+    """``reason(comm)``, or the exception it raised as text: a probe must never break info."""
+    try:
+        return reason(comm)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def collect(comm: Any) -> Dict[str, Any]:
     """Everything ``info`` prints, for this rank (collective: gathers host names)."""
     import numpy
@@ -70,23 +79,12 @@ def collect(comm: Any) -> Dict[str, Any]:
         MPI.THREAD_MULTIPLE: "multiple",
     }
     hosts = comm.mpi.allgather(MPI.Get_processor_name())
-    per_host: Dict[str, int] = {}
-    for h in hosts:
-        per_host[h] = per_host.get(h, 0) + 1
+    per_host = dict(Counter(hosts))
     transports = {}
     for cls in transport_classes():
-        name = cls.name
-        try:
-            reason = cls.unavailable_reason(comm)
-        except Exception as exc:  # a probe must never break info
-            reason = f"{type(exc).__name__}: {exc}"
-        auto = None
-        if reason is None:
-            try:
-                auto = cls.auto_reason(comm)
-            except Exception as exc:
-                auto = f"{type(exc).__name__}: {exc}"
-        transports[name] = {"arrays": cls.array_kind, "usable": reason is None, "reason": reason, "auto": auto}
+        reason = _probe(cls.unavailable_reason, comm)
+        auto = _probe(cls.auto_reason, comm) if reason is None else None
+        transports[cls.name] = {"arrays": cls.array_kind, "usable": reason is None, "reason": reason, "auto": auto}
     try:
         aware = cuda_aware(comm)._asdict()
     except Exception as exc:  # the variable is malformed or differs across ranks

@@ -54,13 +54,18 @@ def flag(name: str, text: str, default: Optional[bool] = False) -> Optional[bool
     raise ArgumentError(f"{name}: expected {_FLAG}; got {value!r}")
 
 
+def _number(kind: Callable[[str], Any], text: str, bad: Any) -> Any:
+    """``kind(text)``, or ``bad`` when ``text`` is not such a number."""
+    try:
+        return kind(text)
+    except ValueError:
+        return bad
+
+
 def _seconds(name: str, text: str) -> Optional[float]:
     if text == "":
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(float, text, math.nan)
     if not (value >= 0 and math.isfinite(value)):
         raise ArgumentError(f"{name}: expected a number of seconds >= 0 (0 or unset: no limit); got {text!r}")
     return value or None
@@ -69,10 +74,7 @@ def _seconds(name: str, text: str) -> Optional[float]:
 def _bytes(name: str, text: str) -> int:
     if text == "":
         return DEFAULT_BUCKET_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    value = _number(int, text, -1)
     if value < 1:
         raise ArgumentError(f"{name}: expected a positive int (bytes); got {text!r}")
     return value
@@ -82,10 +84,7 @@ def _node_size(name: str, text: str) -> Optional[Tuple[int, bool]]:
     if text == "":
         return None
     head, _, tail = text.partition(",")
-    try:
-        value = int(head)
-    except ValueError:
-        value = 0
+    value = _number(int, head, 0)
     if value < 1 or tail.strip() not in ("", "cyclic"):
         raise ArgumentError(
             f"{name}: expected a positive int (ranks per simulated node), optionally followed by ',cyclic'; "

@@ -38,11 +38,10 @@ Samples = Dict[str, List[float]]
 Counts = Union[int, Mapping[str, int]]
 
 
-def _count(counts: Counts, name: str, what: str) -> int:
+def _count(counts: Counts, name: str, what: str, least: int) -> int:
     n = counts[name] if isinstance(counts, Mapping) else counts
-    if not isinstance(n, int) or isinstance(n, bool) or n < (1 if what == "iters" else 0):
-        bound = ">= 1" if what == "iters" else ">= 0"
-        raise ValueError(f"{what}: expected an int {bound} for {name!r}; got {n!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < least:
+        raise ValueError(f"{what}: expected an int >= {least} for {name!r}; got {n!r}")
     return n
 
 
@@ -100,12 +99,11 @@ def interleave(
     if not fns:
         raise ValueError("fns: expected at least one callable; got none")
     names = list(fns)
-    counts = {name: _count(iters, name, "iters") for name in names}
-    warm = {name: _count(warmup, name, "warmup") for name in names}
+    counts = {name: _count(iters, name, "iters", 1) for name in names}
+    warm = {name: _count(warmup, name, "warmup", 0) for name in names}
     for name in names:
-        fn = fns[name]
         for _ in range(warm[name]):
-            fn()
+            fns[name]()
     samples: Samples = {name: [] for name in names}
     clock = time.perf_counter
     for r in range(rounds):

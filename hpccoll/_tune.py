@@ -21,7 +21,6 @@ import datetime
 import functools
 import json
 import os
-import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ._comm import Communicator, as_communicator
@@ -73,9 +72,12 @@ def tune(
         The profile (``FORMAT``): ``key``, ``methods`` and ``transports``,
         each ``{primitive: {size: {"best": name, "<name>_us": time, ...}}}``.
     """
+    from .transports import registered
+
     c = as_communicator(comm)
     mpi = c.transport_instance("mpi")
-    shm_comm = _shm_communicator(c)
+    # a duplicate whose shm moves every message itself; none where shm cannot run (collective)
+    shm_comm = Communicator(c.mpi, transport="shm") if registered("shm").auto_reason(c) is None else None
     shm = shm_comm.transport_instance("shm") if shm_comm is not None else None
     methods: Dict[str, Dict[str, Any]] = {}
     transports: Dict[str, Dict[str, Any]] = {}
@@ -120,15 +122,6 @@ def _entry(best: str, times: Dict[str, float]) -> Dict[str, Any]:
     return entry
 
 
-def _shm_communicator(c: Communicator) -> Optional[Communicator]:
-    """A duplicate whose ``shm`` moves every message itself, or ``None`` where shm cannot run (collective)."""
-    from .transports import registered
-
-    if registered("shm").auto_reason(c) is not None:
-        return None
-    return Communicator(c.mpi, transport="shm")
-
-
 def _say(progress: Optional[Callable[[str], None]], c: Communicator, line: str) -> None:
     if progress is not None and c.rank == 0:
         progress(line)
@@ -146,13 +139,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser, shown: List[str]) -> int:
     """``python -m hpccoll tune``: measure, write the profile (rank 0), print where it went."""
     primitives = [p for p in args.primitives.split(",") if p]
-    unknown = [p for p in primitives if p not in PRIMITIVES]
-    if unknown or args.rounds < 1:
-        parser.error(
-            f"--primitives: expected some of {','.join(PRIMITIVES)}; got {args.primitives!r}"
-            if unknown
-            else f"--rounds: expected >= 1; got {args.rounds}"
-        )
+    if any(p not in PRIMITIVES for p in primitives):
+        parser.error(f"--primitives: expected some of {','.join(PRIMITIVES)}; got {args.primitives!r}")
+    if args.rounds < 1:
+        parser.error(f"--rounds: expected >= 1; got {args.rounds}")
     c = as_communicator(None)
     sizes = [s for s in SIZES if s <= args.max_bytes]
     say = None if args.quiet else (lambda line: print(line, flush=True))
@@ -163,6 +153,6 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser, shown
         with open(path + ".tmp", "w") as f:
             json.dump(profile, f, indent=1, sort_keys=True)
         os.replace(path + ".tmp", path)
-        print(f"hpccoll tune: wrote {path} ({c.size} ranks, {profile['key']['mpi']})", file=sys.stdout, flush=True)
+        print(f"hpccoll tune: wrote {path} ({c.size} ranks, {profile['key']['mpi']})", flush=True)
     c.mpi.Barrier()
     return 0

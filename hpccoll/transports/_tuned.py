@@ -23,6 +23,7 @@ import json
 import math
 import os
 import socket
+from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -53,9 +54,7 @@ FORMAT = "hpccoll-tune/1"
 def key_of(comm: Any) -> Dict[str, Any]:
     """What a profile is keyed by, the same on every rank (collective: one pickled all-gather of host names)."""
     hosts = guarded(comm, "the tuning key's host names", comm.mpi.allgather, socket.gethostname())
-    per_node: Dict[str, int] = {}
-    for h in hosts:
-        per_node[h] = per_node.get(h, 0) + 1
+    per_node = Counter(hosts)
     return {
         "host": hosts[0],
         "mpi": library(),
