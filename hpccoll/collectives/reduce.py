@@ -25,7 +25,7 @@ from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_
 from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
 
-__all__ = ["all_reduce", "replicated_adjoint", "into", "finisher", "alone", "copy_into", "dtype_groups", "list_outs"]
+__all__ = ["all_reduce", "replicated_adjoint", "into", "finisher", "copy_into", "dtype_groups", "list_outs"]
 
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
@@ -91,7 +91,7 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
-        return done(alone(out, x, op, xp), async_op, kind)
+        return done(copy_into(out, x, op), async_op, kind)
     transport = c.transport_of(kind, x.nbytes, "allreduce", not async_op)  # collective on first GPU use
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     # allreduce always has the in-place form (Transport.allreduce: send None), when the buffers allow it
@@ -102,15 +102,6 @@ def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
     send = flat(x, xp)
     send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
     return into(transport, plan, send, out, xp, None, c.size, async_op)
-
-
-def alone(out: Any, x: Any, op: str, xp: Any) -> Any:
-    """A reduction over one rank, into ``out``: ``x`` (truth values for the logical ops on integers)."""
-    if truth_valued(x.dtype, op):
-        xp.copyto(out, x.astype(np.bool_))  # nonzero is true (and x != 0 is no CuPy-stand-in idiom)
-    elif out is not x:
-        xp.copyto(out, x)
-    return out
 
 
 def into(

@@ -26,7 +26,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from ..transports import Selector
 from ..transports._control import exchange_extents
-from .reduce import alone, dtype_groups, list_outs
+from .reduce import copy_into, dtype_groups, list_outs
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
 
@@ -282,7 +282,7 @@ def _reduce_one(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_o
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1 or not x.size:
-        return done(alone(out, x, op, xp), async_op, kind)
+        return done(copy_into(out, x, op), async_op, kind)
     transport = c.transport_of(kind, x.nbytes, "reduce", not async_op)
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     mine = c.rank == r
@@ -342,7 +342,7 @@ def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what
         err = e
     settle(c, what, desc, None, err, async_op)
     if c.size == 1:
-        return done([alone(o, a, op, xp) for a, o in zip(arrays, outs)], async_op, kind)
+        return done([copy_into(o, a, op) for a, o in zip(arrays, outs)], async_op, kind)
     transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # its reduction rules
     mine = c.rank == r
     batch = Batch(c, kind, async_op)
