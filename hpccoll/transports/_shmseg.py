@@ -393,6 +393,14 @@ class Pool:
         node.sync(what)
         return self.apply(node.lines()[0], nbytes)
 
+    def locate(self, address: int, nbytes: int) -> Optional[Tuple[Segment, int]]:
+        """The segment holding ``[address, address + nbytes)`` and the offset in its data, else ``None``."""
+        for seg in self.segments.values():
+            offset = address - seg.address
+            if 0 <= offset and offset + nbytes <= seg.capacity:
+                return seg, offset
+        return None
+
     def close(self) -> None:
         """Free every segment no rank holds; keep the others mapped until exit (collective)."""
         sids = sorted(self.segments)

@@ -317,12 +317,7 @@ class SharedMemory(Transport):
             return None
         from mpi4py import MPI
 
-        address = MPI.Get_address(a)
-        for seg in self.pool.segments.values():
-            offset = address - seg.address
-            if 0 <= offset and offset + a.nbytes <= seg.capacity:
-                return seg, offset
-        return None
+        return self.pool.locate(MPI.Get_address(a), a.nbytes)
 
     def _ensure_scratch(self, need: int) -> Block:
         """Grow the scratch window so one slot holds ``need`` bytes, up to :attr:`chunk_bytes` (collective).
