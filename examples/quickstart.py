@@ -1,8 +1,8 @@
 """hpccoll quickstart: every collective and its adjoint on real data, checked against NumPy.
 
-all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, reduce, gather and scatter, each with its
-adjoint, then the collective dot test of every operator (AllGather, ReduceScatter, AllReduce, AllToAll,
-Broadcast, Reduce, Gather, Scatter).
+all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, reduce, gather, scatter, halo_exchange (on a
+2-D process grid) and shift, each with its adjoint, then the collective dot test of every operator
+(AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast, Reduce, Gather, Scatter, HaloExchange, Shift).
 
 Launch (4 ranks; any number works):
 
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     want = np.concatenate([own[r][lo:hi] for r in range(size)], axis=1)
     check("all_to_all_adjoint == the cotangents' blocks sent back", back, want)
 
-    # 8. the rooted collectives, at the last rank as root: broadcast and reduce, gather and scatter.
+    # 8. the rooted collectives, at the last rank as root: broadcast and reduce, gather and scatter, and their adjoints.
     root = size - 1
     B = rng.standard_normal((size, 3))  # B[r] is rank r's array
     check("broadcast == root's array", hpccoll.broadcast(xp.asarray(B[rank]), comm, root=root), B[root])
@@ -133,9 +133,57 @@ def main(argv=None) -> int:
     check("gather == the whole matrix at root, (2, 0) elsewhere", g, A if rank == root else A[:, :0])
     part = hpccoll.scatter(xp.asarray(A if rank == root else A[:, :0]), comm, root=root, axis=1, sizes=sizes)
     check("scatter == this rank's columns of root's matrix", part, A[:, lo:hi])
+    C = rng.standard_normal((2, n))  # a cotangent of the gathered matrix (root's counts) and of the scattered one
+    back = hpccoll.gather_adjoint(xp.asarray(C if rank == root else C[:, :0]), comm, root=root, axis=1, sizes=sizes)
+    check("gather_adjoint == the scatter of root's cotangent", back, C[:, lo:hi])
+    back = hpccoll.scatter_adjoint(xp.asarray(C[:, lo:hi]), comm, root=root, axis=1, sizes=sizes)
+    check("scatter_adjoint == the gather of the cotangents onto root", back, C if rank == root else C[:, :0])
     say("broadcast, reduce, gather, scatter at root", root, "and their adjoints: see the checks")
 
-    # 9. collective dot tests: sum_r <F x, y> == sum_r <x, F^H y>, for every operator.
+    # 9. halo_exchange on a 2-D process grid, periodic along axis 0, not along axis 1. Each rank owns a 3 x 4
+    #    block of the global (3 * d0) x (4 * d1) field F and holds it with one ghost layer on each side (5 x 6,
+    #    ghosts zero). The exchange fills every ghost with the neighbour's owned cell it stands for (corners
+    #    too: corners=True); ghosts beyond the non-periodic edges keep their zeros.
+    grid = comm.cartesian([0, 0], periodic=(True, False))  # MPI_Dims_create picks the grid's shape
+    d0, d1 = grid.dims
+    F = rng.standard_normal((3 * d0, 4 * d1))
+
+    def cells(q):
+        """Rank q's 5 x 6 local array as global cells: the rows (wrapped), the columns, and which columns exist."""
+        c0, c1 = np.unravel_index(q, grid.dims)  # grid coordinates are the rank in C order
+        rows = (3 * c0 + np.arange(-1, 4)) % F.shape[0]
+        cols = 4 * c1 + np.arange(-1, 5)
+        return rows, np.clip(cols, 0, F.shape[1] - 1), (cols >= 0) & (cols < F.shape[1])
+
+    g_rows, g_cols, exists = cells(rank)  # this rank's cells in F
+    want = np.where(exists, F[np.ix_(g_rows, g_cols)], 0.0)  # the owned cells, and every ghost that stands for one
+    field = np.zeros((5, 6))
+    field[1:-1, 1:-1] = F[np.ix_(g_rows, g_cols)][1:-1, 1:-1]  # this rank's owned cells
+    h = hpccoll.halo_exchange(xp.asarray(field), grid, halo=1, corners=True)
+    say(f"halo_exchange on a {d0} x {d1} grid (periodic, not periodic): ghosts filled")
+    check("halo_exchange == the neighbours' cells in the ghosts", h, want)
+
+    # 10. its adjoint: each filled ghost's cotangent added into the owned cell it stands for, the ghost zeroed.
+    Gh = rng.standard_normal((size, 5, 6))  # Gh[q] is rank q's cotangent
+    ghost = np.ones((5, 6), bool)
+    ghost[1:-1, 1:-1] = False
+    added = np.zeros_like(F)
+    for q in range(size):
+        q_rows, q_cols, q_exists = cells(q)
+        a, b = np.nonzero(ghost & q_exists)  # rank q's filled ghosts
+        np.add.at(added, (q_rows[a], q_cols[b]), Gh[q][a, b])
+    want = np.where(ghost & exists, 0.0, Gh[rank])
+    want[1:-1, 1:-1] += added[np.ix_(g_rows, g_cols)][1:-1, 1:-1]
+    gh = hpccoll.halo_exchange_adjoint(xp.asarray(Gh[rank]), grid, halo=1, corners=True)
+    check("halo_exchange_adjoint == the ghosts' cotangents added where they came from", gh, want, exact=False)
+
+    # 11. shift: the ring step; every rank gets the array of the rank before it, and the adjoint shifts back.
+    S = rng.standard_normal((size, 5))  # S[r] is rank r's array
+    check("shift == the array of rank (r - 1) mod P", hpccoll.shift(xp.asarray(S[rank]), comm), S[(rank - 1) % size])
+    back = hpccoll.shift_adjoint(xp.asarray(S[rank]), comm)
+    check("shift_adjoint == the array of rank (r + 1) mod P", back, S[(rank + 1) % size])
+
+    # 12. collective dot tests: sum_r <F x, y> == sum_r <x, F^H y>, for every operator.
     local = np.random.default_rng(rank)  # different vectors on every rank
     ops = {
         "AllGather": (hpccoll.AllGather(comm, axis=1, sizes=sizes), (2, sizes[rank]), (2, n)),
@@ -158,6 +206,8 @@ def main(argv=None) -> int:
             (2, n if rank == root else 0),
             (2, sizes[rank]),
         ),
+        "HaloExchange": (hpccoll.HaloExchange(grid, halo=1, corners=True), (5, 6), (5, 6)),
+        "Shift": (hpccoll.Shift(comm), (5,), (5,)),
     }
     for name, (op, xs, ys) in ops.items():
         ok = dottest(
@@ -167,11 +217,12 @@ def main(argv=None) -> int:
         if not ok:
             failures.append(f"dottest {name}")
 
+    grid.free()
+    comm.free()
     if failures:
         say(f"quickstart: {len(failures)} check(s) FAILED: {failures}")
         return 1
     say(f"quickstart: all checks passed on {size} rank(s)")
-    comm.free()
     return 0
 
 

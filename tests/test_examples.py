@@ -1,12 +1,17 @@
 """Every example runs: in-process at the suite's rank count, and once under mpiexec as documented."""
 
+import ast
 import importlib.util
+import inspect
 import pathlib
 import sys
 
 import pytest
 from launch import run_mpiexec
 from mpi4py import MPI
+
+import hpccoll
+from hpccoll._api import PAIRS
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
@@ -23,6 +28,30 @@ def load(path):
 def test_quickstart_in_process():
     assert load(EXAMPLES / "quickstart.py").main([]) == 0
     assert load(EXAMPLES / "quickstart.py").main(["--check"]) == 0
+
+
+def test_quickstart_calls_every_collective():
+    """``make demo`` shows every collective, its adjoint and its operator: the demo calls each public name that
+    :data:`hpccoll._api.PAIRS` declares, and every :class:`hpccoll.Operator` of ``hpccoll``."""
+    tree = ast.parse((EXAMPLES / "quickstart.py").read_text())
+    called = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "hpccoll"
+    }
+    functions = {fn.__name__ for pair in PAIRS for fn in (pair.forward, pair.adjoint)}
+    operators = {
+        name
+        for name in hpccoll.__all__
+        if inspect.isclass(getattr(hpccoll, name))
+        and issubclass(getattr(hpccoll, name), hpccoll.Operator)
+        and name != "Operator"
+    }
+    missing = sorted((functions | operators) - called)
+    assert not missing, f"examples/quickstart.py does not call hpccoll.{missing}"
 
 
 @pytest.mark.mpi
