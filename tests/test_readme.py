@@ -1,5 +1,6 @@
 """The README works as printed: its shell commands run after the two set-up commands (``make demo``, ``make
-test``), its Python blocks run under ``mpiexec -n 2``, and it documents every public name and signature.
+test``), its Python blocks run under ``mpiexec -n 2``, it documents every public name and signature, and it
+gives no measured figures (docs/benchmarks.md does).
 
 The shell commands run one by one, in README order, as in one shell: an earlier ``. .venv/bin/activate``
 line is run before each later command, and nothing else is done for them (the venv's ``bin`` is taken off
@@ -108,6 +109,20 @@ def test_introduction_names_every_collective():
     intro = README.read_text().split("```", 1)[0].lower()
     for name in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all"):
         assert name in intro, f"README.md's introduction does not name {name}"
+
+
+#: A measured figure: a ratio (``0.95-1.10x``, ``1.07x``) or a time in microseconds (``55 us``, ``+6 µs``).
+FIGURE = re.compile(r"\b\d+(\.\d+)?(-\d+(\.\d+)?)?\s?[x×](?![\w-])|\b\d+(\.\d+)?\s?(us|µs)\b")
+
+
+def test_benchmark_figures_live_in_the_benchmarks_page():
+    """The README states each performance claim in one line and links to docs/benchmarks.md for its figures."""
+    found = [
+        f"README.md:{n}: {line.strip()}"
+        for n, line in enumerate(README.read_text().splitlines(), 1)
+        if FIGURE.search(line)
+    ]
+    assert not found, "README.md gives measured figures (move them to docs/benchmarks.md):\n" + "\n".join(found)
 
 
 def venv_is_current(cwd: Path, env: dict) -> bool:
