@@ -1304,9 +1304,21 @@ def _host_memcpy(dst: int, src: int, size: int, to_host: bool, stream: Stream) -
         host = pinned.raw[host_ptr - pinned.ptr : host_ptr - pinned.ptr + size]
         span = (pinned, host_ptr, host_ptr + size)
         if to_host:
-            GPU.enqueue("device-to-host copy", lambda: np.copyto(host, dev), reads=[(d, src, src + size)], writes=[span], stream=stream)
+            GPU.enqueue(
+                "device-to-host copy",
+                lambda: np.copyto(host, dev),
+                reads=[(d, src, src + size)],
+                writes=[span],
+                stream=stream,
+            )
         else:
-            GPU.enqueue("host-to-device copy", lambda: np.copyto(dev, host), reads=[span], writes=[(d, dst, dst + size)], stream=stream)
+            GPU.enqueue(
+                "host-to-device copy",
+                lambda: np.copyto(dev, host),
+                reads=[span],
+                writes=[(d, dst, dst + size)],
+                stream=stream,
+            )
         return
     host = np.frombuffer((ctypes.c_uint8 * size).from_address(host_ptr), np.uint8)
     if to_host:

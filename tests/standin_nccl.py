@@ -453,8 +453,7 @@ class MPIStandInNcclCommunicator:
                 self._mpi = None
                 raise NcclError(
                     INVALID_USAGE,
-                    f"Duplicate GPU detected: rank {first} and rank {other} "
-                    f"both on CUDA device with busId {seen[1]}"
+                    f"Duplicate GPU detected: rank {first} and rank {other} both on CUDA device with busId {seen[1]}",
                 )
         MPIStandInNcclCommunicator.created += 1
 
@@ -541,9 +540,7 @@ class MPIStandInNcclCommunicator:
             freed = GPU.find_freed(ptr)
             if freed is not None:
                 raise NcclError(
-                    INVALID_ARGUMENT,
-                    f"{name}: {what} {ptr:#x} is in the freed "
-                    f"{freed.describe()} ({freed.freed_at})"
+                    INVALID_ARGUMENT, f"{name}: {what} {ptr:#x} is in the freed {freed.describe()} ({freed.freed_at})"
                 )
             start = GPU.find(ptr, 1)
             detail = "runs past the end of its allocation" if start is not None else "is not device memory"
@@ -552,9 +549,7 @@ class MPIStandInNcclCommunicator:
             raise NcclError(INVALID_ARGUMENT, f"{name}: {what} {ptr:#x} is host memory, not device memory")
         if alloc.device != self._device:
             raise NcclError(
-                INVALID_ARGUMENT,
-                f"{name}: {what} is on GPU {alloc.device}; this "
-                f"communicator's GPU is {self._device}"
+                INVALID_ARGUMENT, f"{name}: {what} is on GPU {alloc.device}; this communicator's GPU is {self._device}"
             )
         return alloc, ptr, ptr + nbytes
 
@@ -567,7 +562,7 @@ class MPIStandInNcclCommunicator:
             raise NcclError(
                 INVALID_ARGUMENT,
                 f"{name}: sendbuff and recvbuff overlap but are not in "
-                f"place ({rule}); sendbuff is at recvbuff{send[1] - recv[1]:+d} bytes"
+                f"place ({rule}); sendbuff is at recvbuff{send[1] - recv[1]:+d} bytes",
             )
 
     def _call(
