@@ -151,7 +151,7 @@ bench-overhead: venv
 	timeout 300 $(PY) benchmarks/overhead.py
 
 clean:
-	rm -rf .venv .venv-openmpi .venv-system .pytest_cache .hypothesis *.egg-info dist docs/_build
+	rm -rf .venv .venv-openmpi .venv-system .venv-conformance .pytest_cache .hypothesis *.egg-info dist docs/_build
 
 # ----------------------------------------------------------------------------
 # Framework adapters (hpccoll.adapters): install autograd, scipy, torch and jax into the
@@ -244,6 +244,17 @@ test-gpu: $(GPU_PREP)
 bench-gpu: $(GPU_PREP)
 	$(GPU_RUN) 240 $(GPU_MPIEXEC) -n 1 $(PY) -m mpi4py benchmarks/bench_gpu.py
 	$(GPU_RUN) 240 $(GPU_MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_gpu.py
+
+## test-conformance: hpccoll's CuPy and NCCL calls against the real bindings on the CPU (tests/test_conformance.py),
+## in their own venv: cupy-cuda12x $(CONFORMANCE_CUPY) and nvidia-nccl-cu12 (about 490 MB of wheels), serially and at 2 ranks
+CONFORMANCE_VENV ?= .venv-conformance
+CONFORMANCE_CUPY ?= 14.2.0
+.PHONY: test-conformance
+test-conformance:
+	test -x $(CONFORMANCE_VENV)/bin/python || $(PYTHON) -m venv $(CONFORMANCE_VENV)
+	$(CONFORMANCE_VENV)/bin/python -m pip install -q -e ".[mpich,test]" "cupy-cuda12x==$(CONFORMANCE_CUPY)" nvidia-nccl-cu12
+	timeout 300 $(CONFORMANCE_VENV)/bin/python $(PYTEST) -q -W error::DeprecationWarning tests/test_conformance.py
+	timeout 300 $(CONFORMANCE_VENV)/bin/mpiexec -n 2 $(CONFORMANCE_VENV)/bin/python $(PYTEST) -q tests/test_conformance.py
 
 # The lent GPU machine (docs/gpu.md, "make gpu-check"): Python with CuPy, torch and JAX but no MPI
 # library and no package registry. `make gpu-bundle` (here, with PyPI) fills $(GPU_BUNDLE)/ with the

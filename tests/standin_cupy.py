@@ -237,6 +237,48 @@ class Stream:
         if event.stream is not None and event.upto:
             GPU.enqueue(f"wait for {event!r}", None, deps=[(event.stream, event.upto)], stream=self)
 
+    #: What :meth:`is_capturing` answers (a test knob): a bool, or an exception to raise, as CuPy's does when
+    #: CUDA refuses the query (cupy/cuda/stream.pyx, ``Stream.is_capturing``: streamIsCapturing's error).
+    capturing: Any = False
+
+    def is_capturing(self) -> bool:
+        if isinstance(self.capturing, BaseException):
+            raise self.capturing
+        return bool(self.capturing)
+
+    @classmethod
+    def from_external(cls, obj: Any) -> "Stream":
+        """The stream whose handle ``obj.__cuda_stream__()`` gives, as CuPy 14's ``Stream.from_external``
+        (cupy/cuda/stream.pyx): the CUDA stream protocol's ``(0, handle)`` with Python ints, else TypeError."""
+        try:
+            version, handle = obj.__cuda_stream__()
+        except AttributeError as exc:
+            raise TypeError(
+                f"Object of type {type(obj).__name__} does not implement the CUDA stream protocol "
+                "(__cuda_stream__ method)"
+            ) from exc
+        if not isinstance(version, int) or not isinstance(handle, int):
+            raise TypeError(
+                f"__cuda_stream__() must return (int, int), got ({type(version).__name__}, {type(handle).__name__})"
+            )
+        if version != 0:
+            raise TypeError(f"__cuda_stream__() returned unsupported version {version}, only version 0 is supported")
+        return _stream(handle)
+
+
+def ExternalStream(ptr: int, device_id: int = -1) -> Stream:  # noqa: N802 - CuPy's name
+    """CuPy 14's deprecated ``ExternalStream``: warns on every construction (cupy/cuda/stream.pyx,
+    ``ExternalStream.__init__``), then the stream whose handle is ``ptr``."""
+    import warnings
+
+    warnings.warn(
+        "ExternalStream is deprecated. Use Stream.from_external() instead to interoperate with external "
+        "streams that implement the CUDA stream protocol.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _stream(ptr)
+
 
 class Event:
     """``cupy.cuda.Event``: a point in a stream's order."""
@@ -635,6 +677,11 @@ class Device:
     def __repr__(self) -> str:
         return f"<CUDA Device {self.id} (stand-in)>"
 
+    @property
+    def pci_bus_id(self) -> str:
+        """One PCI bus per device index (``StandInRuntime``'s default too)."""
+        return f"0000:{self.id + 1:02X}:00.0"
+
 
 class MemoryPointer:
     """``cupy.cuda.MemoryPointer``: an address inside one device allocation."""
@@ -730,7 +777,8 @@ class ndarray:  # noqa: N801 - CuPy's name
                 nbytes *= n
             mem, offset = GPU.memory(nbytes), 0
         else:
-            mem, offset = memptr.mem, memptr.ptr - memptr.mem.ptr
+            mem = memptr.mem
+            offset = memptr.ptr - (mem.ptr if mem.alloc is None else mem.alloc.ptr)
         self._mem = mem
         if mem.alloc is None:
             self._v = np.empty(shape, dtype, order=order)
@@ -1019,9 +1067,48 @@ def array(obj: Any, dtype: Any = None, copy: bool = True, order: str = "K", ndmi
     return out
 
 
+class _Borrowed(_Memory):
+    """Device memory another library owns (CuPy's ``UnownedMemory``): dropping the view frees nothing."""
+
+    __slots__ = ()
+
+    def free(self) -> None:
+        pass
+
+    def __del__(self) -> None:
+        pass
+
+
+def UnownedMemory(ptr: int, size: int, owner: Any, device_id: int = -1) -> _Memory:  # noqa: N802 - CuPy's name
+    """``cupy.cuda.UnownedMemory``: ``size`` bytes at ``ptr`` that ``owner`` keeps alive (inside one stand-in
+    device allocation, else the error CUDA's pointer query would give)."""
+    alloc = _device_range(operator.index(ptr), operator.index(size), "cupy.cuda.UnownedMemory")
+    mem = _Borrowed(alloc, alloc.device if device_id < 0 else device_id)
+    mem.ptr, mem.size = ptr, size
+    return mem
+
+
+def _from_interface(obj: Any) -> ndarray:
+    """A view of another library's device memory through ``__cuda_array_interface__``, as CuPy makes it: the
+    dtype is ``numpy.dtype(typestr)`` alone, so a type the producer describes as raw bytes (XLA's ``"<V2"``
+    for bfloat16) arrives as ``|V2`` (cupy/_core/core.pyx, ``_convert_object_with_cuda_array_interface``)."""
+    desc = obj.__cuda_array_interface__
+    shape, dtype = tuple(desc["shape"]), np.dtype(desc["typestr"])
+    ptr = desc["data"][0]
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    if not nbytes:
+        return ndarray(shape, dtype)
+    alloc = _device_range(ptr, nbytes, "cupy.asarray(__cuda_array_interface__)")
+    mem = _Borrowed(alloc, alloc.device)
+    return ndarray(shape, dtype, memptr=MemoryPointer(mem, ptr - alloc.ptr), strides=desc.get("strides"))
+
+
 def asarray(obj: Any, dtype: Any = None, order: Optional[str] = None) -> ndarray:
     if isinstance(obj, ndarray) and (dtype is None or np.dtype(dtype) == obj.dtype):
         return obj
+    if not isinstance(obj, ndarray) and hasattr(obj, "__cuda_array_interface__"):
+        view = _from_interface(obj)
+        return view if dtype is None else view.astype(dtype)
     return array(obj, dtype=dtype, copy=True, order=order or "K")
 
 
@@ -1173,15 +1260,79 @@ class _Runtime:
     def deviceSynchronize() -> None:  # noqa: N802
         GPU.synchronize()
 
+    #: What getDeviceCount() says (a test knob); 0 raises, as CUDA does without a GPU.
+    devices = 8
+
+    @staticmethod
+    def getDeviceCount() -> int:  # noqa: N802
+        if _Runtime.devices < 1:
+            raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected (stand-in)")
+        return _Runtime.devices
+
     @staticmethod
     def memcpyAsync(dst: int, src: int, size: int, kind: int, stream: int) -> None:  # noqa: N802
-        if kind not in (3, 4):
-            raise NotImplementedError("stand-in: only device-to-device runtime.memcpyAsync is modelled")
-        _memcpy(dst, src, size, _stream(stream), "runtime.memcpyAsync")
+        # runtime.pyx: memcpyAsync(intptr_t dst, intptr_t src, size_t size, int kind, intptr_t stream)
+        for name, v in (("dst", dst), ("src", src), ("stream", stream)):
+            if not isinstance(v, int):  # Cython's intptr_t: a Python int only (see standin_nccl._intptr)
+                raise TypeError(f"an integer is required (memcpyAsync {name}: got {type(v).__name__})")
+        size, kind = operator.index(size), operator.index(kind)
+        if kind in (3, 4):
+            _memcpy(dst, src, size, _stream(stream), "runtime.memcpyAsync")
+        elif kind in (1, 2):
+            _host_memcpy(dst, src, size, kind == 2, _stream(stream))
+        else:
+            raise NotImplementedError(f"stand-in: runtime.memcpyAsync of kind {kind} is not modelled")
 
     @staticmethod
     def memsetAsync(ptr: int, value: int, size: int, stream: int) -> None:  # noqa: N802
         _memset(ptr, value, size, _stream(stream), "runtime.memsetAsync")
+
+
+def _host_memcpy(dst: int, src: int, size: int, to_host: bool, stream: Stream) -> None:
+    """cudaMemcpyAsync between device memory and host memory at an address: queued on ``stream`` for pinned
+    host memory; for pageable memory a device-to-host copy waits for the stream first and a host-to-device one
+    reads the host bytes at the call, as CUDA does."""
+    if not size:
+        return
+    import ctypes
+
+    dev_ptr, host_ptr = (src, dst) if to_host else (dst, src)
+    d = _device_range(dev_ptr, size, "runtime.memcpyAsync")
+    dev = d.raw[dev_ptr - d.ptr : dev_ptr - d.ptr + size]
+    pinned = GPU.find(host_ptr, size, pinned=True)
+    if pinned is not None:
+        host = pinned.raw[host_ptr - pinned.ptr : host_ptr - pinned.ptr + size]
+        span = (pinned, host_ptr, host_ptr + size)
+        if to_host:
+            GPU.enqueue(
+                "device-to-host copy",
+                lambda: np.copyto(host, dev),
+                reads=[(d, src, src + size)],
+                writes=[span],
+                stream=stream,
+            )
+        else:
+            GPU.enqueue(
+                "host-to-device copy",
+                lambda: np.copyto(dev, host),
+                reads=[span],
+                writes=[(d, dst, dst + size)],
+                stream=stream,
+            )
+        return
+    host = np.frombuffer((ctypes.c_uint8 * size).from_address(host_ptr), np.uint8)
+    if to_host:
+        stream.synchronize()
+        host[...] = dev
+    else:
+        data = host.copy()
+        GPU.enqueue("host-to-device copy", lambda: np.copyto(dev, data), writes=[(d, dst, dst + size)], stream=stream)
+
+
+def alloc_pinned_memory(size: int) -> np.ndarray:
+    """``cupy.cuda.alloc_pinned_memory``: page-locked host memory exposing the buffer protocol (here a tracked
+    stand-in pinned buffer; its last view dropped frees it)."""
+    return GPU.pinned(operator.index(size))
 
 
 def alloc(size: int) -> MemoryPointer:
@@ -1199,6 +1350,9 @@ class _Cuda:
     runtime = _Runtime
     get_current_stream = staticmethod(get_current_stream)
     alloc = staticmethod(alloc)
+    alloc_pinned_memory = staticmethod(alloc_pinned_memory)
+    UnownedMemory = staticmethod(UnownedMemory)
+    ExternalStream = staticmethod(ExternalStream)
 
 
 cuda = _Cuda()

@@ -93,6 +93,22 @@ NCCL_FLOAT16 = NCCL_HALF = 6
 NCCL_FLOAT32 = NCCL_FLOAT = 7
 NCCL_FLOAT64 = NCCL_DOUBLE = 8
 NCCL_BFLOAT16 = 9
+# ncclFloat8e4m3 and ncclFloat8e5m2, NCCL 2.24's (nccl.h: ncclFloat8e4m3 = 10, ncclFloat8e5m2 = 11). CuPy 14.2's
+# binding names no constant for them (cupy_backends/cuda/libs/nccl.pyx), but its ``int datatype`` passes them
+# through to NCCL, which takes them from 2.24: accepted here from that version, as NCCL does.
+_FLOAT8_E4M3, _FLOAT8_E5M2 = 10, 11
+FLOAT8_VERSION = 22400
+
+# ncclResult_t (nccl.h), what the binding's NcclError carries as ``status``.
+UNHANDLED_CUDA_ERROR, SYSTEM_ERROR, INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE, REMOTE_ERROR = 1, 2, 3, 4, 5, 6
+_ERROR_NAMES = {
+    1: ("NCCL_ERROR_UNHANDLED_CUDA_ERROR", "unhandled cuda error"),
+    2: ("NCCL_ERROR_SYSTEM_ERROR", "unhandled system error"),
+    3: ("NCCL_ERROR_INTERNAL_ERROR", "internal error"),
+    4: ("NCCL_ERROR_INVALID_ARGUMENT", "invalid argument"),
+    5: ("NCCL_ERROR_INVALID_USAGE", "invalid usage"),
+    6: ("NCCL_ERROR_REMOTE_ERROR", "remote process exited or there was a network error"),
+}
 
 DTYPES = {
     NCCL_INT8: np.dtype(np.int8),
@@ -107,11 +123,17 @@ DTYPES = {
 }
 if ml_dtypes is not None:
     DTYPES[NCCL_BFLOAT16] = np.dtype(ml_dtypes.bfloat16)
+    DTYPES[_FLOAT8_E4M3] = np.dtype(ml_dtypes.float8_e4m3fn)
+    DTYPES[_FLOAT8_E5M2] = np.dtype(ml_dtypes.float8_e5m2)
 UFUNCS = {NCCL_SUM: np.add, NCCL_PROD: np.multiply, NCCL_MAX: np.maximum, NCCL_MIN: np.minimum, NCCL_AVG: np.add}
 
 # ---- knobs the tests turn (with monkeypatch, on every rank) ----
-#: Reported by get_version(); below 21000 (NCCL 2.10) there is no bfloat16 and no ncclAvg.
-VERSION = 22304
+#: Reported by get_version(), the library's runtime version: below 21000 (NCCL 2.10) there is no bfloat16 and
+#: no ncclAvg, below 22400 no float8. 2.28.3 by default: users run 2.28 to 2.32 (nvidia-nccl-cu12 is 2.32.3).
+VERSION = 22803
+#: Reported by get_build_version(): the NCCL CuPy was built against, apart from the one it loads (CuPy 14.2's
+#: cupy-cuda12x wheel says 22501 while it loads 2.32.3: the conformance suite, tests/test_conformance.py).
+BUILD_VERSION = 22501
 #: What get_unique_id() returns and NcclCommunicator accepts: "bytes" (CuPy 14) or "tuple" (older).
 ID_FORM = "bytes"
 #: When true, get_unique_id() raises, as it does when NCCL cannot open its bootstrap socket.
@@ -135,7 +157,27 @@ _group: List["_Call"] = []
 
 
 class NcclError(RuntimeError):
-    """What the stand-in raises where NCCL returns an error code (the binding's NcclError)."""
+    """What the stand-in raises where NCCL returns an error code: the binding's ``NcclError(int status)``.
+
+    As CuPy's (cupy_backends/cuda/libs/nccl.pyx, ``NcclError.__init__``), it takes the ``ncclResult_t`` and
+    carries it as ``status``; its message starts ``NCCL_ERROR_<NAME>: ``. The stand-in adds what it found
+    (``detail``) where NCCL's own message would be, since there is no ``NCCL_DEBUG=WARN`` log to read.
+    """
+
+    def __init__(self, status: int, detail: str = "") -> None:
+        self.status = status
+        name, text = _ERROR_NAMES[status]
+        super().__init__(f"{name}: {detail or text}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.status, str(self).partition(": ")[2]))
+
+
+class NcclConfig:
+    """``cupy.cuda.nccl.NcclConfig(split_share=0)``, accepted by the constructor (nccl.pyx, ``NcclConfig``)."""
+
+    def __init__(self, split_share: int = 0) -> None:
+        self.split_share = _cint(split_share)
 
 
 class StandInMismatch(AssertionError):
@@ -147,12 +189,12 @@ def get_version() -> int:
 
 
 def get_build_version() -> int:
-    return VERSION
+    return BUILD_VERSION
 
 
 def get_unique_id() -> Any:
     if FAIL_UNIQUE_ID:
-        raise NcclError("NCCL_ERROR_SYSTEM_ERROR: stand-in asked to fail ncclGetUniqueId")
+        raise NcclError(SYSTEM_ERROR, "stand-in asked to fail ncclGetUniqueId")
     head = b"STANDIN" + MPI.COMM_WORLD.Get_rank().to_bytes(4, "little") + next(_serial).to_bytes(4, "little")
     raw = head + bytes(NCCL_UNIQUE_ID_BYTES - len(head))
     if ID_FORM == "bytes":
@@ -168,7 +210,7 @@ def groupStart() -> None:  # noqa: N802 - the binding's name
 def groupEnd() -> None:  # noqa: N802
     global _depth
     if _depth == 0:
-        raise NcclError("NCCL_ERROR_INVALID_USAGE: groupEnd without groupStart")
+        raise NcclError(INVALID_USAGE, "groupEnd without groupStart")
     _depth -= 1
     if _depth == 0 and _group:
         calls, _group[:] = list(_group), []
@@ -186,7 +228,12 @@ def _index(value: Any) -> int:
 
 
 def _intptr(value: Any) -> int:
-    v = _index(value)
+    # Cython's ``intptr_t`` takes a Python int (bool included) and nothing else: not NumPy's integers, which
+    # other C integer types take through __index__ (nccl.pyx's ``intptr_t sendbuf``; the conformance suite's
+    # test_intptr_rules shows TypeError "an integer is required" for numpy.int64).
+    if not isinstance(value, int):
+        raise TypeError("an integer is required")
+    v = value
     if not -(2**63) <= v < 2**63:
         raise OverflowError("Python int too large to convert to C ssize_t")
     return v
@@ -217,18 +264,20 @@ def _count(value: Any, call: str) -> int:
 
 def _dtype(datatype: int) -> np.dtype:
     if datatype == NCCL_BFLOAT16 and VERSION < 21000:
-        raise NcclError("NCCL_ERROR_INVALID_ARGUMENT: ncclBfloat16 needs NCCL 2.10")
+        raise NcclError(INVALID_ARGUMENT, "ncclBfloat16 needs NCCL 2.10")
+    if datatype in (_FLOAT8_E4M3, _FLOAT8_E5M2) and VERSION < FLOAT8_VERSION:
+        raise NcclError(INVALID_ARGUMENT, "ncclFloat8e4m3 and ncclFloat8e5m2 need NCCL 2.24")
     try:
         return DTYPES[datatype]
     except KeyError:
-        raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: unknown datatype {datatype}") from None
+        raise NcclError(INVALID_ARGUMENT, f"unknown datatype {datatype}") from None
 
 
 def _check_op(op: int) -> None:
     if op not in UFUNCS:
-        raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: unknown op {op}")
+        raise NcclError(INVALID_ARGUMENT, f"unknown op {op}")
     if op == NCCL_AVG and VERSION < 21000:
-        raise NcclError("NCCL_ERROR_INVALID_ARGUMENT: ncclAvg needs NCCL 2.10")
+        raise NcclError(INVALID_ARGUMENT, "ncclAvg needs NCCL 2.10")
 
 
 def _reduce(stack: np.ndarray, op: int) -> np.ndarray:
@@ -249,7 +298,7 @@ def _as_id(commId: Any) -> bytes:  # noqa: N803 - the binding's name
             raise OverflowError("value too large to convert to char")
         commId = bytes(v & 0xFF for v in commId)
     if len(commId) != NCCL_UNIQUE_ID_BYTES or not commId.startswith(b"STANDIN"):
-        raise NcclError("NCCL_ERROR_INVALID_ARGUMENT: not a unique id from get_unique_id()")
+        raise NcclError(INVALID_ARGUMENT, "not a unique id from get_unique_id()")
     return commId
 
 
@@ -356,11 +405,18 @@ class MPIStandInNcclCommunicator:
     created = 0
     destroyed = 0
 
-    def __init__(self, ndev: int, commId: Any, rank: int) -> None:  # noqa: N803 - the binding's name
+    def __init__(self, ndev: int, commId: Any, rank: int, config: Optional[NcclConfig] = None) -> None:  # noqa: N803
+        # The binding's signature: NcclCommunicator(int ndev, bytes commId, int rank, NcclConfig config=None)
+        # (nccl.pyx, NcclCommunicator.__init__); Cython refuses another type for ``config``.
+        if config is not None and not isinstance(config, NcclConfig):
+            raise TypeError(
+                f"Argument 'config' has incorrect type (expected cupy_backends.cuda.libs.nccl.NcclConfig, "
+                f"got {type(config).__name__})"
+            )
         ndev, rank = _cint(ndev), _cint(rank)
         raw = _as_id(commId)
         if not 0 <= rank < ndev:
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: rank {rank} of {ndev}")
+            raise NcclError(INVALID_ARGUMENT, f"rank {rank} of {ndev}")
         root = int.from_bytes(raw[7:11], "little")
         tag = _TAG + int.from_bytes(raw[11:15], "little") % 4096
         world = MPI.COMM_WORLD
@@ -382,7 +438,7 @@ class MPIStandInNcclCommunicator:
         group.Free()
         self._rank, self._size = rank, ndev
         self._device = GPU.device
-        self._error: Optional[str] = None
+        self._error: Optional[tuple] = None
         self._stalled = self._aborted = False
         self._queued: list = []
         self._rng = random.Random(f"{GPU.seed}:nccl:{raw.hex()}")
@@ -396,8 +452,8 @@ class MPIStandInNcclCommunicator:
                 self._mpi.Free()
                 self._mpi = None
                 raise NcclError(
-                    f"NCCL_ERROR_INVALID_USAGE: Duplicate GPU detected: rank {first} and rank {other} "
-                    f"both on CUDA device with busId {seen[1]}"
+                    INVALID_USAGE,
+                    f"Duplicate GPU detected: rank {first} and rank {other} both on CUDA device with busId {seen[1]}",
                 )
         MPIStandInNcclCommunicator.created += 1
 
@@ -413,11 +469,12 @@ class MPIStandInNcclCommunicator:
 
     def check_async_error(self) -> None:
         if self._error is not None:
-            raise NcclError(self._error)
+            raise NcclError(*self._error)
 
-    def inject_async_error(self, message: str = "NCCL_ERROR_REMOTE_ERROR: a peer disconnected (stand-in)") -> None:
-        """Test knob: from now on ``check_async_error`` raises, and queued calls stall until ``abort``."""
-        self._error = message
+    def inject_async_error(self, detail: str = "a peer disconnected (stand-in)", status: int = REMOTE_ERROR) -> None:
+        """Test knob: from now on ``check_async_error`` raises ``NcclError(status)``, and queued calls stall
+        until ``abort``."""
+        self._error = (status, detail)
         self._stalled = True
 
     def stall(self) -> None:
@@ -448,7 +505,7 @@ class MPIStandInNcclCommunicator:
     # ---- checks made at the call
     def _usable(self) -> None:
         if self._mpi is None:
-            raise NcclError("NCCL_ERROR_INVALID_ARGUMENT: the communicator was destroyed or aborted")
+            raise NcclError(INVALID_ARGUMENT, "the communicator was destroyed or aborted")
 
     def _begin(self, name: str, count: Any, datatype: Any, stream: Any, op: Any = None, root: Any = None) -> tuple:
         """Convert the arguments as the binding's C signature does, log the call, check the communicator,
@@ -469,7 +526,7 @@ class MPIStandInNcclCommunicator:
         try:
             return _stream(stream)
         except RuntimeError as exc:
-            raise NcclError(f"NCCL_ERROR_UNHANDLED_CUDA_ERROR: {name}: {exc}") from None
+            raise NcclError(UNHANDLED_CUDA_ERROR, f"{name}: {exc}") from None
 
     def _device_buffer(self, name: str, what: str, ptr: int, count: int, dtype: np.dtype) -> Any:
         """``(allocation, lo, hi)`` of a device buffer argument, checked as NCCL's argument check would."""
@@ -477,24 +534,22 @@ class MPIStandInNcclCommunicator:
         if not nbytes:
             return None
         if not ptr:
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} is NULL with count {count}")
+            raise NcclError(INVALID_ARGUMENT, f"{name}: {what} is NULL with count {count}")
         alloc = GPU.find(ptr, nbytes)
         if alloc is None:
             freed = GPU.find_freed(ptr)
             if freed is not None:
                 raise NcclError(
-                    f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} {ptr:#x} is in the freed "
-                    f"{freed.describe()} ({freed.freed_at})"
+                    INVALID_ARGUMENT, f"{name}: {what} {ptr:#x} is in the freed {freed.describe()} ({freed.freed_at})"
                 )
             start = GPU.find(ptr, 1)
             detail = "runs past the end of its allocation" if start is not None else "is not device memory"
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} [{ptr:#x}, +{nbytes} bytes) {detail}")
+            raise NcclError(INVALID_ARGUMENT, f"{name}: {what} [{ptr:#x}, +{nbytes} bytes) {detail}")
         if alloc.pinned:
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} {ptr:#x} is host memory, not device memory")
+            raise NcclError(INVALID_ARGUMENT, f"{name}: {what} {ptr:#x} is host memory, not device memory")
         if alloc.device != self._device:
             raise NcclError(
-                f"NCCL_ERROR_INVALID_ARGUMENT: {name}: {what} is on GPU {alloc.device}; this "
-                f"communicator's GPU is {self._device}"
+                INVALID_ARGUMENT, f"{name}: {what} is on GPU {alloc.device}; this communicator's GPU is {self._device}"
             )
         return alloc, ptr, ptr + nbytes
 
@@ -505,8 +560,9 @@ class MPIStandInNcclCommunicator:
             return
         if send[1] < recv[2] and recv[1] < send[2] and send[1] != in_place_send:
             raise NcclError(
-                f"NCCL_ERROR_INVALID_ARGUMENT: {name}: sendbuff and recvbuff overlap but are not in "
-                f"place ({rule}); sendbuff is at recvbuff{send[1] - recv[1]:+d} bytes"
+                INVALID_ARGUMENT,
+                f"{name}: sendbuff and recvbuff overlap but are not in "
+                f"place ({rule}); sendbuff is at recvbuff{send[1] - recv[1]:+d} bytes",
             )
 
     def _call(
@@ -621,7 +677,7 @@ class MPIStandInNcclCommunicator:
         sendbuff, recvbuff = _intptr(sendbuff), _intptr(recvbuff)
         count, datatype, _, root, dtype, s = self._begin(name, count, datatype, stream, root=root)
         if not 0 <= root < self._size:
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: {name}: root {root} of {self._size} ranks")
+            raise NcclError(INVALID_ARGUMENT, f"{name}: root {root} of {self._size} ranks")
         mine = self._rank == root
         send = self._device_buffer(name, "sendbuff", sendbuff, count, dtype) if mine else None
         recv = self._device_buffer(name, "recvbuff", recvbuff, count, dtype)
@@ -639,7 +695,7 @@ class MPIStandInNcclCommunicator:
         sendbuf, recvbuf = _intptr(sendbuf), _intptr(recvbuf)
         count, datatype, op, root, dtype, s = self._begin("reduce", count, datatype, stream, op=op, root=root)
         if not 0 <= root < self._size:
-            raise NcclError(f"NCCL_ERROR_INVALID_ARGUMENT: reduce: root {root} of {self._size} ranks")
+            raise NcclError(INVALID_ARGUMENT, f"reduce: root {root} of {self._size} ranks")
         mine = self._rank == root
         send = self._device_buffer("reduce", "sendbuff", sendbuf, count, dtype)
         recv = self._device_buffer("reduce", "recvbuff", recvbuf, count, dtype) if mine else None
@@ -660,9 +716,16 @@ class MPIStandInNcclCommunicator:
         return stack
 
     # ---- point-to-point
+    def _check_peer(self, name: str, peer: int) -> None:
+        """A peer outside the communicator: ``ncclInvalidArgument``, as NCCL's argument check (ArgsCheck in
+        src/enqueue.cc) answers for a send/recv peer, which it checks as a root."""
+        if not 0 <= peer < self._size:
+            raise NcclError(INVALID_ARGUMENT, f"{name}: peer {peer} of {self._size} ranks")
+
     def send(self, sendbuf: int, count: int, datatype: int, peer: int, stream: int) -> None:
         sendbuf = _intptr(sendbuf)
         count, datatype, _, peer, dtype, s = self._begin("send", count, datatype, stream, root=peer)
+        self._check_peer("send", peer)
         buf = self._device_buffer("send", "sendbuff", sendbuf, count, dtype)
         self._call(
             "send",
@@ -677,6 +740,7 @@ class MPIStandInNcclCommunicator:
     def recv(self, recvbuf: int, count: int, datatype: int, peer: int, stream: int) -> None:
         recvbuf = _intptr(recvbuf)
         count, datatype, _, peer, dtype, s = self._begin("recv", count, datatype, stream, root=peer)
+        self._check_peer("recv", peer)
         buf = self._device_buffer("recv", "recvbuff", recvbuf, count, dtype)
         self._call(
             "recv",

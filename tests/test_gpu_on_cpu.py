@@ -13,6 +13,7 @@ refusal to synchronise a capturing stream.
 """
 
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -360,33 +361,89 @@ def test_other_failures_are_not_called_capture(comm_of, rt, monkeypatch):
     cp.get_current_stream().synchronize()
 
 
-def test_cupy_runtime_capture_query(monkeypatch):
-    """``CupyRuntime.is_capturing`` over a fake CuPy: True, False, and CuPy's refusals counted as capturing."""
-    from types import SimpleNamespace
+def standin_cupy_runtime():
+    """``CupyRuntime`` itself, bound to the CuPy stand-in (its calls as CuPy names them) with the NCCL stand-in."""
+    import standin_nccl
 
-    answers = []
-
-    class Stream:
-        ptr = 7
-
-        def is_capturing(self):
-            answer = answers.pop(0)
-            if isinstance(answer, Exception):
-                raise answer
-            return answer
-
+    cp.GPU.reset(None, None, 0)
     rt = _cuda.CupyRuntime.__new__(_cuda.CupyRuntime)
-    api = SimpleNamespace(memcpyAsync=None, memcpyDeviceToHost=2, memcpyHostToDevice=1)
-    rt._bind(SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: Stream(), runtime=api, Event=None)))
-    answers[:] = [
+    rt._bind(cp)
+    rt.nccl, rt.nccl_missing = standin_nccl, None
+    standin_nccl.RUNTIME = None
+    return rt
+
+
+def test_cupy_runtime_capture_query():
+    """``CupyRuntime.is_capturing`` over the stand-in's ``Stream.is_capturing``: True, False, and CuPy's
+    refusals (an invalidated capture, CUDA's refusal on the legacy stream) counted as capturing."""
+    rt = standin_cupy_runtime()
+    stream = cp.get_current_stream()
+    answers = [
         True,
         False,
         RuntimeError("the stream was capturing, but an error has invalidated the capture sequence"),
         RuntimeError("cudaErrorStreamCaptureImplicit: operation not permitted"),
         RuntimeError("streamIsCapturing is not supported in ROCm"),
     ]
-    assert [rt.is_capturing() for _ in range(5)] == [True, False, True, True, False]
+    seen = []
+    for answer in answers:
+        stream.capturing = answer
+        seen.append(rt.is_capturing())
+    assert seen == [True, False, True, True, False]
     assert _cuda.capture_query(object())() is False
+
+
+def test_cupy_runtime_on_the_standin(comm, monkeypatch):
+    """``CupyRuntime``'s device, bus id, pinned memory, copies and events, as CuPy's API names them, against the
+    stand-in device: its copies are queued on the current stream and read only once that stream has run."""
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    rt = standin_cupy_runtime()
+    assert rt.device_count() == 8 and rt.current_device() == 0 and rt.bus_id(2) == "0000:03:00.0"
+    rt.use_device(1)
+    assert rt.current_device() == 1
+    rt.use_device(0)
+    with cp.cuda.Stream(non_blocking=True) as stream:
+        assert rt.stream() == stream.ptr
+        pinned = rt.alloc_pinned(32)
+        assert pinned.dtype == np.uint8 and pinned.nbytes == 32
+        src = dev(np.arange(4.0))
+        back = pinned[:32].view(np.float64)
+        rt.to_host(src, back)  # queued: nothing copied yet in deferred mode
+        event = rt.record()
+        again = rt.record_again(event)
+        event.synchronize()
+        got = back.copy()
+        doubled = cp.empty(4)
+        back *= 2
+        rt.to_device(back, doubled)
+        rt.sync_stream()
+        assert again is event and rt.record_again(None) is not event
+    np.testing.assert_array_equal(got, np.arange(4.0))
+    np.testing.assert_array_equal(host(doubled), 2 * np.arange(4.0))
+    readonly = np.ones(4, np.float32)
+    readonly.flags.writeable = False
+    assert _cuda._host_address(readonly) == readonly.ctypes.data
+
+
+def test_staged_and_nccl_on_cupy_runtime(comm, monkeypatch):
+    """The staged and NCCL transports with ``CupyRuntime`` itself (on the stand-ins) as their runtime."""
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(nccl_mod, "_CHOSEN", None)
+    rt = standin_cupy_runtime()
+    cp.cuda.Device(comm.rank % 8).use()
+    results = []
+    with _cuda.use_runtime(rt), cp.cuda.Stream(non_blocking=True):
+        for name in ("staged", "nccl"):
+            c = hpccoll.Communicator(comm.mpi, transport=name)
+            t = c.transport_instance(name)
+            y = cp.empty(4)
+            t.allreduce(dev(np.arange(4.0) + c.rank), y, "sum")
+            results.append(host(y))
+            c.free()
+        cp.GPU.synchronize()
+    want = sum(np.arange(4.0) + r for r in range(comm.size))
+    for got in results:
+        np.testing.assert_array_equal(got, want)
 
 
 # --------------------------------------------------------------------------- the CPU proxy (make bench-overhead)
@@ -430,54 +487,6 @@ def test_staged_records_one_event_again(comm_of, rt):
         np.testing.assert_array_equal(g, np.full(4, float(c.size)))
 
 
-def test_cupy_runtime_calls():
-    """``CupyRuntime``'s stream, copy and event calls, as CuPy's API names them, over a recording fake."""
-    from types import SimpleNamespace
-
-    log = []
-
-    class Event:
-        def __init__(self, block=False, disable_timing=False, interprocess=False):
-            log.append(("Event", disable_timing))
-
-    class Stream:
-        ptr = 0xABC
-
-        def synchronize(self):
-            log.append(("synchronize",))
-
-        def record(self, event=None):
-            log.append(("record", event))
-            return event
-
-    api = SimpleNamespace(
-        memcpyDeviceToHost=2, memcpyHostToDevice=1, memcpyAsync=lambda *args: log.append(("memcpyAsync",) + args)
-    )
-    rt = _cuda.CupyRuntime.__new__(_cuda.CupyRuntime)
-    rt._bind(SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: Stream(), runtime=api, Event=Event)))
-    device = SimpleNamespace(nbytes=16, data=SimpleNamespace(ptr=0xD000))
-    host = np.empty(4, np.float32)
-    rt.to_host(device, host)
-    rt.to_device(host, device)
-    rt.to_host(SimpleNamespace(nbytes=0, data=None), host[:0])  # nothing to copy: no call
-    rt.sync_stream()
-    ev = rt.record()
-    again = rt.record_again(ev)
-    fresh = rt.record_again(None)
-    assert rt.stream() == 0xABC and again is ev and fresh is not ev
-    address = host.ctypes.data
-    assert log[:3] == [
-        ("memcpyAsync", address, 0xD000, 16, 2, 0xABC),
-        ("memcpyAsync", 0xD000, address, 16, 1, 0xABC),
-        ("synchronize",),
-    ]
-    assert log[3][0] == "Event" and log[3][1] is True and log[4] == ("record", ev) and log[5] == ("record", ev)
-    assert log[6][0] == "Event" and log[7][0] == "record" and len(log) == 8
-    readonly = np.ones(4, np.float32)
-    readonly.flags.writeable = False
-    assert _cuda._host_address(readonly) == readonly.ctypes.data
-
-
 # --------------------------------------------------------------------------- plans on every GPU transport
 
 
@@ -497,3 +506,75 @@ def test_plans_on_every_gpu_transport(comm_of, rt, name, fn):
             got = host(planned())
             want = host(collective(dev(data), c))
             np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- the JAX adapter's GPU buffer lowering
+
+
+class XlaBuffer:
+    """What ``jax.experimental.buffer_callback`` hands a GPU callback, over a stand-in device array: ``shape``,
+    ``dtype``, DLPack's device, and the CUDA array interface with XLA's typestr (``dtype.str``: bfloat16 is
+    ``"<V2"``, which CuPy's ``asarray`` reads as ``|V2``; float8 ``"<f1"``, which NumPy cannot read)."""
+
+    def __init__(self, a):
+        self.shape, self.dtype, self._a = a.shape, a.dtype, a
+        self.__cuda_array_interface__ = {
+            "shape": a.shape,
+            "typestr": a.dtype.str,
+            "data": (a.data.ptr, False),
+            "version": 3,
+            "strides": None,
+        }
+
+    def __dlpack_device__(self):
+        return (2, self._a.data.device_id)  # kDLCUDA
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_jitted_ml_dtypes_through_the_gpu_buffer_lowering(comm, monkeypatch, dtype):
+    """A jitted all_reduce and all_gather of bfloat16 (and float8) through the ``"buffer"`` lowering's GPU
+    callback, on stand-in device buffers described as XLA describes them, on XLA's own stream, with
+    DeprecationWarning as an error: the callback's views keep the dtype, and no GPU call warns."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    from hpccoll.adapters import jax as hcj
+
+    if "buffer" not in hcj.LOWERINGS:
+        pytest.skip("this JAX has no buffer_callback")  # the same on every rank
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(nccl_mod, "_CHOSEN", None)
+    monkeypatch.setattr(hcj, "LOWERING", "buffer")
+    on_gpu, xla_streams = hcj._on_gpu_buffers, []
+
+    def on_standin_gpu(fn):
+        run = on_gpu(fn)
+
+        def cpu(ctx, outs, a, token):  # XLA's CPU buffers copied to and from stand-in device buffers
+            stream = cp.cuda.Stream(non_blocking=True)  # XLA's stream
+            xla_streams.append(stream.ptr)
+            with stream:  # XLA's input is ready on its stream
+                x, y = dev(np.asarray(a)), cp.empty(outs[0].shape, outs[0].dtype)
+            run(type("Ctx", (), {"stream": stream.ptr})(), [XlaBuffer(y)], XlaBuffer(x), token)
+            np.asarray(outs[0])[...] = y.get(stream=stream)
+
+        return cpu
+
+    monkeypatch.setitem(hcj._BUFFER_CALLS, "cpu", on_standin_gpu)
+    np_dtype = np.dtype(getattr(ml_dtypes, dtype))
+    data = (np.arange(6) % 4 + comm.rank).astype(np_dtype)
+    with _cuda.use_runtime(StandInRuntime()), warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        c = hpccoll.Communicator(comm.mpi, transport="nccl")
+        cp.cuda.Device(comm.rank).use()
+        x = jnp.asarray(data)
+        summed = np.asarray(jax.jit(lambda v: hcj.all_reduce(v, c))(x))
+        gathered = np.asarray(jax.jit(lambda v: hcj.all_gather(v, c))(x))
+        cp.GPU.synchronize()
+        c.free()
+    want = sum((np.arange(6) % 4 + r).astype(np.float64) for r in range(comm.size))
+    assert summed.dtype == np_dtype and gathered.dtype == np_dtype and len(xla_streams) == 2
+    np.testing.assert_array_equal(summed.astype(np.float64), want.astype(np_dtype).astype(np.float64))
+    every = np.concatenate([(np.arange(6) % 4 + r).astype(np_dtype) for r in range(comm.size)])
+    np.testing.assert_array_equal(gathered.astype(np.float64), every.astype(np.float64))

@@ -1011,7 +1011,7 @@ def test_async_error_surfaces_and_aborts(gpu):
     x = cp.ones(4)
     hpccoll.all_reduce(x, gpu).get()  # creates the NCCL communicator
     nc = nccl_of(gpu)._nc
-    nc.inject_async_error("NCCL_ERROR_REMOTE_ERROR: unhandled cuda error")
+    nc.inject_async_error("unhandled cuda error")
     with pytest.raises(hpccoll.CollectiveError, match="asynchronous error.*unhandled cuda error"):
         hpccoll.all_reduce(x, gpu)
     with pytest.raises(hpccoll.TransportUnavailable, match="closed"):

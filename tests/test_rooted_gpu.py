@@ -276,7 +276,7 @@ def test_nccl_rooted_errors(transport, name):
     c, t = transport
     x = cp.ones(4)
     t.bcast(x, 0)
-    t._nc.inject_async_error("NCCL_ERROR_REMOTE_ERROR: stand-in")
+    t._nc.inject_async_error("stand-in")
     seen = []
     for call in (
         lambda: t.reduce(x, cp.empty(4), "sum", 0),

@@ -117,6 +117,7 @@ from .._core.validate import block_sizes
 from .._core.validate import linear_op as _linear_op
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from ..transports._cuda import device_view, external_stream
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -292,13 +293,19 @@ def _device_of(x: Any) -> Any:
     return next(iter(devices))
 
 
+_FLOAT8 = ("float8_e4m3fn", "float8_e5m2")  # ml_dtypes' 8-bit floats, which hpccoll moves as bytes
+
+
 def _on_gpu(fn: Fn, x: Any, device: Any) -> Any:
     """``fn`` on a CuPy view of a GPU array (DLPack both ways, no host copy). Unverified on a GPU."""
     import cupy  # only reached for GPU arrays
 
     with cupy.cuda.Device(getattr(device, "local_hardware_id", device.id)):
-        out = fn(cupy.from_dlpack(x))
-        return jax.dlpack.from_dlpack(out)
+        if x.dtype.name not in _FLOAT8:
+            return jax.dlpack.from_dlpack(fn(cupy.from_dlpack(x)))
+        # CuPy's DLPack import has no float8 (cupy/_core/dlpack.pyx): its bits go as uint8, both ways
+        out = fn(cupy.from_dlpack(jax.lax.bitcast_convert_type(x, jnp.uint8)).view(x.dtype))
+        return jax.lax.bitcast_convert_type(jax.dlpack.from_dlpack(out.view(np.uint8)), x.dtype)
 
 
 _emit_python_callback: Optional[Callable[..., Any]]
@@ -446,17 +453,16 @@ def _on_gpu_buffers(fn: Fn) -> Fn:
 
         out = outs[0]
         device = int(out.__dlpack_device__()[1])
-        with _KEEP, cupy.cuda.Device(device), cupy.cuda.ExternalStream(int(ctx.stream), device):
+        with _KEEP, cupy.cuda.Device(device), external_stream(cupy, int(ctx.stream), device):
             fn(_cupy_view(cupy, a), out=_cupy_view(cupy, out))
 
     return run
 
 
 def _cupy_view(cupy: Any, buffer: Any) -> Any:
-    """A CuPy array on XLA's device memory (``__cuda_array_interface__``, no copy); a new one when empty."""
-    if 0 in tuple(buffer.shape):  # XLA may give an empty buffer no address
-        return cupy.empty(tuple(buffer.shape), buffer.dtype)
-    return cupy.asarray(buffer)
+    """A CuPy array on XLA's device memory with the buffer's dtype, bfloat16 and float8 included (no copy;
+    :func:`~hpccoll.transports._cuda.device_view`); a new one when empty (XLA may give it no address)."""
+    return device_view(cupy, buffer)
 
 
 #: The buffer callback for each platform the buffer lowering serves.

@@ -43,6 +43,7 @@ from .._comm import as_communicator
 from .._core.validate import axis_of
 from .._dtypes import ml_dtype
 from .._errors import ArgumentError, DTypeError
+from ..transports._cuda import external_stream
 from ._common import (
     all_gather_maps,
     all_reduce_maps,
@@ -126,14 +127,17 @@ def to_array(t: torch.Tensor) -> Array:
     if not isinstance(t, torch.Tensor):
         raise ArgumentError(f"x: expected a torch.Tensor; got {type(t).__name__}")
     t = t.detach().resolve_conj().resolve_neg()
+    name = _BY_TORCH.get(t.dtype)
     if t.device.type == "cuda":
         import cupy
 
         with cupy.cuda.Device(t.device.index):
-            return cupy.from_dlpack(t)
+            if name is None:
+                return cupy.from_dlpack(t)
+            # bfloat16 and float8 as their bits: CuPy's DLPack import has no float8 (cupy/_core/dlpack.pyx)
+            return cupy.from_dlpack(t.view(_BITS[name][1])).view(ml_dtype(name))
     if t.device.type != "cpu":
         raise ArgumentError(f"x: expected a CPU or CUDA tensor; got one on device {t.device}")
-    name = _BY_TORCH.get(t.dtype)
     if name is not None:
         dtype = ml_dtype(name)  # first: DTypeError without ml_dtypes
         return t.view(_BITS[name][1]).numpy().view(dtype)
@@ -175,6 +179,9 @@ def from_array(a: Array) -> torch.Tensor:
             return torch.from_numpy(a)
         except TypeError:  # torch's "can't convert np.ndarray of type ..."
             raise DTypeError(f"a: expected a NumPy dtype torch can represent; got {a.dtype}") from None
+    entry = _BITS.get(a.dtype.name)
+    if entry is not None:  # CuPy exports no float8 through DLPack (cupy/_core/dlpack.pyx): the bits
+        return torch.from_dlpack(a.view(entry[2])).view(entry[0])
     return torch.from_dlpack(a)
 
 
@@ -185,7 +192,7 @@ def _run(fn: Fn, t: torch.Tensor) -> torch.Tensor:
     import cupy
 
     stream = torch.cuda.current_stream(t.device)
-    with cupy.cuda.Device(t.device.index), cupy.cuda.ExternalStream(stream.cuda_stream):
+    with cupy.cuda.Device(t.device.index), external_stream(cupy, stream.cuda_stream, t.device.index):
         return _wrap(fn, t)
 
 

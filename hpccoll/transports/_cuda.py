@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from .._errors import TransportUnavailable
 
@@ -27,6 +27,8 @@ __all__ = [
     "event_recorder",
     "refuse_capture",
     "raise_if_capturing",
+    "external_stream",
+    "device_view",
 ]
 
 
@@ -257,3 +259,76 @@ def raise_if_capturing(name: str, capturing: Callable[[], bool], exc: BaseExcept
     """
     if capturing():
         raise refuse_capture(name) from exc
+
+
+# --------------------------------------------------------------------------- other libraries' streams and memory
+
+
+class _StreamHandle:
+    """A raw ``cudaStream_t`` behind the CUDA stream protocol (what ``Stream.from_external`` reads)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> Tuple[int, int]:
+        return (0, self.ptr)
+
+
+def external_stream(cupy: Any, ptr: int, device: int) -> Any:
+    """A CuPy stream over the stream ``ptr`` another library made (XLA's, PyTorch's), to use in a ``with``.
+
+    ``cupy.cuda.Stream.from_external`` (CuPy 14; the CUDA stream protocol) where CuPy has it, else
+    ``cupy.cuda.ExternalStream``, which CuPy 14 deprecates with a warning at every construction.
+
+    Parameters
+    ----------
+    cupy : module
+        ``cupy``.
+    ptr : int
+        The ``cudaStream_t`` handle.
+    device : int
+        The GPU it belongs to (only ``ExternalStream`` takes it; ``from_external`` uses the current one).
+
+    Returns
+    -------
+    cupy.cuda.Stream
+        A stream object that does not own ``ptr``.
+    """
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamHandle(int(ptr)))
+    return cupy.cuda.ExternalStream(int(ptr), device)
+
+
+def device_view(cupy: Any, buffer: Any) -> Any:
+    """A CuPy array over another library's device buffer, with the buffer's own dtype (no copy).
+
+    The address comes from ``__cuda_array_interface__``, the shape and dtype
+    from ``buffer.shape`` and ``buffer.dtype``: the interface has no words
+    for ml_dtypes' types (XLA describes bfloat16 as ``"<V2"``, which
+    ``cupy.asarray`` turns into a ``|V2`` array), and CuPy's DLPack import
+    has no float8. The buffer must be C-contiguous (XLA's are).
+
+    Parameters
+    ----------
+    cupy : module
+        ``cupy``.
+    buffer : object
+        ``shape``, ``dtype`` (NumPy's) and ``__cuda_array_interface__``; it is kept alive by the view.
+
+    Returns
+    -------
+    cupy.ndarray
+        The view (a new empty array for an empty buffer, which may have no address).
+    """
+    import numpy as np
+
+    shape, dtype = tuple(buffer.shape), np.dtype(buffer.dtype)
+    if 0 in shape:
+        return cupy.empty(shape, dtype)
+    ptr = buffer.__cuda_array_interface__["data"][0]
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    memory = cupy.cuda.UnownedMemory(ptr, nbytes, buffer)
+    return cupy.ndarray(shape, dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
