@@ -246,13 +246,14 @@ bench-gpu: $(GPU_PREP)
 	$(GPU_RUN) 240 $(GPU_MPIEXEC) -n 2 $(PY) -m mpi4py benchmarks/bench_gpu.py
 
 ## test-conformance: hpccoll's CuPy and NCCL calls against the real bindings on the CPU (tests/test_conformance.py),
-## in their own venv: cupy-cuda12x $(CONFORMANCE_CUPY) and nvidia-nccl-cu12 (about 490 MB of wheels), serially and at 2 ranks
+## in their own venv: cupy-cuda12x $(CONFORMANCE_CUPY), nvidia-nccl-cu12 and nvidia-cuda-nvrtc-cu12 (NVRTC, which compiles
+## the relayout kernel; about 580 MB of wheels in all), serially and at 2 ranks
 CONFORMANCE_VENV ?= .venv-conformance
 CONFORMANCE_CUPY ?= 14.2.0
 .PHONY: test-conformance
 test-conformance:
 	test -x $(CONFORMANCE_VENV)/bin/python || $(PYTHON) -m venv $(CONFORMANCE_VENV)
-	$(CONFORMANCE_VENV)/bin/python -m pip install -q -e ".[mpich,test]" "cupy-cuda12x==$(CONFORMANCE_CUPY)" nvidia-nccl-cu12
+	$(CONFORMANCE_VENV)/bin/python -m pip install -q -e ".[mpich,test]" "cupy-cuda12x==$(CONFORMANCE_CUPY)" nvidia-nccl-cu12 nvidia-cuda-nvrtc-cu12
 	timeout 300 $(CONFORMANCE_VENV)/bin/python $(PYTEST) -q -W error::DeprecationWarning tests/test_conformance.py
 	timeout 300 $(CONFORMANCE_VENV)/bin/mpiexec -n 2 $(CONFORMANCE_VENV)/bin/python $(PYTEST) -q tests/test_conformance.py
 

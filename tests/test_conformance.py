@@ -19,10 +19,26 @@ documented reason:
   version gates, destroy/abort on a NULL communicator;
 * ``_cuda.py``: ``CupyRuntime`` on the real CuPy: each runtime call reaches
   CUDA (``cudaErrorInsufficientDriver``), the probe says why there is no GPU;
-* ``staged.py`` and ``cuda_mpi.py``: their runtime calls go through
-  ``CupyRuntime`` (above); the transports refuse to start without a GPU;
-* the adapters' GPU views: ``external_stream`` and ``device_view`` on the real
-  CuPy, with no ``DeprecationWarning``.
+* ``staged.py`` and ``cuda_mpi.py``: every CuPy call they make goes through
+  ``CupyRuntime`` (above); both transports are made without a GPU (they need
+  CuPy only), so nothing of theirs runs on the device here;
+* the adapters' GPU views: ``external_stream``, ``device_view`` and
+  ``dlpack_address`` on the real CuPy, with no ``DeprecationWarning``;
+* ``_relayout.py``: every kernel source hpccoll builds, as the real
+  ``RawKernel``, compiled by the real NVRTC (``nvidia-cuda-nvrtc-cu12``) for
+  sm_90; the capture query;
+* ``_info.py`` and ``_bench.py``: ``info``'s GPU report, ``bench --device
+  cupy``'s preflight, runtime and array calls;
+* ``_base._bytes_like`` (check mode's scratch bytes): ``cupy.empty``.
+
+Not covered here, because each needs a device array or a GPU tensor, which the
+real CuPy cannot make without a driver: the relayout kernel's launch (its
+source compiles above), ``on_this_stream``'s ``with``/``wait_event`` after its
+first stream query, ``_bench``'s ``copyto``/``asnumpy``, and the adapters'
+DLPack imports and exports of CUDA arrays (``jax.py``'s eager path and
+``_on_gpu_buffers``, ``torch.py``'s tensor views; JAX and torch are not in this
+venv either). These run against the stand-ins (``tests/test_gpu_on_cpu.py``)
+and on a GPU (``make gpu-check``).
 
 Skipped (the whole module) where the real bindings are not installed: the
 conformance venv (``.venv-conformance``) has them.
@@ -294,6 +310,8 @@ def test_version_gates(monkeypatch):
 
 def test_cupy_runtime_reaches_cuda():
     """Each CupyRuntime call, on the real CuPy, converts its arguments and reaches CUDA, which has no driver."""
+    from hpccoll.transports._base import _bytes_like
+
     rt = _cuda.CupyRuntime()
     assert rt.nccl is nccl and rt.nccl_missing is None
     host = np.empty(16, np.uint8)
@@ -311,6 +329,8 @@ def test_cupy_runtime_reaches_cuda():
         "to_device": lambda: rt.to_device(host, device),
         "memcpyAsync": lambda: rt._memcpy(host.ctypes.data, device.data.ptr, 16, rt._d2h, 0),
         "record_again": lambda: rt.record_again(None),
+        "on_this_stream": lambda: rt.on_this_stream(lambda: None),
+        "_base._bytes_like": lambda: _bytes_like(device, 16),  # check mode's scratch bytes for a CuPy buffer
     }
     for name, call in calls.items():
         with pytest.raises(cupy.cuda.runtime.CUDARuntimeError, match=NO_DRIVER):
@@ -350,32 +370,97 @@ def test_external_stream_has_no_warning():
 
 
 def test_device_view_keeps_the_buffer_dtype():
-    """XLA's buffers describe bfloat16 as "<V2" (float8 as "<V1"): CuPy's own reading gives a void dtype,
-    device_view the buffer's dtype, over the same address, with no CUDA call."""
+    """XLA's buffers describe bfloat16 as "<V2" and raise for float8 in their CUDA array interface
+    (xla/python/types.cc): device_view takes the address from DLPack and the dtype from the buffer, and hands
+    both to the real CuPy (UnownedMemory then asks CUDA about the pointer, which has no driver here)."""
     import ml_dtypes
 
     host = np.zeros(64, np.uint8)
 
-    class Buffer:  # what jax.experimental.buffer_callback hands a GPU callback: shape, dtype, the interface
+    class Buffer:  # what jax.experimental.buffer_callback hands a GPU callback (jaxlib/ffi.cc, PyFfiAnyBuffer)
         def __init__(self, dtype):
             self.shape, self.dtype = (4,), np.dtype(dtype)
-            self.__cuda_array_interface__ = {
-                "shape": (4,),
-                "typestr": self.dtype.str,
-                "data": (host.ctypes.data, False),
-                "version": 3,
-            }
+
+        @property
+        def __cuda_array_interface__(self):
+            if "float8" in self.dtype.name:
+                raise RuntimeError(f"UNIMPLEMENTED: Unimplemented primitive type {self.dtype.name.upper()}")
+            typestr = "<V2" if self.dtype.name == "bfloat16" else self.dtype.str
+            return {"shape": (4,), "typestr": typestr, "data": (host.ctypes.data, False), "version": 2}
+
+        def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+            return host.__dlpack__()
 
     for dtype in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
         buffer = Buffer(dtype)
-        try:  # what CuPy's asarray would read: not the dtype, but for float32
-            described = np.dtype(buffer.__cuda_array_interface__["typestr"])
-        except TypeError:  # ml_dtypes' float8 say "<f1", which NumPy does not know
-            described = None
-        assert (described == np.dtype(dtype)) == (dtype is np.float32)
+        assert _cuda.dlpack_address(buffer) == host.ctypes.data
         with pytest.raises(Exception, match="cudaErrorInvalidValue|cudaErrorInsufficientDriver"):
             _cuda.device_view(cupy, buffer)  # UnownedMemory asks CUDA about the pointer's device
         mem = cupy.cuda.UnownedMemory(host.ctypes.data, 16, buffer, device_id=0)  # as it would be on a GPU
         view = cupy.ndarray(buffer.shape, buffer.dtype, memptr=cupy.cuda.MemoryPointer(mem, 0))
         assert view.dtype == np.dtype(dtype) and view.data.ptr == host.ctypes.data
         assert view.view(np.uint8).shape == (4 * np.dtype(dtype).itemsize,)
+
+
+# --------------------------------------------------------------------------- _relayout.py
+
+
+def test_relayout_kernel_compiles_with_nvrtc(monkeypatch):
+    """Every relayout kernel hpccoll builds (each element width, int and long long indices), as the real
+    ``cupy.RawKernel`` it makes, compiled by the real NVRTC (nvidia-cuda-nvrtc-cu12) for sm_90 through CuPy's
+    own compile path with CuPy's options; only the device query that picks the architecture is replaced, as
+    there is no device. A compile error in the kernel's source fails here, on the CPU."""
+    from cupy.cuda import compiler
+
+    from hpccoll import _relayout
+
+    monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc", lambda arch=None: (f"-arch=sm_{arch}", "cubin"))
+    monkeypatch.setattr(_relayout, "_KERNELS", {})
+    for width in sorted(_relayout._C_UNIT):
+        for wide_index in (False, True):
+            kernel = _relayout._kernel(cupy, width, wide_index)
+            assert isinstance(kernel, cupy.RawKernel)
+            cubin, _ = compiler.compile_using_nvrtc(kernel.code, options=("-ftz=true",), arch=90)
+            assert kernel.name.encode() in cubin, (width, wide_index)
+    with pytest.raises(compiler.CompileException, match="undefined"):  # the check can fail
+        compiler.compile_using_nvrtc(_relayout.kernel_source(4, False).replace("blockDim", "undefined_dim"), arch=90)
+
+
+def test_relayout_capture_query_reaches_cuda():
+    """_relayout._capturing's query is a real CuPy call that reaches CUDA; with no driver it fails, which the
+    relayout counts as capturing (it then refuses to copy its table, rather than risk a capture)."""
+    with pytest.raises(cupy.cuda.runtime.CUDARuntimeError, match=NO_DRIVER):
+        cupy.cuda.get_current_stream().is_capturing()
+    from hpccoll import _relayout
+
+    assert _relayout._capturing(cupy) is True
+
+
+# --------------------------------------------------------------------------- _info.py and _bench.py
+
+
+def test_info_reports_the_real_bindings():
+    """``python -m hpccoll info``'s GPU part on the real CuPy: its version, and the driver's error as the reason."""
+    from hpccoll import _info
+
+    gpu = _info._gpu()
+    assert gpu["cupy"] == cupy.__version__ and NO_DRIVER in gpu["reason"], gpu
+    assert cupy.cuda.runtime.runtimeGetVersion() >= 12000  # _info's other calls: no driver needed, or
+    assert nccl.get_version() >= 22800  # (getDeviceCount) reached CUDA above
+
+
+def test_bench_on_the_real_cupy():
+    """``python -m hpccoll bench --device cupy``'s calls on the real CuPy: the preflight's runtime reaches CUDA
+    and names its error on every rank; the device arrays the benchmark makes reach CUDA too."""
+    from mpi4py import MPI
+
+    from hpccoll import _bench
+
+    args = _bench.parser().parse_args(["--device", "cupy"])
+    problem = _bench._preflight(args, MPI.COMM_WORLD)
+    assert problem is not None and "expected CuPy and a GPU" in problem and NO_DRIVER in problem, problem
+    xp, sync = _bench._device("cupy")
+    assert xp is cupy and sync.__self__.__class__ is _cuda.CupyRuntime
+    for call in (lambda: xp.empty((4,), np.float32), lambda: xp.asarray(np.zeros(4)), sync):
+        with pytest.raises(cupy.cuda.runtime.CUDARuntimeError, match=NO_DRIVER):
+            call()

@@ -29,6 +29,7 @@ __all__ = [
     "raise_if_capturing",
     "external_stream",
     "device_view",
+    "dlpack_address",
 ]
 
 
@@ -302,21 +303,58 @@ def external_stream(cupy: Any, ptr: int, device: int) -> Any:
     return cupy.cuda.ExternalStream(int(ptr), device)
 
 
+class _DLTensorHead(ctypes.Structure):
+    """The head of DLPack's ``DLTensor`` (``dlpack.h``), the first member of ``DLManagedTensor``: enough for the
+    address (``data`` plus ``byte_offset``)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("dtype", ctypes.c_uint32),  # code, bits, lanes
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def dlpack_address(buffer: Any) -> int:
+    """The address of ``buffer``'s first element, read from the ``"dltensor"`` capsule of ``buffer.__dlpack__()``.
+
+    XLA's ``buffer_callback`` buffers (``jaxlib/ffi.cc``, ``PyFfiAnyBuffer``)
+    expose their address only through ``__cuda_array_interface__`` and
+    ``__dlpack__``. The interface raises for the float8 types (XLA's
+    ``TypeDescriptorForPrimitiveType`` has no typestr for them); DLPack
+    describes every type XLA has, and the capsule, left unconsumed, frees
+    only its own descriptor when dropped, never the memory.
+    """
+    capsule = buffer.__dlpack__()
+    head = _DLTensorHead.from_address(_capsule_pointer(capsule, b"dltensor"))
+    return int(head.data or 0) + int(head.byte_offset)
+
+
 def device_view(cupy: Any, buffer: Any) -> Any:
     """A CuPy array over another library's device buffer, with the buffer's own dtype (no copy).
 
-    The address comes from ``__cuda_array_interface__``, the shape and dtype
-    from ``buffer.shape`` and ``buffer.dtype``: the interface has no words
-    for ml_dtypes' types (XLA describes bfloat16 as ``"<V2"``, which
-    ``cupy.asarray`` turns into a ``|V2`` array), and CuPy's DLPack import
-    has no float8. The buffer must be C-contiguous (XLA's are).
+    The address comes from DLPack (:func:`dlpack_address`), the shape and
+    dtype from ``buffer.shape`` and ``buffer.dtype``: CuPy's readers lose
+    ml_dtypes' types (XLA's CUDA array interface describes bfloat16 as
+    ``"<V2"``, which ``cupy.asarray`` turns into a ``|V2`` array, and raises
+    for float8; CuPy's DLPack import has no float8). The buffer must be
+    C-contiguous (XLA's are).
 
     Parameters
     ----------
     cupy : module
         ``cupy``.
     buffer : object
-        ``shape``, ``dtype`` (NumPy's) and ``__cuda_array_interface__``; it is kept alive by the view.
+        ``shape``, ``dtype`` (NumPy's) and ``__dlpack__``; it is kept alive by the view.
 
     Returns
     -------
@@ -328,7 +366,7 @@ def device_view(cupy: Any, buffer: Any) -> Any:
     shape, dtype = tuple(buffer.shape), np.dtype(buffer.dtype)
     if 0 in shape:
         return cupy.empty(shape, dtype)
-    ptr = buffer.__cuda_array_interface__["data"][0]
+    ptr = dlpack_address(buffer)
     nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
     memory = cupy.cuda.UnownedMemory(ptr, nbytes, buffer)
     return cupy.ndarray(shape, dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
