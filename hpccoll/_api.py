@@ -277,7 +277,7 @@ def all_gather_adjoint(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (``axis=None``'s shape exchange, check mode) still blocks.
 
     Returns
     -------
@@ -349,7 +349,7 @@ def reduce_scatter(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (check mode) still blocks.
 
     Returns
     -------
@@ -488,7 +488,7 @@ def all_reduce(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (check mode) still blocks.
 
     Returns
     -------
@@ -559,7 +559,7 @@ def all_reduce_adjoint(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (check mode) still blocks.
 
     Returns
     -------
@@ -1333,7 +1333,7 @@ def scatter_adjoint(
 @overload
 def halo_exchange(
     x: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1343,7 +1343,7 @@ def halo_exchange(
 @overload
 def halo_exchange(
     x: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1352,7 +1352,7 @@ def halo_exchange(
 ) -> Request[ArrayT]: ...
 def halo_exchange(
     x: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1371,7 +1371,9 @@ def halo_exchange(
         along the others (as a block decomposition of a global array does).
         A list exchanges every array in one message per neighbour.
     comm : Communicator
-        A Cartesian Communicator (:meth:`Communicator.cartesian`).
+        A Cartesian Communicator (:meth:`Communicator.cartesian`); there is no
+        default (``None``, the world, has no process grid and raises
+        :class:`ArgumentError`).
     halo : int or sequence of int
         The ghost layers on each side, one width for every grid axis or one
         per axis (0: that axis exchanges nothing).
@@ -1429,7 +1431,7 @@ def halo_exchange(
 @overload
 def halo_exchange_adjoint(
     g: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1439,7 +1441,7 @@ def halo_exchange_adjoint(
 @overload
 def halo_exchange_adjoint(
     g: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1448,7 +1450,7 @@ def halo_exchange_adjoint(
 ) -> Request[ArrayT]: ...
 def halo_exchange_adjoint(
     g: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1466,7 +1468,7 @@ def halo_exchange_adjoint(
     g : array_like (NumPy or CuPy), or a list of arrays
         The cotangent of the forward's result (ghost layers included).
     comm : Communicator
-        The forward's Cartesian Communicator.
+        The forward's Cartesian Communicator (no default, as for :func:`halo_exchange`).
     halo : int or sequence of int
         The forward's ``halo``.
     corners : bool

@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # CuPy is optional: never imported at run time here
 
 __all__ = [
     "Array",
-    "ArrayOrList",
     "ArrayT",
     "SEQUENCES",
     "as_array",
@@ -35,10 +34,6 @@ __all__ = [
 #: An array hpccoll moves: a ``numpy.ndarray`` or a ``cupy.ndarray``. The collectives also take
 #: NumPy array-likes (scalars, lists of numbers), which they turn into NumPy arrays.
 Array = Union[np.ndarray, "cupy.ndarray"]
-
-#: The argument of a collective: one array, or a list (or tuple) of arrays for the coalesced form
-#: (:func:`list_types` says which a list is).
-ArrayOrList = Union[Array, Sequence[Array]]
 
 #: The result of a collective has the form of its argument: an array for an array, a list of arrays
 #: for a list (or tuple). A collective typed ``(x: ArrayT) -> ArrayT`` says so. CuPy ships no type

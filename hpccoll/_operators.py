@@ -872,14 +872,15 @@ class HaloExchange(_PairOperator):
     Parameters
     ----------
     comm : Communicator
-        A Cartesian Communicator (:meth:`Communicator.cartesian`).
+        A Cartesian Communicator (:meth:`Communicator.cartesian`); no default (``None``, the world, has no
+        process grid and raises :class:`~hpccoll.ArgumentError`).
     halo : int or sequence of int
         The ghost layers on each side of every grid axis (or per axis).
     corners : bool
         Also fill the corner ghosts (see :func:`hpccoll.halo_exchange`).
     """
 
-    def __init__(self, comm: CommLike = None, *, halo: Union[int, Sequence[int]], corners: bool = False) -> None:
+    def __init__(self, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> None:
         super().__init__(comm)
         self.comm.grid  # noqa: B018 (raises ArgumentError for a communicator without a process grid)
         self.halo = halo_of(halo, len(self.comm.dims))
