@@ -38,6 +38,7 @@ import pytest
 from conftest import agree
 
 import hpccoll
+from hpccoll.collectives import halo
 from hpccoll.transports import _control
 
 pytestmark = pytest.mark.mpi
@@ -90,19 +91,32 @@ def _keys(desc):
 
 @contextlib.contextmanager
 def recording(log):
-    """Append each control-plane call to ``log`` while inside (every path to MPI goes through ``guarded``)."""
-    real = _control.guarded
+    """Append each control-plane call to ``log`` while inside.
+
+    Every exchange and agreement goes through ``_control.guarded``, but one: the halo exchange's kept calls
+    agree through a prepared ``Allreduce`` of their own (``halo._Gate``), whose first step is recorded here.
+    """
+    real, two_steps = _control.guarded, halo._two_steps
 
     def spy(comm, what, call, *args):
         if not _DATA.fullmatch(what):
             log.append(_describe(comm, what, call, args))
         return real(comm, what, call, *args)
 
-    _control.guarded = spy
+    def gate_steps(prepared):
+        first, then = two_steps(prepared)
+
+        def recorded_first():
+            log.append("kept halo agreement: allreduce (max), prepared")
+            return first()
+
+        return recorded_first, then
+
+    _control.guarded, halo._two_steps = spy, gate_steps
     try:
         yield log
     finally:
-        _control.guarded = real
+        _control.guarded, halo._two_steps = real, two_steps
 
 
 # --------------------------------------------------------------------------- the calls
@@ -183,6 +197,7 @@ PATHS = (
     "sized",
     "list",
     "async",
+    "repeat",
     "check",
     "check-general",
     "check-list",
@@ -238,6 +253,10 @@ def _run(name, path, comm):
                 fn([x, _input(name, p, r, False, seed=1)[0].astype(np.float32)], c, **opts)
             elif way == "async":
                 fn(x, c, async_op=True, **opts).wait()
+            elif way == "repeat":  # into the first call's result: the halo exchange keeps such a call
+                y = fn(x, c, **opts)
+                for _ in range(3):
+                    fn(x, c, out=y, **opts)
             elif way.startswith("plan"):
                 # "blocking": "auto" would add the transport's choice of method, which depends on the MPI library
                 planned = hpccoll.plan(fn, x, c, method="blocking", **opts)
