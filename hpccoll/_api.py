@@ -29,9 +29,9 @@ from ._comm import Communicator, as_communicator
 from ._core.agree import refuse
 from ._core.launch import then
 from ._core.lists import is_array_list
-from ._core.validate import COTANGENTS, linear_op, one_array, outs_of
+from ._core.validate import LINEAR_OPS, cotangent_of, linear_op, one_array, outs_of
 from ._dtypes import reduce_plan
-from ._errors import ArgumentError, HpccollError
+from ._errors import HpccollError
 from ._layout import finish_reduction
 from ._request import Request
 from .collectives import alltoall, rooted, shared
@@ -574,14 +574,13 @@ def all_reduce_adjoint(
         For ``prod``, ``max`` and ``min``, which are not linear.
     """
     c = as_communicator(comm)
-    if cotangent == "varying" and type(op) is str and (op == "sum" or op == "avg"):
+    if cotangent == "varying" and type(op) is str and op in LINEAR_OPS:
         return reducing.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
     early = None
     many = is_array_list(y)
     try:
         linear = linear_op(op, "all_reduce_adjoint")
-        if cotangent not in COTANGENTS:
-            raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+        cotangent_of(cotangent)
         outs = outs_of(out, len(y)) if many and cotangent == "replicated" else None
     except HpccollError as e:
         early = e

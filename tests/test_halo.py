@@ -475,6 +475,13 @@ def test_bad_halos(comm):
             for fn in (hpccoll.halo_exchange, hpccoll.halo_exchange_adjoint):
                 raises_everywhere(cart, ArgumentError, "halo", lambda: fn(x, cart, halo=bad))
             raises_everywhere(cart, ArgumentError, "halo", lambda: hpccoll.HaloExchange(cart, halo=bad)(x))
+        # corners: one check, the same message from the functions and (when made) the operator
+        for call in (
+            lambda: hpccoll.halo_exchange(x, cart, halo=1, corners="yes"),
+            lambda: hpccoll.halo_exchange_adjoint(x, cart, halo=1, corners="yes"),
+            lambda: hpccoll.HaloExchange(cart, halo=1, corners="yes"),
+        ):
+            raises_everywhere(cart, ArgumentError, r"corners: expected a bool; got 'yes'", call)
 
 
 @pytest.mark.timeout(60)

@@ -20,7 +20,7 @@ from .._core.agree import checking, descriptor, late, refuse, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share, shape_without, with_extent
 from .._core.launch import Batch, Ready, done, launch
 from .._core.lists import list_types, survey_list
-from .._core.validate import axis_of, check_out, one_array, outs_of, plain_out, sizes_of
+from .._core.validate import axis_of, check_out, one_array, outs_of, own_sizes, plain_out, sizes_of
 from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
@@ -434,12 +434,7 @@ def _gather_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, wh
         r = root_of(root, c.size)
         ax = axis_of(axis, x.ndim)
         if sizes is not None:
-            sizes = sizes_of(sizes, c.size)
-            if sizes[c.rank] != x.shape[ax]:
-                raise ArgumentError(
-                    f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]} on rank {c.rank}; "
-                    f"got {sizes[c.rank]}"
-                )
+            sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
             out = _gather_out(out, x, xp, ax, sizes, c.rank == r)
     except HpccollError as e:
         err = e

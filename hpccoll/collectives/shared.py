@@ -20,7 +20,7 @@ from .._arrays import as_array, flat
 from .._core.agree import all_gather_desc, all_reduce_desc, settle
 from .._core.blocks import with_extent
 from .._core.launch import done
-from .._core.validate import axis_of
+from .._core.validate import axis_of, own_sizes
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError
 from .._layout import as_wire
@@ -72,7 +72,7 @@ def shared_all_gather(
         x = _shared_input(x, out)
         ax = axis_of(axis, x.ndim, joins=True)
         if sizes is not None:
-            sizes = gather.own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
+            sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
         if c.check:
             desc = all_gather_desc(x, ax, sizes, SHARED)
     except HpccollError as exc:
