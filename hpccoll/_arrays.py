@@ -166,7 +166,6 @@ def shape_of(name: str, shape: Any) -> Tuple[int, ...]:
     return dims
 
 
-@functools.lru_cache(maxsize=1024)
 def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False, array: str = "x") -> int:
     """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it (``name``) otherwise.
 
@@ -216,6 +215,7 @@ def sizes_of(sizes: Any, parts: int, name: str = "sizes") -> Tuple[int, ...]:
     return vals
 
 
+@functools.lru_cache(maxsize=1024)
 def split_sizes(n: int, parts: int) -> Tuple[int, ...]:
     """Extents of ``numpy.array_split(range(n), parts)``: the first ``n % parts`` get one more.
 
