@@ -34,10 +34,10 @@ from ._dtypes import reduce_plan
 from ._errors import HpccollError
 from ._layout import finish_reduction
 from ._request import Request
+from .collectives import all_gather as gathering
+from .collectives import all_reduce as reducing
 from .collectives import alltoall, rooted, shared
-from .collectives import gather as gathering
-from .collectives import reduce as reducing
-from .collectives import scatter as scattering
+from .collectives import reduce_scatter as scattering
 from .collectives.halo import halo_exchange as _halo
 from .collectives.shift import shift as _shift
 

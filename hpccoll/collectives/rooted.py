@@ -26,7 +26,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from ..transports import Selector
 from ..transports._control import exchange_extents
-from .reduce import copy_into, dtype_groups, list_outs
+from .all_reduce import copy_into, dtype_groups, list_outs
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
 
