@@ -29,15 +29,15 @@ from ._comm import Communicator, as_communicator
 from ._core.agree import refuse
 from ._core.launch import then
 from ._core.lists import is_array_list
-from ._core.validate import COTANGENTS, linear_op, one_array, outs_of
+from ._core.validate import LINEAR_OPS, cotangent_of, linear_op, one_array, outs_of
 from ._dtypes import reduce_plan
-from ._errors import ArgumentError, HpccollError
+from ._errors import HpccollError
 from ._layout import finish_reduction
 from ._request import Request
+from .collectives import all_gather as gathering
+from .collectives import all_reduce as reducing
 from .collectives import alltoall, rooted, shared
-from .collectives import gather as gathering
-from .collectives import reduce as reducing
-from .collectives import scatter as scattering
+from .collectives import reduce_scatter as scattering
 from .collectives.halo import halo_exchange as _halo
 from .collectives.shift import shift as _shift
 
@@ -277,7 +277,7 @@ def all_gather_adjoint(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (``axis=None``'s shape exchange, check mode) still blocks.
 
     Returns
     -------
@@ -349,7 +349,7 @@ def reduce_scatter(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (check mode) still blocks.
 
     Returns
     -------
@@ -488,7 +488,7 @@ def all_reduce(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (check mode) still blocks.
 
     Returns
     -------
@@ -559,7 +559,7 @@ def all_reduce_adjoint(
     async_op : bool
         Return a :class:`~hpccoll.Request` at once instead of the result; its
         ``wait()`` returns the result. Any agreement exchange before the data
-        moves (``sizes=None`` discovery, check mode) still blocks.
+        moves (check mode) still blocks.
 
     Returns
     -------
@@ -574,14 +574,13 @@ def all_reduce_adjoint(
         For ``prod``, ``max`` and ``min``, which are not linear.
     """
     c = as_communicator(comm)
-    if cotangent == "varying" and type(op) is str and (op == "sum" or op == "avg"):
+    if cotangent == "varying" and type(op) is str and op in LINEAR_OPS:
         return reducing.all_reduce(y, c, op, out, "all_reduce_adjoint", async_op)
     early = None
     many = is_array_list(y)
     try:
         linear = linear_op(op, "all_reduce_adjoint")
-        if cotangent not in COTANGENTS:
-            raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+        cotangent_of(cotangent)
         outs = outs_of(out, len(y)) if many and cotangent == "replicated" else None
     except HpccollError as e:
         early = e
@@ -1333,7 +1332,7 @@ def scatter_adjoint(
 @overload
 def halo_exchange(
     x: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1343,7 +1342,7 @@ def halo_exchange(
 @overload
 def halo_exchange(
     x: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1352,7 +1351,7 @@ def halo_exchange(
 ) -> Request[ArrayT]: ...
 def halo_exchange(
     x: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1371,7 +1370,9 @@ def halo_exchange(
         along the others (as a block decomposition of a global array does).
         A list exchanges every array in one message per neighbour.
     comm : Communicator
-        A Cartesian Communicator (:meth:`Communicator.cartesian`).
+        A Cartesian Communicator (:meth:`Communicator.cartesian`); there is no
+        default (``None``, the world, has no process grid and raises
+        :class:`ArgumentError`).
     halo : int or sequence of int
         The ghost layers on each side, one width for every grid axis or one
         per axis (0: that axis exchanges nothing).
@@ -1429,7 +1430,7 @@ def halo_exchange(
 @overload
 def halo_exchange_adjoint(
     g: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1439,7 +1440,7 @@ def halo_exchange_adjoint(
 @overload
 def halo_exchange_adjoint(
     g: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1448,7 +1449,7 @@ def halo_exchange_adjoint(
 ) -> Request[ArrayT]: ...
 def halo_exchange_adjoint(
     g: ArrayT,
-    comm: CommLike = None,
+    comm: CommLike,
     *,
     halo: Union[int, Sequence[int]],
     corners: bool = False,
@@ -1466,7 +1467,7 @@ def halo_exchange_adjoint(
     g : array_like (NumPy or CuPy), or a list of arrays
         The cotangent of the forward's result (ghost layers included).
     comm : Communicator
-        The forward's Cartesian Communicator.
+        The forward's Cartesian Communicator (no default, as for :func:`halo_exchange`).
     halo : int or sequence of int
         The forward's ``halo``.
     corners : bool

@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # CuPy is optional: never imported at run time here
 
 __all__ = [
     "Array",
-    "ArrayOrList",
     "ArrayT",
     "SEQUENCES",
     "as_array",
@@ -30,15 +29,14 @@ __all__ = [
     "prod",
     "shape_of",
     "split_sizes",
+    "axis_of",
+    "plain_total",
+    "sizes_of",
 ]
 
 #: An array hpccoll moves: a ``numpy.ndarray`` or a ``cupy.ndarray``. The collectives also take
 #: NumPy array-likes (scalars, lists of numbers), which they turn into NumPy arrays.
 Array = Union[np.ndarray, "cupy.ndarray"]
-
-#: The argument of a collective: one array, or a list (or tuple) of arrays for the coalesced form
-#: (:func:`list_types` says which a list is).
-ArrayOrList = Union[Array, Sequence[Array]]
 
 #: The result of a collective has the form of its argument: an array for an array, a list of arrays
 #: for a list (or tuple). A collective typed ``(x: ArrayT) -> ArrayT`` says so. CuPy ships no type
@@ -166,6 +164,55 @@ def shape_of(name: str, shape: Any) -> Tuple[int, ...]:
     if any(n < 0 for n in dims):
         raise ArgumentError(f"{name}: expected non-negative extents; got {dims}")
     return dims
+
+
+def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False, array: str = "x") -> int:
+    """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it (``name``) otherwise.
+
+    ``joins``: the axis an all-gather concatenates along (its 0-D message says so); ``array``: the
+    array's name in the 0-D message (``x[i]`` for an item of a list form).
+    """
+    if type(axis) is int and -ndim <= axis < ndim:  # the common case, fast
+        return axis % ndim
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ArgumentError(f"{name}: expected an int; got {type(axis).__name__} {axis!r}")
+    if ndim == 0 and joins:
+        raise ArgumentError(
+            f"{array}: expected an array with at least 1 dimension to concatenate along {name}; got a 0-D array "
+            "(all_gather joins the shards along an existing axis: pass numpy.atleast_1d(x), or x[None] to stack them)"
+        )
+    if ndim == 0:
+        raise ArgumentError(
+            f"{array}: expected an array with at least 1 dimension to split along {name}; got a 0-D array"
+        )
+    if not -ndim <= axis < ndim:
+        raise ArgumentError(f"{name}: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
+    return int(axis) % ndim
+
+
+def plain_total(sizes: Any, parts: int) -> int:
+    """``sum(sizes)`` when ``sizes`` is a list or tuple of ``parts`` non-negative Python ints, else -1 (one pass)."""
+    if type(sizes) not in SEQUENCES or len(sizes) != parts:
+        return -1
+    total = 0
+    for s in sizes:
+        if type(s) is not int or s < 0:
+            return -1
+        total += s
+    return total
+
+
+def sizes_of(sizes: Any, parts: int, name: str = "sizes") -> Tuple[int, ...]:
+    """``sizes`` as a tuple of ``parts`` non-negative ints; :class:`ArgumentError` otherwise."""
+    if plain_total(sizes, parts) >= 0:  # already plain: no checks owed
+        return tuple(sizes)
+    try:
+        vals = tuple(map(operator.index, sizes))
+    except TypeError:
+        raise ArgumentError(f"{name}: expected a sequence of {parts} non-negative ints; got {sizes!r}") from None
+    if len(vals) != parts or (vals and min(vals) < 0):
+        raise ArgumentError(f"{name}: expected {parts} non-negative ints (one per rank); got {list(vals)}")
+    return vals
 
 
 @functools.lru_cache(maxsize=1024)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _settings
-from ._arrays import as_array, check_list_items, list_types, prod
+from ._arrays import as_array, axis_of, check_list_items, list_types, prod, sizes_of
 from ._dtypes import ReducePlan, check_dtype, movement_dtype, normalize_op, reduce_plan
 from ._errors import ArgumentError, HpccollError, MismatchError
 from ._layout import buckets
@@ -496,10 +495,10 @@ class Communicator:
         exchanged to know them (``sizes=None``, as the collective exchanges them)."""
         if collective != "all_gather":
             return [a.nbytes for a in xs], False
-        axes = [_axis(axis, a.ndim, f"x[{i}]" if many else "x") for i, a in enumerate(xs)]
+        axes = [axis_of(axis, a.ndim, joins=True, array=f"x[{i}]" if many else "x") for i, a in enumerate(xs)]
         exchanged = False
         if sizes is not None:
-            table = [_sizes(sizes, self.size)] * len(xs)
+            table = [sizes_of(sizes, self.size)] * len(xs)
         elif self.size > 1:
             table, exchanged = exchange_extents(self, xs, axes, f"explain({collective})"), True
         else:
@@ -736,24 +735,6 @@ class Explanation:
     communicated: bool = False
     check: bool = False
     notes: Tuple[str, ...] = ()
-
-
-def _axis(axis: Any, ndim: int, name: str) -> int:
-    """``axis`` in ``[0, ndim)`` for an array named ``name``; :class:`ArgumentError` otherwise."""
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
-        raise ArgumentError(f"axis: expected an int in [{-ndim}, {ndim - 1}] for {name} ({ndim}-D); got {axis!r}")
-    return int(axis) % ndim
-
-
-def _sizes(sizes: Any, parts: int) -> Tuple[int, ...]:
-    """``sizes`` as ``parts`` non-negative ints; :class:`ArgumentError` otherwise."""
-    try:
-        vals = tuple(operator.index(s) for s in sizes)
-    except TypeError:
-        vals = ()
-    if len(vals) != parts or any(v < 0 for v in vals):
-        raise ArgumentError(f"sizes: expected {parts} non-negative ints (one per rank); got {sizes!r}")
-    return vals
 
 
 def _in_place_mover(t: Any, xs: List[Any]) -> str:

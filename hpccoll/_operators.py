@@ -18,13 +18,13 @@ from ._comm import Communicator, as_communicator
 from ._core.agree import refuse
 from ._core.blocks import shape_without, with_extent
 from ._core.lists import list_types, survey_list
-from ._core.validate import COTANGENTS, axis_of, block_sizes, outs_of, sizes_of
+from ._core.validate import LINEAR_OPS, axis_of, block_sizes, cotangent_of, outs_of, sizes_of
 from ._dtypes import check_dtype, normalize_op
 from ._errors import ArgumentError, HpccollError
 from ._plan import Plan
 from ._plan import plan as make_plan
 from .collectives.alltoall import recv_extents
-from .collectives.halo import halo_of
+from .collectives.halo import corners_of, halo_of
 from .collectives.rooted import root_of
 from .collectives.shift import offset_of
 from .transports._control import exchange_extents, run
@@ -532,7 +532,7 @@ class ReduceScatter(_PairOperator):
         return self._scattering(x, out, self.pair.forward, "reduce_scatter", guess=True)
 
     def _adjoint(self, y: Any, out: Any) -> Any:
-        if self.op not in ("sum", "avg"):  # no adjoint: the collective says so, before any exchange
+        if self.op not in LINEAR_OPS:  # no adjoint: the collective says so, before any exchange
             return super()._adjoint(y, out)
         return self._learning(y, out, self.pair.adjoint, "reduce_scatter_adjoint")
 
@@ -563,9 +563,7 @@ class AllReduce(_PairOperator):
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> None:
         super().__init__(comm)
         self.op = normalize_op(op)
-        if cotangent not in COTANGENTS:
-            raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
-        self.cotangent = cotangent
+        self.cotangent = cotangent_of(cotangent)
         self.keywords = dict(op=self.op, cotangent=cotangent)
 
     pair = PAIR["all_reduce"]
@@ -872,19 +870,20 @@ class HaloExchange(_PairOperator):
     Parameters
     ----------
     comm : Communicator
-        A Cartesian Communicator (:meth:`Communicator.cartesian`).
+        A Cartesian Communicator (:meth:`Communicator.cartesian`); no default (``None``, the world, has no
+        process grid and raises :class:`~hpccoll.ArgumentError`).
     halo : int or sequence of int
         The ghost layers on each side of every grid axis (or per axis).
     corners : bool
         Also fill the corner ghosts (see :func:`hpccoll.halo_exchange`).
     """
 
-    def __init__(self, comm: CommLike = None, *, halo: Union[int, Sequence[int]], corners: bool = False) -> None:
+    def __init__(self, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> None:
         super().__init__(comm)
         self.comm.grid  # noqa: B018 (raises ArgumentError for a communicator without a process grid)
         self.halo = halo_of(halo, len(self.comm.dims))
-        self.corners = corners
-        self.keywords = dict(halo=self.halo, corners=corners)
+        self.corners = corners_of(corners)
+        self.keywords = dict(halo=self.halo, corners=self.corners)
 
     pair = PAIR["halo_exchange"]
 

@@ -573,7 +573,7 @@ def _calling(
 
 def _reusable(name: str, options: dict) -> bool:
     """Whether the collective's result can be its next call's ``out`` (not ``axis=None``'s per-rank list)."""
-    return not (name.startswith("all_gather") and "axis" in options and options["axis"] is None)
+    return not (name == "all_gather" and "axis" in options and options["axis"] is None)
 
 
 def _writable(result: Any) -> bool:

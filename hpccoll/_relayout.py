@@ -43,8 +43,7 @@ from ._errors import TransportUnavailable
 
 __all__ = ["copy_blocks", "element_width", "per_block"]
 
-#: Element widths tried, widest first, and the NumPy dtype that moves each (bit for bit).
-_WIDTHS = (16, 8, 4, 2, 1)
+#: The NumPy dtype that moves each element width (bit for bit).
 _NUMPY_UNIT: Dict[int, np.dtype] = {
     16: np.dtype(np.complex128),
     8: np.dtype(np.uint64),

@@ -53,7 +53,9 @@ from conftest import (
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.collectives import gather, reduce, scatter
+from hpccoll.collectives import all_gather as gather  # the modules, by their collectives' short names
+from hpccoll.collectives import all_reduce as reduce
+from hpccoll.collectives import reduce_scatter as scatter
 from hpccoll.transports import _control, host_mpi
 
 try:

@@ -475,6 +475,13 @@ def test_bad_halos(comm):
             for fn in (hpccoll.halo_exchange, hpccoll.halo_exchange_adjoint):
                 raises_everywhere(cart, ArgumentError, "halo", lambda: fn(x, cart, halo=bad))
             raises_everywhere(cart, ArgumentError, "halo", lambda: hpccoll.HaloExchange(cart, halo=bad)(x))
+        # corners: one check, the same message from the functions and (when made) the operator
+        for call in (
+            lambda: hpccoll.halo_exchange(x, cart, halo=1, corners="yes"),
+            lambda: hpccoll.halo_exchange_adjoint(x, cart, halo=1, corners="yes"),
+            lambda: hpccoll.HaloExchange(cart, halo=1, corners="yes"),
+        ):
+            raises_everywhere(cart, ArgumentError, r"corners: expected a bool; got 'yes'", call)
 
 
 @pytest.mark.timeout(60)
@@ -503,9 +510,22 @@ def test_bad_cartesian_arguments(comm):
 
 @pytest.mark.timeout(60)
 def test_default_comm_is_not_cartesian(comm):
-    """comm=None is the world, which has no process grid."""
-    raises_everywhere(comm, ArgumentError, "comm", lambda: hpccoll.halo_exchange(np.zeros((4, 3)), halo=1))
-    raises_everywhere(comm, ArgumentError, "comm", lambda: hpccoll.halo_exchange_adjoint(np.zeros((4, 3)), halo=1))
+    """comm has no default: ``None`` is the world, which has no process grid, refused as any such communicator
+    is (the same message); left out, it is Python's TypeError."""
+    x = np.zeros((4, 3))
+    without_grid = raises_everywhere(comm, ArgumentError, "comm", lambda: hpccoll.halo_exchange(x, comm, halo=1))
+    for call in (
+        lambda: hpccoll.halo_exchange(x, None, halo=1),
+        lambda: hpccoll.halo_exchange_adjoint(x, None, halo=1),
+        lambda: hpccoll.HaloExchange(None, halo=1),
+    ):
+        agree(comm, raises_everywhere(comm, ArgumentError, "comm", call) == without_grid, "another message")
+    for call in (
+        lambda: hpccoll.halo_exchange(x, halo=1),
+        lambda: hpccoll.halo_exchange_adjoint(x, halo=1),
+        lambda: hpccoll.HaloExchange(halo=1),
+    ):
+        raises_everywhere(comm, TypeError, "comm", call)
 
 
 @pytest.mark.timeout(60)

@@ -303,6 +303,26 @@ def test_disagreement_raises_without_check_mode(comm):
     )
 
 
+def test_all_gather_adjoint_axis_none_keeps_its_result(comm):
+    """``all_gather_adjoint(ys, axis=None)`` returns one array, the same one on every call of its plan.
+
+    Only ``all_gather(axis=None)``'s result (a new list of per-rank arrays) cannot be the next call's
+    ``out``; a prefix test once caught the adjoint too, and its plan allocated a new result on every call.
+    """
+    p, r = comm.size, comm.rank
+    ys = [np.zeros((2, q + 1)) for q in range(p)]
+    with Verdict(comm) as v, hpccoll.plan(hpccoll.all_gather_adjoint, ys, comm, axis=None) as planned:
+        first = None
+        for k in range(3):
+            for q, y in enumerate(ys):
+                _fill(y, 100 * k + 10 * r + q)
+            want = hpccoll.all_gather_adjoint([y.copy() for y in ys], comm, axis=None)
+            got = planned()
+            first = got if first is None else first
+            v._run(f"round {k}: the same result object", lambda: _is_same(got, first))
+            _check(v, got, want, f"round {k}")
+
+
 def test_operators_plan_both_sides(comm):
     p, r = comm.size, comm.rank
     op = hpccoll.AllGather(comm, axis=0)

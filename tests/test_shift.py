@@ -170,6 +170,33 @@ def test_shift_check_mode_mismatch(comm):
         checked.free()
 
 
+@pytest.mark.mpi(min_size=2)
+def test_shift_check_mode_compares_the_messages_not_the_name(comm):
+    """``shift(offset=k)`` and ``shift_adjoint(offset=-k)`` send the same messages: check mode lets them meet.
+
+    It used to name its descriptor after the public call and raise MismatchError here; ``shift`` against
+    ``shift_adjoint`` with the same offset, other messages from three ranks on, still disagree.
+    """
+    checked = hpccoll.Communicator(comm.mpi, check=True)
+    try:
+        P, r = comm.size, comm.rank
+        G = stack(comm)
+        for k in (1, 2, -1):
+            x = G[r].copy()
+            y = hpccoll.shift(x, checked, offset=k) if r % 2 == 0 else hpccoll.shift_adjoint(x, checked, offset=-k)
+            assert_same(y, G[(r - k) % P], comm)
+        if P > 2:
+            raises_everywhere(
+                checked,
+                hpccoll.MismatchError,
+                "rank 0 has offset=1 but rank 1 has offset=",
+                lambda: (hpccoll.shift if r == 0 else hpccoll.shift_adjoint)(G[r], checked, offset=1),
+                same_message=False,
+            )
+    finally:
+        checked.free()
+
+
 def test_shift_node_shared_field_read_in_place(comm):
     """With shm named, a field from shared_empty is read from the sender's node-shared memory."""
     c = hpccoll.Communicator(comm.mpi, transport="shm")

@@ -10,21 +10,23 @@ every rank. Check mode (sharing any rank's error with every rank) is
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .._arrays import SEQUENCES, as_array, module_of, overlaps, split_sizes
+from .._arrays import SEQUENCES, as_array, axis_of, module_of, overlaps, plain_total, sizes_of, split_sizes
 from .._dtypes import check_dtype, normalize_op, op_label
 from .._errors import ArgumentError, UnsupportedOpError
 from .lists import ListOf
 
 __all__ = [
     "COTANGENTS",
+    "LINEAR_OPS",
+    "cotangent_of",
     "axis_of",
     "axes_of",
     "sizes_of",
+    "own_sizes",
     "plain_total",
     "block_sizes",
     "check_out",
@@ -35,31 +37,9 @@ __all__ = [
 ]
 
 COTANGENTS = ("varying", "replicated")
+#: The linear reductions: the ops whose collectives have an adjoint (normalised names).
+LINEAR_OPS = ("sum", "avg")
 _ndarray = np.ndarray
-
-
-def axis_of(axis: Any, ndim: int, name: str = "axis", joins: bool = False, array: str = "x") -> int:
-    """``axis`` normalised to ``[0, ndim)``; :class:`ArgumentError` naming it (``name``) otherwise.
-
-    ``joins``: the axis an all-gather concatenates along (its 0-D message says so); ``array``: the
-    array's name in the 0-D message (``x[i]`` for an item of a list form).
-    """
-    if type(axis) is int and -ndim <= axis < ndim:  # the common case, fast
-        return axis % ndim
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise ArgumentError(f"{name}: expected an int; got {type(axis).__name__} {axis!r}")
-    if ndim == 0 and joins:
-        raise ArgumentError(
-            f"{array}: expected an array with at least 1 dimension to concatenate along {name}; got a 0-D array "
-            "(all_gather joins the shards along an existing axis: pass numpy.atleast_1d(x), or x[None] to stack them)"
-        )
-    if ndim == 0:
-        raise ArgumentError(
-            f"{array}: expected an array with at least 1 dimension to split along {name}; got a 0-D array"
-        )
-    if not -ndim <= axis < ndim:
-        raise ArgumentError(f"{name}: expected an int in [{-ndim}, {ndim - 1}] for a {ndim}-D array; got {axis}")
-    return int(axis) % ndim
 
 
 def axes_of(lst: "ListOf", axis: Any, joins: bool = False) -> List[int]:
@@ -71,29 +51,14 @@ def axes_of(lst: "ListOf", axis: Any, joins: bool = False) -> List[int]:
     return [per[d] for d in ndims]
 
 
-def plain_total(sizes: Any, parts: int) -> int:
-    """``sum(sizes)`` when ``sizes`` is a list or tuple of ``parts`` non-negative Python ints, else -1 (one pass)."""
-    if type(sizes) not in SEQUENCES or len(sizes) != parts:
-        return -1
-    total = 0
-    for s in sizes:
-        if type(s) is not int or s < 0:
-            return -1
-        total += s
-    return total
-
-
-def sizes_of(sizes: Any, parts: int, name: str = "sizes") -> Tuple[int, ...]:
-    """``sizes`` as a tuple of ``parts`` non-negative ints; :class:`ArgumentError` otherwise."""
-    if plain_total(sizes, parts) >= 0:  # already plain: no checks owed
-        return tuple(sizes)
-    try:
-        vals = tuple(map(operator.index, sizes))
-    except TypeError:
-        raise ArgumentError(f"{name}: expected a sequence of {parts} non-negative ints; got {sizes!r}") from None
-    if len(vals) != parts or (vals and min(vals) < 0):
-        raise ArgumentError(f"{name}: expected {parts} non-negative ints (one per rank); got {list(vals)}")
-    return vals
+def own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
+    """``sizes`` checked: one non-negative int per rank, this rank's equal to its ``extent`` (``name``)."""
+    sizes = sizes_of(sizes, c.size)
+    if sizes[c.rank] != extent:
+        raise ArgumentError(
+            f"sizes: expected sizes[{c.rank}] == {name} == {extent} on rank {c.rank}; got {sizes[c.rank]}"
+        )
+    return sizes
 
 
 def block_sizes(sizes: Any, n: int, parts: int, name: str) -> Tuple[int, ...]:
@@ -167,7 +132,7 @@ def outs_of(out: Any, n: int) -> list:
 def linear_op(op: Any, what: str) -> str:
     """``op`` normalised, if linear (``sum``, ``avg``); :class:`UnsupportedOpError` otherwise."""
     op = normalize_op(op)
-    if op not in ("sum", "avg"):
+    if op not in LINEAR_OPS:
         why = (
             "a logical or bitwise reduction, not differentiable"
             if op in ("land", "lor", "lxor", "band", "bor", "bxor")
@@ -178,6 +143,13 @@ def linear_op(op: Any, what: str) -> str:
             f"{what}: expected op 'sum' or 'avg' (the linear reductions); got {op_label(op)}, {why}"
         )
     return op
+
+
+def cotangent_of(cotangent: Any) -> str:
+    """``cotangent`` checked: one of :data:`COTANGENTS` (``all_reduce``'s adjoint convention)."""
+    if cotangent not in COTANGENTS:
+        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
+    return cotangent
 
 
 def one_array(x: Any, name: str = "x") -> Tuple[Any, str, Any]:

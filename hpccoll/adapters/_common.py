@@ -12,11 +12,10 @@ from .._api import PAIR, all_reduce
 from .._arrays import split_sizes
 from .._comm import Communicator
 from .._core.blocks import with_extent
-from .._core.validate import COTANGENTS, axis_of, block_sizes, sizes_of
-from .._errors import ArgumentError
+from .._core.validate import axis_of, block_sizes, cotangent_of, sizes_of
 from .._operators import _extents
 from ..collectives.alltoall import own_recv_sizes, recv_extents
-from ..collectives.halo import halo_of
+from ..collectives.halo import corners_of, halo_of
 from ..collectives.rooted import root_of
 from ..collectives.shift import offset_of
 
@@ -96,9 +95,7 @@ def reduce_scatter_maps(comm: Communicator, op: Any, axis: int, sizes: Tuple[int
 
 def all_reduce_maps(comm: Communicator, op: Any, cotangent: str) -> Maps:
     """All-reduce and its adjoint under the ``cotangent`` convention (validated here)."""
-    if cotangent not in COTANGENTS:
-        raise ArgumentError(f"cotangent: expected 'varying' or 'replicated'; got {cotangent!r}")
-    return PAIR["all_reduce"].bind(comm=comm, op=op, cotangent=cotangent)
+    return PAIR["all_reduce"].bind(comm=comm, op=op, cotangent=cotangent_of(cotangent))
 
 
 def all_to_all_sizes(
@@ -190,9 +187,7 @@ def halo_exchange_maps(comm: Communicator, halo: Any, corners: Any) -> Maps:
     rank alike.
     """
     widths = halo_of(halo, len(comm.grid.dims))  # comm.grid: ArgumentError naming comm without a grid
-    if not isinstance(corners, (bool, np.bool_)):
-        raise ArgumentError(f"corners: expected a bool; got {corners!r}")
-    return PAIR["halo_exchange"].bind(comm=comm, halo=widths, corners=bool(corners))
+    return PAIR["halo_exchange"].bind(comm=comm, halo=widths, corners=corners_of(corners))
 
 
 def replicate_maps(comm: Communicator) -> Maps:

@@ -112,8 +112,8 @@ from .._api import all_gather as _core_all_gather
 from .._arrays import split_sizes
 from .._comm import Communicator, as_communicator
 from .._core.blocks import with_extent
+from .._core.validate import LINEAR_OPS, block_sizes
 from .._core.validate import axis_of as _axis
-from .._core.validate import block_sizes
 from .._core.validate import linear_op as _linear_op
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
@@ -208,7 +208,7 @@ class _Map:
     @property
     def linear(self) -> bool:
         """Whether the map is linear in its argument (an adjoint is, or :meth:`check` raises)."""
-        return self.adjoint or self.op is None or normalize_op(self.op) in ("sum", "avg")
+        return self.adjoint or self.op is None or normalize_op(self.op) in LINEAR_OPS
 
     def shifted(self, b: int) -> "_Map":
         """The same map on arrays with one more axis at ``b`` (``jax.vmap``'s batch axis): axes from ``b`` on, +1."""

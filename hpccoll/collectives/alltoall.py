@@ -41,7 +41,8 @@ __all__ = ["all_to_all", "own_recv_sizes", "recv_extents"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
-Sizes = Tuple[int, ...]
+#: Checked extents, one per rank (what ``sizes`` and ``recv_sizes`` become once validated or exchanged).
+Extents = Tuple[int, ...]
 
 
 def all_to_all(
@@ -151,12 +152,12 @@ def _alike(parts: int, send_counts: Sequence[int], itemsize: int, even: bool) ->
     return parts * parts * send_counts[0] * itemsize if even else 0
 
 
-def _sent(x: Any, sa: int, ca: int, sizes: Sizes, parts: int) -> Sizes:
+def _sent(x: Any, sa: int, ca: int, sizes: Extents, parts: int) -> Extents:
     """The extents along ``concat_axis`` of the blocks this rank sends to ranks 0, 1, ..., ``parts - 1``."""
     return tuple(sizes) if sa == ca else (x.shape[ca],) * parts
 
 
-def own_recv_sizes(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Sizes, name: str) -> Sizes:
+def own_recv_sizes(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Extents, name: str) -> Extents:
     """``recv_sizes`` checked, including the block this rank sends itself (local, no communication)."""
     recv_sizes = sizes_of(recv_sizes, c.size, "recv_sizes")
     mine, rank = _sent(x, sa, ca, sizes, c.size)[c.rank], c.rank
@@ -169,7 +170,7 @@ def own_recv_sizes(recv_sizes: Any, c: Any, x: Any, sa: int, ca: int, sizes: Siz
     return recv_sizes
 
 
-def _out(out: Any, x: Any, xp: Any, sa: int, ca: int, mine: int, recv_sizes: Sizes) -> Any:
+def _out(out: Any, x: Any, xp: Any, sa: int, ca: int, mine: int, recv_sizes: Extents) -> Any:
     """Validate (or allocate) ``out``: extent ``mine`` along ``split_axis``, then ``sum(recv_sizes)`` along
     ``concat_axis``; it may not overlap ``x`` at all (no in-place form)."""
     return check_out(out, with_extent(with_extent(x.shape, sa, mine), ca, sum(recv_sizes)), x.dtype, x, xp)
@@ -181,8 +182,8 @@ def _move(
     xp: Any,
     sa: int,
     ca: int,
-    sizes: Sizes,
-    recv_sizes: Sizes,
+    sizes: Extents,
+    recv_sizes: Extents,
     out: Any,
     even: bool,
     async_op: bool,
@@ -208,7 +209,7 @@ def _move(
 # --------------------------------------------------------------------------- what every rank receives
 
 
-def _signature(a: Any, sa: int, ca: int, sizes: Sizes) -> tuple:
+def _signature(a: Any, sa: int, ca: int, sizes: Extents) -> tuple:
     """What must match across ranks: dtype, ndim, axes, the extents other than along ``concat_axis``, and
     (axes differing) the split, which is then one decomposition shared by every rank."""
     return (
@@ -218,7 +219,7 @@ def _signature(a: Any, sa: int, ca: int, sizes: Sizes) -> tuple:
     )
 
 
-def recv_extents(c: Any, x: Any, sa: int, ca: int, sizes: Sizes, what: str) -> Sizes:
+def recv_extents(c: Any, x: Any, sa: int, ca: int, sizes: Extents, what: str) -> Extents:
     """Every rank's extent along ``concat_axis`` of its block for this rank (collective when ``c.size > 1``).
 
     ``x`` needs only ``shape`` and ``dtype`` (the adapters pass stand-ins);
@@ -228,8 +229,8 @@ def recv_extents(c: Any, x: Any, sa: int, ca: int, sizes: Sizes, what: str) -> S
 
 
 def _exchange(
-    c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Sizes], key: int, what: str
-) -> Tuple[List[Sizes], bool]:
+    c: Any, arrays: Sequence[Any], sas: Sequence[int], cas: Sequence[int], table: Sequence[Extents], key: int, what: str
+) -> Tuple[List[Extents], bool]:
     """``result[i][r]``: the extent along array i's ``concat_axis`` of what rank r sends this rank; and
     whether every pair of ranks moves the same count (every rank's ``key`` the same, not -1)."""
     parts = c.size
@@ -251,14 +252,14 @@ def _settle(
     arrays: Sequence[Any],
     sas: Sequence[int],
     cas: Sequence[int],
-    table: Sequence[Sizes],
-    recv_sizes: Optional[Sizes],
+    table: Sequence[Extents],
+    recv_sizes: Optional[Extents],
     key: int,
     desc: Any,
     err: Optional[HpccollError],
     what: str,
     async_op: bool,
-) -> Tuple[List[Sizes], bool]:
+) -> Tuple[List[Extents], bool]:
     """Raise a local error (check mode: on every rank); then every array's receive extents, one per rank,
     and whether every pair of ranks moves the same count (the same verdict on every rank).
 
@@ -310,7 +311,7 @@ def _many(
     arrays: List[Any] = []
     sas: List[int] = []
     cas: List[int] = []
-    table: List[Sizes] = []
+    table: List[Extents] = []
     try:
         lst = survey_list(xs, types, async_op)
         arrays, kind = lst.arrays, lst.kind
@@ -356,8 +357,8 @@ def _outs(
     arrays: List[Any],
     sas: List[int],
     cas: List[int],
-    table: List[Sizes],
-    recv_table: List[Sizes],
+    table: List[Extents],
+    recv_table: List[Extents],
     rank: int,
     xp: Any,
 ) -> List[Any]:
@@ -366,7 +367,7 @@ def _outs(
     ]
 
 
-def _pack_list(arrays: List[Any], sas: List[int], table: List[Sizes], xp: Any, parts: int) -> Any:
+def _pack_list(arrays: List[Any], sas: List[int], table: List[Extents], xp: Any, parts: int) -> Any:
     """Every array's block for rank j, C-ordered, one after another, for j = 0, 1, ...: as bytes."""
     pieces = []
     starts = [0] * len(arrays)
@@ -379,7 +380,7 @@ def _pack_list(arrays: List[Any], sas: List[int], table: List[Sizes], xp: Any, p
     return xp.concatenate(pieces) if pieces else xp.empty(0, _BYTES)
 
 
-def _unpacker(recv: Any, outs: List[Any], cas: List[int], recv_table: List[Sizes], xp: Any) -> Callable[[], Any]:
+def _unpacker(recv: Any, outs: List[Any], cas: List[int], recv_table: List[Extents], xp: Any) -> Callable[[], Any]:
     def finish() -> List[Any]:
         offset = 0
         starts = [0] * len(outs)

@@ -66,7 +66,7 @@ from ..transports._control import MAX_DIMS, exchange_shapes
 from ..transports._mpitypes import contiguous_run, strided
 from ..transports.shm import holder_of
 
-__all__ = ["halo_exchange", "halo_of"]
+__all__ = ["halo_exchange", "halo_of", "corners_of"]
 
 #: A region of an array: one ``slice`` per grid axis (the trailing axes are whole).
 Region = Tuple[slice, ...]
@@ -87,6 +87,13 @@ def halo_of(halo: Any, d: int) -> Tuple[int, ...]:
     if any(h < 0 for h in widths):
         raise ArgumentError(f"halo: expected widths >= 0; got {list(widths)}")
     return widths
+
+
+def corners_of(corners: Any) -> bool:
+    """``corners`` checked: a bool (NumPy's too)."""
+    if not isinstance(corners, (bool, np.bool_)):
+        raise ArgumentError(f"corners: expected a bool; got {corners!r}")
+    return bool(corners)
 
 
 def _directions(d: int, corners: bool) -> List[Tuple[int, ...]]:
@@ -412,8 +419,7 @@ def _checked(
         grid = c.grid
         d = len(grid.dims)
         widths = halo_of(halo, d)
-        if not isinstance(corners, (bool, np.bool_)):
-            raise ArgumentError(f"corners: expected a bool; got {corners!r}")
+        corners_of(corners)
         if many:
             lst = survey_list(x, list_types(x) or set(), async_op)
             arrays, kind = lst.arrays, lst.kind

@@ -20,13 +20,13 @@ from .._core.agree import checking, descriptor, late, refuse, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share, shape_without, with_extent
 from .._core.launch import Batch, Ready, done, launch
 from .._core.lists import list_types, survey_list
-from .._core.validate import axis_of, check_out, one_array, outs_of, plain_out, sizes_of
+from .._core.validate import axis_of, check_out, one_array, outs_of, own_sizes, plain_out, sizes_of
 from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from ..transports import Selector
 from ..transports._control import exchange_extents
-from .reduce import copy_into, dtype_groups, list_outs
+from .all_reduce import copy_into, dtype_groups, list_outs
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
 
@@ -383,7 +383,7 @@ def _unpacker(
 # --------------------------------------------------------------------------- gather and scatter
 
 
-class _Ready(NamedTuple):
+class _Agreed(NamedTuple):
     """One array of a gather or scatter, validated and agreed, its extents known."""
 
     x: Any
@@ -412,7 +412,7 @@ def scatter(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: st
 Step = Tuple[str, tuple, Callable[[], Any]]
 
 
-def _one(a: _Ready, step: Callable[[_Ready, Any], Step], c: Any, async_op: bool) -> Any:
+def _one(a: _Agreed, step: Callable[[_Agreed, Any], Step], c: Any, async_op: bool) -> Any:
     if c.size == 1:
         a.xp.copyto(a.out, a.x)
         return done(a.out, async_op, a.kind)
@@ -420,12 +420,12 @@ def _one(a: _Ready, step: Callable[[_Ready, Any], Step], c: Any, async_op: bool)
     return launch(c.transport_of(a.kind, _nbytes(a), primitive, not async_op), primitive, args, finish, async_op)
 
 
-def _nbytes(a: _Ready) -> int:
+def _nbytes(a: _Agreed) -> int:
     """The message size every rank computes alike: the whole gathered (scattered) array."""
     return sum(a.sizes) * prod(with_extent(a.x.shape, a.ax, 1)) * a.x.itemsize
 
 
-def _gather_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Ready:
+def _gather_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Agreed:
     """Validate one gather, agree in check mode, learn the extents when ``sizes`` is None."""
     err = None
     kind, xp, r, ax = "numpy", np, 0, 0
@@ -434,12 +434,7 @@ def _gather_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, wh
         r = root_of(root, c.size)
         ax = axis_of(axis, x.ndim)
         if sizes is not None:
-            sizes = sizes_of(sizes, c.size)
-            if sizes[c.rank] != x.shape[ax]:
-                raise ArgumentError(
-                    f"sizes: expected sizes[{c.rank}] == x.shape[{ax}] == {x.shape[ax]} on rank {c.rank}; "
-                    f"got {sizes[c.rank]}"
-                )
+            sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
             out = _gather_out(out, x, xp, ax, sizes, c.rank == r)
     except HpccollError as e:
         err = e
@@ -457,7 +452,7 @@ def _gather_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, wh
     elif sizes is None:
         sizes = exchange_extents(c, (x,), (ax,), what)[0] if c.size > 1 else (x.shape[ax],)
         out = _gather_out(out, x, xp, ax, sizes, c.rank == r)
-    return _Ready(x, kind, xp, r, ax, tuple(sizes), out)
+    return _Agreed(x, kind, xp, r, ax, tuple(sizes), out)
 
 
 def _desc(collective: str, x: Any, ax: int, r: int, sizes: Any) -> Dict[str, Any]:
@@ -470,7 +465,7 @@ def _gather_out(out: Any, x: Any, xp: Any, ax: int, sizes: Sequence[int], mine: 
     return check_out(out, with_extent(x.shape, ax, sum(sizes) if mine else 0), x.dtype, x, xp)
 
 
-def _gather_step(a: _Ready, c: Any) -> Step:
+def _gather_step(a: _Agreed, c: Any) -> Step:
     """The transport call of a gather, and its finishing step."""
     x, xp, out, r = a.x, a.xp, a.out, a.root
     lead, inner = prod(x.shape[: a.ax]), prod(x.shape[a.ax + 1 :])
@@ -490,7 +485,7 @@ def _gather_step(a: _Ready, c: Any) -> Step:
     return "gatherv", (send, recv, counts, r), finish
 
 
-def _scatter_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Ready:
+def _scatter_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Agreed:
     """Validate one scatter, agree in check mode, learn root's extent when ``sizes`` is None."""
     err = None
     kind, xp, r, ax = "numpy", np, 0, 0
@@ -521,7 +516,7 @@ def _scatter_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, w
         extent = exchange_extents(c, (x,), (ax,), what)[0][r] if c.size > 1 else x.shape[ax]
         sizes = split_sizes(extent, c.size)
         out = _scatter_out(out, x, xp, ax, sizes[c.rank])
-    return _Ready(x, kind, xp, r, ax, tuple(sizes), out)
+    return _Agreed(x, kind, xp, r, ax, tuple(sizes), out)
 
 
 def _scatter_out(out: Any, x: Any, xp: Any, ax: int, extent: int) -> Any:
@@ -529,7 +524,7 @@ def _scatter_out(out: Any, x: Any, xp: Any, ax: int, extent: int) -> Any:
     return check_out(out, with_extent(x.shape, ax, extent), x.dtype, x, xp)
 
 
-def _scatter_step(a: _Ready, c: Any) -> Step:
+def _scatter_step(a: _Agreed, c: Any) -> Step:
     """The transport call of a scatter, and its finishing step."""
     x, xp, out, r = a.x, a.xp, a.out, a.root
     lead, inner = prod(x.shape[: a.ax]), prod(x.shape[a.ax + 1 :])
@@ -548,8 +543,8 @@ def _scatter_step(a: _Ready, c: Any) -> Step:
 
 
 def _per_array(
-    ready: Callable[..., _Ready],
-    step: Callable[[_Ready, Any], Step],
+    ready: Callable[..., _Agreed],
+    step: Callable[[_Agreed, Any], Step],
     xs: Any,
     types: Any,
     c: Any,

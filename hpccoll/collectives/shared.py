@@ -20,13 +20,13 @@ from .._arrays import as_array, flat
 from .._core.agree import all_gather_desc, all_reduce_desc, settle
 from .._core.blocks import with_extent
 from .._core.launch import done
-from .._core.validate import axis_of
+from .._core.validate import axis_of, own_sizes
 from .._dtypes import check_dtype, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError
 from .._layout import as_wire
 from ..transports._control import exchange_extents
 from ..transports.shm import SHARED, holder_of
-from . import gather, reduce
+from . import all_gather, all_reduce
 
 __all__ = ["shared_all_gather", "shared_all_reduce"]
 
@@ -72,7 +72,7 @@ def shared_all_gather(
         x = _shared_input(x, out)
         ax = axis_of(axis, x.ndim, joins=True)
         if sizes is not None:
-            sizes = gather.own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
+            sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
         if c.check:
             desc = all_gather_desc(x, ax, sizes, SHARED)
     except HpccollError as exc:
@@ -83,7 +83,7 @@ def shared_all_gather(
     t = c.shared_transport()
     shape = with_extent(x.shape, ax, sum(sizes))
     if not t.gathers_shared(shape, ax):
-        result = t.publish_shared(gather.all_gather(x, c, ax, sizes, None, what, False))
+        result = t.publish_shared(all_gather.all_gather(x, c, ax, sizes, None, what, False))
     else:
         result = t.gather_shared(x, shape, ax, sizes, exclusive)
     return done(result, async_op)
@@ -109,7 +109,7 @@ def shared_all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bo
     t = c.shared_transport()
     plan = reduce_plan(x.dtype, op, frozenset(), t.saturates, t.reduce_ops)
     if plan.widen:
-        result = t.publish_shared(reduce.all_reduce(x, c, op, None, what, False))
+        result = t.publish_shared(all_reduce.all_reduce(x, c, op, None, what, False))
     else:
         send = as_wire(flat(x, np), plan.wire)
         result = t.reduce_shared(send, plan.op, c.size if plan.divide else 1, x.shape, x.dtype)

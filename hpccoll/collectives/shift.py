@@ -69,7 +69,8 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
         xp = module_of(kind)
         outs = [check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL)) for a, o in zip(arrays, wanted)]
         if c.check:
-            desc = descriptor(what, offset=step, arrays=[(a.dtype.name, a.shape) for a in arrays])
+            # named by the messages, not the call: shift_adjoint(offset=-k) sends what shift(offset=k) sends
+            desc = descriptor("shift", offset=step, arrays=[(a.dtype.name, a.shape) for a in arrays])
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)

@@ -40,13 +40,23 @@ from .._core.blocks import (
 )
 from .._core.launch import Batch, Ready, done, launch, scratch
 from .._core.lists import ListOf, list_types, survey_list
-from .._core.validate import axes_of, axis_of, check_out, one_array, outs_of, plain_out, plain_total, sizes_of
+from .._core.validate import (
+    axes_of,
+    axis_of,
+    check_out,
+    one_array,
+    outs_of,
+    own_sizes,
+    plain_out,
+    plain_total,
+    sizes_of,
+)
 from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, join, wire_flat
 from ..transports._control import exchange_extents, exchange_shapes
 
-__all__ = ["all_gather", "all_gather_arrays", "own_sizes"]
+__all__ = ["all_gather", "all_gather_arrays"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -128,16 +138,6 @@ def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: b
         xp.copyto(out, x)
         return done(out, async_op, kind)
     return _move(x, c.transport_of(kind, out.nbytes, "allgatherv", not async_op), xp, ax, sizes, out, c.rank, async_op)
-
-
-def own_sizes(sizes: Any, c: Any, extent: int, name: str) -> Tuple[int, ...]:
-    """``sizes`` checked: one non-negative int per rank, this rank's equal to its ``extent`` (``name``)."""
-    sizes = sizes_of(sizes, c.size)
-    if sizes[c.rank] != extent:
-        raise ArgumentError(
-            f"sizes: expected sizes[{c.rank}] == {name} == {extent} on rank {c.rank}; got {sizes[c.rank]}"
-        )
-    return sizes
 
 
 def _out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) -> Any:

@@ -55,7 +55,7 @@ from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
 from ..transports._control import exchange_shapes
-from .reduce import copy_into, dtype_groups, finisher, into
+from .all_reduce import copy_into, dtype_groups, finisher, into
 
 __all__ = ["reduce_scatter", "reduce_scatter_arrays"]
 
