@@ -466,7 +466,9 @@ def pytest_collection_modifyitems(config, items):
     from hpccoll._settings import flag
 
     tier = config.getoption("tier")
-    quick = tiers.quick_tier(items)
+    from mpi4py import MPI
+
+    quick = tiers.quick_tier(items, MPI.COMM_WORLD.size)
     config.stash[TIER_KEY] = {"items": list(items), "quick": quick}
     if tier != "all":
         keep = {id(item) for item in quick}

@@ -10,6 +10,9 @@ from mpi4py import MPI
 
 HERE = Path(__file__).resolve().parent
 
+# at every rank count of `make test` (the check is per rank count; it does not communicate)
+pytestmark = pytest.mark.mpi
+
 
 def collected(request):
     """The session's whole collection and its quick tier; skips unless every test file was collected."""
@@ -25,7 +28,7 @@ def test_quick_tier_touches_every_collective_transport_and_adapter(request):
     chosen = collected(request)
     size = MPI.COMM_WORLD.size
     needed = tiers.required()
-    have = set().union(*(tiers.touches(item, needed) for item in chosen["quick"] if size in tiers.runs_at(item)))
+    have = set().union(*(tiers.touches(item, needed) for item in chosen["quick"] if tiers.runs(item, size)))
     want = {f"{kind}:{name}" for kind, names in needed.items() for name in names}
     assert not want - have, f"at {size} ranks the quick tier runs no test of {sorted(want - have)}"
 
@@ -39,12 +42,15 @@ def test_every_full_only_test_exists(request):
 
 def test_every_parameter_value_runs_in_the_quick_tier(request):
     chosen = collected(request)
+    size = MPI.COMM_WORLD.size
 
     def values(items):
         return {
             (item.nodeid.split("[", 1)[0], name, tiers._key(value))
             for item in items
-            if getattr(item, "callspec", None) is not None and not tiers.full_only(item)
+            if getattr(item, "callspec", None) is not None
+            and not tiers.full_only(item)
+            and (size == 1 or item.get_closest_marker("mpi"))
             for name, value in item.callspec.params.items()
         }
 
