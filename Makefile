@@ -57,10 +57,12 @@ RUN_LIMIT = timeout -s $(LIMIT_SIGNAL) -k 30 $(TEST_TIMEOUT)
 HPCCOLL_TESTS ?= tests
 # more pytest options for test-serial and test-N, e.g. PYTEST_ARGS="-k 'not simulated_nodes'" (.ci/run)
 PYTEST_ARGS ?=
+# the tier test-serial and test-N run (tests/tiers.py): all (every test), quick (`make test`'s) or rest (the others)
+TIER     ?= all
 PYTEST   := -m mpi4py -m pytest --with-mpi -p no:cacheprovider
 NP       ?= 4
 
-.PHONY: venv demo test test-serial test-system system-mpi mpi-info lint-imports bench-quick bench-overhead clean
+.PHONY: venv demo test test-rest test-all test-serial test-system system-mpi mpi-info lint-imports bench-quick bench-overhead clean
 
 venv: $(VENV)/.installed
 
@@ -79,8 +81,19 @@ endif
 demo: venv
 	timeout 300 $(MPIEXEC) -n 4 $(PY) -m mpi4py examples/quickstart.py
 
-## test: the architecture contracts, then the suite serially and at 2, 3 and 4 ranks (on MPI=$(MPI))
-test: lint-imports test-serial test-2 test-3 test-4
+## test: the architecture contracts, then the quick tier serially and at 2, 3 and 4 ranks (on MPI=$(MPI)):
+## every collective, adjoint, transport and adapter, each parameter value once (tests/tiers.py)
+test: lint-imports
+	$(MAKE) --no-print-directory test-serial test-2 test-3 test-4 TIER=quick
+
+## test-rest: what `make test` leaves out, serially and at 2, 3 and 4 ranks (CI: after `make test`)
+test-rest: venv
+	$(MAKE) --no-print-directory test-serial test-2 test-3 test-4 TIER=rest
+
+## test-all: the full matrix: the adapters installed (autograd, scipy, torch, JAX), the architecture contracts,
+## then every test serially and at 2, 3 and 4 ranks
+test-all: venv-adapters lint-imports
+	$(MAKE) --no-print-directory test-serial test-2 test-3 test-4 TIER=all
 
 ## test-system: the suite serially and at 2 ranks on mpi4py built from source against a system MPI
 ## (Debian's Open MPI, installed here if no mpicc is on PATH and apt-get can run)
@@ -135,12 +148,13 @@ dist: venv-dev
 	$(VENV)/bin/twine check --strict dist/*
 	HPCCOLL_DIST_DIR=dist $(RUN_LIMIT) $(PY) $(PYTEST) -q tests/test_packaging.py
 
+## test-serial: the suite (TIER, default all) in one process
 test-serial: venv
-	$(RUN_LIMIT) $(PY) $(PYTEST) $(PYTEST_ARGS) $(HPCCOLL_TESTS)
+	$(RUN_LIMIT) $(PY) $(PYTEST) --tier=$(TIER) $(PYTEST_ARGS) $(HPCCOLL_TESTS)
 
-## test-N: the suite at N ranks (python -m mpi4py turns an uncaught exception into MPI_Abort)
+## test-N: the suite (TIER, default all) at N ranks (python -m mpi4py turns an uncaught exception into MPI_Abort)
 test-%: venv
-	$(RUN_LIMIT) $(MPIEXEC) -n $* $(PY) $(PYTEST) -q $(PYTEST_ARGS) $(HPCCOLL_TESTS)
+	$(RUN_LIMIT) $(MPIEXEC) -n $* $(PY) $(PYTEST) -q --tier=$(TIER) $(PYTEST_ARGS) $(HPCCOLL_TESTS)
 
 ## bench-quick: hpccoll over raw mpi4py, side by side, at 2 ranks
 bench-quick: venv

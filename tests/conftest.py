@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+import tiers
 
 import hpccoll
 
@@ -440,13 +441,40 @@ def raises_everywhere(comm, exc, match, call, *, same_message=True):
     return seen[0]
 
 
-def pytest_collection_modifyitems(config, items):
-    """``large`` tests (messages over 2^31 elements, many GiB) run only with HPCCOLL_TEST_LARGE=1 (make test-large),
-    each with up to 25 minutes (setup.cfg's per-test timeout is for everything else).
+def pytest_addoption(parser):
+    parser.addoption(
+        "--tier",
+        choices=tiers.TIERS,
+        default="all",
+        help="quick: what `make test` runs (every collective, adjoint, transport and adapter; each parameter value "
+        "once); rest: what quick leaves out; all (default): both (tests/tiers.py)",
+    )
 
-    The decision depends on the environment only, so it is the same on every rank.
+
+#: The tier of every collected item, for tests/test_tiers.py: {"items": all collected, "quick": the quick tier's}.
+TIER_KEY = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: the tiers are chosen from the whole collection
+def pytest_collection_modifyitems(config, items):
+    """Keep the ``--tier`` asked for (tests/tiers.py); and ``large`` tests (messages over 2^31 elements, many GiB)
+    run only with HPCCOLL_TEST_LARGE=1 (make test-large), each with up to 25 minutes (setup.cfg's per-test timeout
+    is for everything else).
+
+    Both decisions depend on the collection and the environment only, so they are the same on every rank.
     """
     from hpccoll._settings import flag
+
+    tier = config.getoption("tier")
+    from mpi4py import MPI
+
+    quick = tiers.quick_tier(items, MPI.COMM_WORLD.size)
+    config.stash[TIER_KEY] = {"items": list(items), "quick": quick}
+    if tier != "all":
+        keep = {id(item) for item in quick}
+        chosen = [item for item in items if (id(item) in keep) == (tier == "quick")]
+        config.hook.pytest_deselected(items=[item for item in items if (id(item) in keep) != (tier == "quick")])
+        items[:] = chosen
 
     large = [item for item in items if "large" in item.keywords]
     if flag("HPCCOLL_TEST_LARGE", os.environ.get("HPCCOLL_TEST_LARGE", "").strip()):

@@ -332,11 +332,12 @@ def test_torch_cuda_via_dlpack(comm):
 
 def test_linear_operator_is_forward_and_adjoint(comm):
     pytest.importorskip("scipy")
-    from hpccoll.adapters.scipy import aslinearoperator
+    from hpccoll.adapters.scipy import CollectiveLinearOperator, aslinearoperator
 
     sizes = uneven(comm.size)
     op = hpccoll.AllGather(comm, axis=1, sizes=sizes)
     A = aslinearoperator(op, x_shape=(2, sizes[comm.rank]), y_shape=(2, sum(sizes)))
+    assert isinstance(A, CollectiveLinearOperator)
     assert A.shape == (2 * sum(sizes), 2 * sizes[comm.rank]) and A.dtype == np.float64
     x = make((2, sizes[comm.rank]), np.float64, seed=14 + comm.rank)
     y = make((2, sum(sizes)), np.float64, seed=24 + comm.rank)
