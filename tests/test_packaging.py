@@ -48,7 +48,13 @@ TOP = (
     "MANIFEST.in",
 )
 #: What `make test` needs beyond the test files themselves.
-NEEDED_BY_TESTS = ("tests/conftest.py", "tests/launch.py", "tests/standin_cupy.py", "tests/standin_nccl.py")
+NEEDED_BY_TESTS = (
+    "tests/conftest.py",
+    "tests/tiers.py",
+    "tests/launch.py",
+    "tests/standin_cupy.py",
+    "tests/standin_nccl.py",
+)
 #: What a build from a copy of the checkout leaves behind (and version control, and the venvs).
 BUILD_OUTPUTS = (
     ".git",

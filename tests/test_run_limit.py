@@ -76,7 +76,8 @@ LIMITS = (5, 15, 45)
 @pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils' timeout")
 @pytest.mark.parametrize("n", [1, 2], ids=["serial", "2-ranks"])
 def test_a_run_killed_at_its_limit_names_the_test_on_every_rank(tmp_path, n):
-    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    for helper in ("conftest.py", "tiers.py"):  # conftest imports tiers
+        shutil.copy(Path(__file__).with_name(helper), tmp_path / helper)
     (tmp_path / "test_hangs.py").write_text(textwrap.dedent(HANGS))
     # the Makefile's choice: Open MPI's mpiexec aborts on TERM and drops what the ranks print; it passes USR2 on
     sig = "USR2" if n > 1 and mpi_flavour() == "openmpi" else "TERM"
