@@ -451,8 +451,17 @@ def pytest_addoption(parser):
     )
 
 
-#: The tier of every collected item, for tests/test_tiers.py: {"items": all collected, "quick": the quick tier's}.
+#: The tier of every collected item, for tests/test_tiers.py: {"items": all collected, "quick": the quick tier's,
+#: "skipped": the test files that skipped as a whole when collected (e.g. test_conformance.py without the real CuPy)}.
 TIER_KEY = pytest.StashKey[dict]()
+
+#: The names of the test files whose collection skipped (pytest_collectreport), read into TIER_KEY's "skipped".
+_skipped_files: set = set()
+
+
+def pytest_collectreport(report):
+    if report.skipped and report.nodeid.endswith(".py"):
+        _skipped_files.add(os.path.basename(report.nodeid))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: the tiers are chosen from the whole collection
@@ -469,7 +478,7 @@ def pytest_collection_modifyitems(config, items):
     from mpi4py import MPI
 
     quick = tiers.quick_tier(items, MPI.COMM_WORLD.size)
-    config.stash[TIER_KEY] = {"items": list(items), "quick": quick}
+    config.stash[TIER_KEY] = {"items": list(items), "quick": quick, "skipped": set(_skipped_files)}
     if tier != "all":
         keep = {id(item) for item in quick}
         chosen = [item for item in items if (id(item) in keep) == (tier == "quick")]
