@@ -12,7 +12,7 @@ import numpy as np
 from .._faults import watched
 from .._request import Pending
 from ._base import WIRE_OPS, Prepared, Transport
-from ._control import run
+from ._control import receive_buffer, run, short, truncated
 from ._mpitypes import (
     _DATATYPES,
     _OPS,
@@ -84,6 +84,9 @@ class HostMPI(Transport):
         self.bcast_forms_match = self._pair  # Send and Recv match Isend and Irecv
         #: MPI-4 persistent collectives (``MPI_Allreduce_init`` ...) for :meth:`prepare`.
         self.persistent = _persistent_collectives()
+        from mpi4py import MPI
+
+        self._new_status = MPI.Status  # a receive's status, where its size is compared with the buffer's
         self._prepared: "weakref.WeakSet[_Fixed]" = weakref.WeakSet()  # freed by close()
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
@@ -157,15 +160,21 @@ class HostMPI(Transport):
 
     def bcast(self, buf: Any, root: int) -> None:
         if self.comm.timeout is not None:
-            self._blocking(*self._bcast(buf, root))
+            self._blocking(*self._bcast(buf, root, counted=True))
             return
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
-        if not self._pair:
-            self._mpi.Bcast(spec, root)
-        elif self.comm.rank == root:
-            self._mpi.Send(spec, 1 - root, _BCAST_TAG)
-        else:
-            self._mpi.Recv(spec, root, _BCAST_TAG)
+        try:
+            if not self._pair:
+                self._mpi.Bcast(spec, root)
+            elif self.comm.rank == root:
+                self._mpi.Send(spec, 1 - root, _BCAST_TAG)
+            else:
+                status = self._new_status()
+                self._mpi.Recv(spec, root, _BCAST_TAG, status)
+                if status.count != buf.nbytes:  # shorter than buf: MPI accepts it (a longer one raises)
+                    raise short("MPI_Recv", buf, status.count, root)
+        except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
+            _reraise(e, "MPI_Bcast" if not self._pair else "MPI_Recv", buf)
 
     def ibcast(self, buf: Any, root: int) -> Pending:
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
@@ -174,13 +183,16 @@ class HostMPI(Transport):
         elif self.comm.rank == root:
             request = self._mpi.Isend(spec, 1 - root, _BCAST_TAG)
         else:
-            request = self._mpi.Irecv(spec, root, _BCAST_TAG)
+            request = _Requests([self._mpi.Irecv(spec, root, _BCAST_TAG)], [(buf, root)], "MPI_Irecv")
         return MPIPending(request, None, self.comm, "MPI_Bcast")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
         name, args, then = self._reduce(send, recv, op, root)
         if then is None and self.comm.timeout is None:
-            self._mpi.Reduce(*args)  # as bcast: no frame between (a small reduce's cost is mostly these steps)
+            try:
+                self._mpi.Reduce(*args)  # as bcast: no frame between (a small reduce's cost is mostly these steps)
+            except Exception as e:  # noqa: BLE001
+                _reraise(e, "MPI_Reduce", recv)
         else:
             self._blocking(name, args, then)
 
@@ -227,7 +239,7 @@ class HostMPI(Transport):
             for buf, q in messages:
                 k = seen[q] = seen.get(q, -1) + 1
                 requests.append(make(region(buf), q, _MESSAGE_TAG + k))
-        return _Requests(requests)
+        return _Requests(requests, recvs, "MPI_Irecv")
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """The MPI call of ``primitive(*args)`` built once: its blocking form, or (``method="persistent"``,
@@ -303,16 +315,15 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = displacements(send_counts), displacements(recv_counts)
         irecv, isend = mpi.Irecv, mpi.Isend
-        requests = [
-            irecv([recv, (recv_counts[r], got[r]), t], r, _PAIRWISE_TAG) for r in self._sources if recv_counts[r]
-        ]
+        blocks = [(recv[got[r] : got[r] + recv_counts[r]], r) for r in self._sources if recv_counts[r]]
+        requests = [irecv([block, t], r, _PAIRWISE_TAG) for block, r in blocks]
         requests += [
             isend([send, (send_counts[j], sent[j]), t], j, _PAIRWISE_TAG) for j in self._targets if send_counts[j]
         ]
         n = send_counts[rank]
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
-        return MPIPending(_Requests(requests), None, self.comm, "the all-to-all's point-to-point pairs")
+        return MPIPending(_Requests(requests, blocks, "MPI_Irecv"), None, self.comm, "the all-to-all's point-to-point pairs")
 
     def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
         """:meth:`_pairwise` between two ranks, blocking: one ``Sendrecv`` (one call into MPI where the
@@ -321,18 +332,25 @@ class HostMPI(Transport):
         other = 1 - rank
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = (0, send_counts[0]), (0, recv_counts[0])  # where blocks 0 and 1 start
-        outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (recv_counts[other], got[other]), t]
-        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG), None)
+        block = recv[got[other] : got[other] + recv_counts[other]]
+        outgoing, status = [send, (send_counts[other], sent[other]), t], self._new_status()
+        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, [block, t], other, _PAIRWISE_TAG, status), None)
+        if status.count != block.nbytes:  # shorter than the block: MPI accepts it (a longer one raises)
+            raise short("MPI_Sendrecv", block, status.count, other)
         n = send_counts[rank]
         if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
-        """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
-        if self.comm.timeout is None:
-            getattr(self._mpi, name)(*args)
-        else:
-            watched(self.comm, f"MPI_{name}", getattr(self._mpi, name), *args)
+        """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step; MPI's
+        truncation error becomes a :class:`~hpccoll.MismatchError` (:func:`_reraise`)."""
+        try:
+            if self.comm.timeout is None:
+                getattr(self._mpi, name)(*args)
+            else:
+                watched(self.comm, f"MPI_{name}", getattr(self._mpi, name), *args)
+        except Exception as e:  # noqa: BLE001
+            _reraise(e, f"MPI_{name}", receive_buffer(name, args))
         if then is not None:
             then()
 
@@ -392,13 +410,23 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
-    def _bcast(self, buf: Any, root: int) -> tuple:
+    def _bcast(self, buf: Any, root: int, counted: bool = False) -> tuple:
+        """``counted``: the receive of two ranks' broadcast reads its status, and the completion step
+        compares its size with ``buf``'s (a plan's persistent ``Recv_init`` takes no status)."""
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
         if not self._pair:
             return "Bcast", (spec, root), None
         if self.comm.rank == root:  # two ranks (pair_bcast): one message
             return "Send", (spec, 1 - root, _BCAST_TAG), None
-        return "Recv", (spec, root, _BCAST_TAG), None
+        if not counted:
+            return "Recv", (spec, root, _BCAST_TAG), None
+        status = self._new_status()
+
+        def sized() -> None:
+            if status.count != buf.nbytes:
+                raise short("MPI_Recv", buf, status.count, root)
+
+        return "Recv", (spec, root, _BCAST_TAG, status), sized
 
     def _reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> tuple:
         if self._flip_extrema and recv.dtype == _UINT64 and op in _EXTREMA:
@@ -448,19 +476,68 @@ _BCAST_TAG = 12
 
 
 class _Requests:
-    """Several MPI requests as one (``Wait``, ``Test``), for :class:`MPIPending`."""
+    """Several MPI requests as one (``Wait``, ``Test``), for :class:`MPIPending`.
 
-    __slots__ = ("requests",)
+    ``recvs``: the ``(buffer, source)`` of the first ``len(recvs)`` requests, the receives. Completing reads
+    their statuses, which MPI fills anyway: a message of another size than its buffer (MPI's truncation
+    error, or a shorter one, which MPI accepts) raises :class:`~hpccoll.MismatchError` (:meth:`sized`).
+    """
 
-    def __init__(self, requests: list) -> None:
+    __slots__ = ("requests", "recvs", "what", "statuses")
+
+    def __init__(self, requests: list, recvs: Sequence[Tuple[Any, int]] = (), what: str = "") -> None:
         self.requests = requests
+        self.recvs = recvs
+        self.what = what
+        self.statuses: list = []  # filled (and kept, then refilled) by Waitall and Testall
 
     def Wait(self) -> None:  # noqa: N802 (mpi4py's names)
-        if self.requests:
-            self.requests[0].Waitall(self.requests)
+        requests = self.requests
+        if not requests:
+            return
+        if not self.recvs:
+            requests[0].Waitall(requests)
+            return
+        try:
+            requests[0].Waitall(requests, self.statuses)
+        except Exception as e:  # noqa: BLE001
+            self.failed(e)
+        self.sized()
 
     def Test(self) -> bool:  # noqa: N802
-        return not self.requests or self.requests[0].Testall(self.requests)
+        requests = self.requests
+        if not requests:
+            return True
+        if not self.recvs:
+            return requests[0].Testall(requests)
+        try:
+            done = requests[0].Testall(requests, self.statuses)
+        except Exception as e:  # noqa: BLE001
+            self.failed(e)
+        if done:
+            self.sized()
+        return done
+
+    def sized(self) -> None:
+        """Raise :class:`~hpccoll.MismatchError` for the first receive whose message was shorter than its buffer."""
+        for (buf, source), status in zip(self.recvs, self.statuses):
+            if status.count != buf.nbytes:
+                raise short(self.what, buf, status.count, source)
+
+    def failed(self, e: BaseException) -> None:
+        """Raise ``e`` (from ``Waitall``/``Testall``) as the :class:`~hpccoll.MismatchError` of the first truncated
+        receive, once every other request completed (MPI must not write or read the buffers after the raise),
+        or as it is."""
+        from mpi4py import MPI
+
+        if not isinstance(e, MPI.Exception) or e.Get_error_class() != MPI.ERR_IN_STATUS:
+            raise e
+        for (buf, source), status in zip(self.recvs, self.statuses):
+            error = status.Get_error()
+            if error != MPI.SUCCESS and MPI.Get_error_class(error) == MPI.ERR_TRUNCATE:
+                MPI.Request.Waitall([r for r in self.requests if r])  # the rest (those left pending)
+                raise truncated(MPI.Exception(error), self.what, buf, source) or e from e
+        raise e
 
 
 #: The builders of :meth:`HostMPI.prepare`: (MPI function name, its arguments, a step after completion).
@@ -510,14 +587,14 @@ class _Fixed(Prepared):
             from mpi4py import MPI
 
             requests = request.requests
-            startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
+            startall, wait = MPI.Prequest.Startall, request.Wait  # Wait: Waitall, the receives' sizes compared
 
             def run() -> None:
                 startall(requests)
-                waitall(requests)
+                wait()
 
             self.run = run
-            self.steps = (functools.partial(startall, requests), functools.partial(waitall, requests))
+            self.steps = (functools.partial(startall, requests), wait)
         else:
             start, wait = request.Start, request.Wait
             self.steps = (start, wait) if then is None else (start, wait, then)
@@ -593,6 +670,15 @@ _EXTREMA = frozenset(("max", "min"))
 
 def _in_place() -> Any:
     return mpi_op("in_place")
+
+
+def _reraise(e: BaseException, what: str, buffer: Any) -> None:
+    """Raise ``e`` (from an MPI call ``what`` receiving into ``buffer``) as :func:`truncated`'s
+    :class:`~hpccoll.MismatchError` where it is MPI's truncation error, else as it is."""
+    mismatch = truncated(e, what, buffer)
+    if mismatch is None:
+        raise e
+    raise mismatch from e
 
 
 class MPIPending(Pending):
