@@ -65,17 +65,25 @@ def wrong_size(what: str, expected: str, arrived: str) -> MismatchError:
 
 def truncated(e: BaseException, what: str, buffer: Any, source: Optional[int] = None) -> Optional[MismatchError]:
     """:func:`wrong_size`'s error for MPI's truncation error ``e`` (``MPI_ERR_TRUNCATE``, directly or in a
-    status of ``MPI_ERR_IN_STATUS``: the caller reads those statuses), else ``None``.
+    status of ``MPI_ERR_IN_STATUS``: the caller reads those statuses, or MPICH's collectives' "message sizes
+    do not match across processes"), else ``None``.
 
     ``buffer`` is the receive buffer (or ``None``), ``source`` the rank the message came from where one did.
     """
     from mpi4py import MPI
 
-    if not isinstance(e, MPI.Exception) or e.Get_error_class() != MPI.ERR_TRUNCATE:
+    if not isinstance(e, MPI.Exception):
+        return None
+    if e.Get_error_class() != MPI.ERR_TRUNCATE and _SIZES_DIFFER not in e.Get_error_string():
         return None
     room = "a message" if buffer is None else _bytes(buffer)
     sender = "" if source is None else f" from rank {source}"
-    return wrong_size(what, f"{room}{sender}", "a longer message arrived (MPI_ERR_TRUNCATE)")
+    longer = "MPI_ERR_TRUNCATE" if e.Get_error_class() == MPI.ERR_TRUNCATE else _SIZES_DIFFER
+    return wrong_size(what, f"{room}{sender}", f"a longer message arrived ({longer})")
+
+
+#: What MPICH's collectives say (class ``MPI_ERR_OTHER``) where they see that the ranks' message sizes differ.
+_SIZES_DIFFER = "message sizes do not match across processes"
 
 
 def short(what: str, buffer: Any, count: int, source: int) -> MismatchError:
