@@ -10,7 +10,8 @@ imported as the package ``hpccoll_before`` next to the working tree's
 ``hpccoll``; both run over the same communicator, on the same buffers, in the
 same rounds (each round starts one callable further along). For each
 collective (all-gather, reduce-scatter, all-reduce; broadcast from rank 0 into ``out=`` and in place, against
-``Bcast``; reduce to rank 0 likewise, against ``Reduce``; shift against ``Sendrecv``, all-to-all against ``Alltoall``; ``--collectives`` picks some) at 8 B and 1 KiB per
+``Bcast``; reduce to rank 0 likewise, against ``Reduce``; shift against ``Sendrecv``; all-to-all against
+``Alltoall``; ``--collectives`` picks some) at 8 B and 1 KiB per
 rank with ``out=`` and ``sizes`` given it prints the median per-call time of raw mpi4py, before and after (max over
 ranks), and the added time over raw (median over rounds of the paired
 difference); at 1 and 16 MiB the ratios to raw. ``raw/raw`` is the noise
@@ -84,7 +85,9 @@ def raw_cases(mpi: MPI.Intracomm, n: int, bufs: dict) -> dict:
         "broadcast x=out": lambda: mpi.Bcast([bufs["b"], D], 0),
         "reduce": lambda: mpi.Reduce([x, D], [bufs["d"], D], MPI.SUM, 0),
         "reduce x=out": lambda: mpi.Reduce([x, D], [bufs["d"], D], MPI.SUM, 0),
-        "shift": lambda: mpi.Sendrecv([x, D], (mpi.rank + 1) % mpi.size, 0, [bufs["s"], D], (mpi.rank - 1) % mpi.size, 0),
+        "shift": lambda: mpi.Sendrecv(
+            [x, D], (mpi.rank + 1) % mpi.size, 0, [bufs["s"], D], (mpi.rank - 1) % mpi.size, 0
+        ),
         "all_to_all": lambda: mpi.Alltoall([big, n, D], [bufs["t"], n, D]),
     }
 

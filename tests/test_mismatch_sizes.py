@@ -21,7 +21,6 @@ from mpi4py import MPI
 from test_faults import LIMIT, launch, serial_only
 
 import hpccoll
-from hpccoll import MismatchError
 
 
 def _seq(n, rank, dtype=np.float64):
@@ -80,7 +79,10 @@ def test_shift_of_the_same_size_is_check_modes_job(comm):
     """(3, 2) against (2, 3): one size, so no error without check mode; every rank gets its source's elements."""
     shape = (3, 2) if comm.rank == comm.size - 1 else (2, 3)
     everyone = _outcomes(comm, lambda: hpccoll.shift(_seq(6, comm.rank).reshape(shape), comm))
-    ok = [s[0] == "returned" and np.array_equal(s[1].ravel(), _seq(6, (r - 1) % comm.size)) for r, s in enumerate(everyone)]
+    ok = [
+        s[0] == "returned" and np.array_equal(s[1].ravel(), _seq(6, (r - 1) % comm.size))
+        for r, s in enumerate(everyone)
+    ]
     assert all(ok), everyone
 
 
@@ -112,7 +114,9 @@ def test_all_to_all_pairs_of_another_size_raise_where_they_arrive(comm):
     for r, seen in enumerate(everyone):
         if r == odd:
             assert seen[:2] == ("raised", "MismatchError"), everyone
-            assert re.search(r"^all_to_all \(.*expected 24 bytes \(3 x float64\) from rank 0; 16 bytes arrived", seen[2])
+            assert re.search(
+                r"^all_to_all \(.*expected 24 bytes \(3 x float64\) from rank 0; 16 bytes arrived", seen[2]
+            )
         else:
             want = np.concatenate([_seq(2 * comm.size, q)[2 * r : 2 * r + 2] for q in range(comm.size)])
             assert seen[0] == "returned" and np.array_equal(seen[1], want), everyone

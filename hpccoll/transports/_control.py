@@ -20,7 +20,19 @@ from .._log import brief, child
 
 _log = child("exchange")
 
-__all__ = ["guarded", "run", "wrong_size", "truncated", "short", "receive_buffer", "allgather_object", "exchange_extents", "exchange_rows", "exchange_shapes", "MAX_DIMS"]
+__all__ = [
+    "guarded",
+    "run",
+    "wrong_size",
+    "truncated",
+    "short",
+    "receive_buffer",
+    "allgather_object",
+    "exchange_extents",
+    "exchange_rows",
+    "exchange_shapes",
+    "MAX_DIMS",
+]
 
 #: The most dimensions an array may have (NumPy 2's limit): the width of :func:`exchange_shapes`'s rows.
 MAX_DIMS = 64

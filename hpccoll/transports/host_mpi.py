@@ -323,7 +323,9 @@ class HostMPI(Transport):
         n = send_counts[rank]
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
-        return MPIPending(_Requests(requests, blocks, "MPI_Irecv"), None, self.comm, "the all-to-all's point-to-point pairs")
+        return MPIPending(
+            _Requests(requests, blocks, "MPI_Irecv"), None, self.comm, "the all-to-all's point-to-point pairs"
+        )
 
     def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
         """:meth:`_pairwise` between two ranks, blocking: one ``Sendrecv`` (one call into MPI where the
