@@ -137,6 +137,25 @@ def test_two_rank_broadcast_of_another_size_raises_on_the_receiver(comm, longer)
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("method", ["blocking", "persistent"])
+@pytest.mark.parametrize("longer", [True, False])
+def test_two_rank_broadcast_plan_of_another_size_raises_on_the_receiver(comm, method, longer):
+    """A plan's broadcast between two ranks (``MPI_Recv`` built once, or a persistent ``MPI_Recv_init``) reads
+    its receive's size as the call does. The ranks agree on a plan's shapes when it is made: here root
+    broadcasts another size by a call (every form of a two-rank broadcast matches every other)."""
+    if comm.size != 2:
+        pytest.skip("two ranks: one message (more: MPI_Bcast, whose algorithm decides who sees what)")
+    run = hpccoll.plan(hpccoll.broadcast, _seq(4, comm.rank), comm, out=np.empty(4), method=method)
+    n = 4 + (1 if longer else -1)
+    everyone = _outcomes(comm, run if comm.rank == 1 else lambda: hpccoll.broadcast(_seq(n, 0), comm))
+    run.free()
+    assert everyone[0][0] == "returned" and np.array_equal(everyone[0][1], _seq(n, 0)), everyone
+    assert everyone[1][:2] == ("raised", "MismatchError"), everyone
+    arrived = "a longer message arrived" if longer else "24 bytes arrived"
+    assert "MPI_Recv" in everyone[1][2] and arrived in everyone[1][2], everyone
+
+
+@pytest.mark.mpi(min_size=2)
 def test_right_sizes_still_pass_every_checked_path(comm):
     """The paths that now read statuses give NumPy's answers when every size agrees."""
     P, me = comm.size, comm.rank
@@ -148,6 +167,8 @@ def test_right_sizes_still_pass_every_checked_path(comm):
         hpccoll.all_to_all(_seq(2 * P, me), comm, recv_sizes=[2] * P, sizes=[2] * P),
         hpccoll.all_to_all(_seq(3 * P - 1, me), comm, sizes=[3] * (P - 1) + [2]),
         hpccoll.broadcast(x, comm, root=P - 1),
+        hpccoll.plan(hpccoll.broadcast, x, comm, out=np.empty(4), root=P - 1, method="persistent")(),
+        hpccoll.plan(hpccoll.broadcast, x, comm, out=np.empty(4), root=P - 1, method="blocking")(),
     ]
     want = [
         _seq(4, (me - 1) % P),
@@ -155,6 +176,8 @@ def test_right_sizes_still_pass_every_checked_path(comm):
         _seq(4, (me - 1) % P),
         np.concatenate([_seq(2 * P, q)[2 * me : 2 * me + 2] for q in range(P)]),
         np.concatenate([_seq(3 * P - 1, q)[3 * me : 3 * me + (3 if me < P - 1 else 2)] for q in range(P)]),
+        _seq(4, P - 1),
+        _seq(4, P - 1),
         _seq(4, P - 1),
     ]
     ok = all(np.array_equal(g, w) for g, w in zip(got, want))

@@ -109,10 +109,17 @@ def _bytes(buffer: Any) -> str:
 
 
 def receive_buffer(name: str, args: tuple) -> Any:
-    """The array an mpi4py call ``name(*args)`` receives into (``None`` where none is known): the spec's first item."""
+    """The array an mpi4py call ``name(*args)`` receives into (``None`` where none is known): the spec's first
+    item, or the block of it that a ``[buffer, (count, displacement), datatype]`` spec names."""
     spec = args[_RECEIVE_ARG.get(name, 1)] if len(args) > _RECEIVE_ARG.get(name, 1) else None
     got = spec[0] if isinstance(spec, (list, tuple)) and spec else spec
-    return got if hasattr(got, "nbytes") and hasattr(got, "dtype") else None
+    if not (hasattr(got, "nbytes") and hasattr(got, "dtype")):
+        return None
+    block = spec[1] if isinstance(spec, (list, tuple)) and len(spec) == 3 else None
+    if isinstance(block, tuple) and len(block) == 2 and all(isinstance(v, int) for v in block):
+        count, start = block
+        return got.reshape(-1)[start : start + count]
+    return got
 
 
 #: Where an mpi4py call takes its receive buffer, where that is not its second argument.

@@ -86,7 +86,11 @@ class HostMPI(Transport):
         self.persistent = _persistent_collectives()
         from mpi4py import MPI
 
-        self._new_status = MPI.Status  # a receive's status, where its size is compared with the buffer's
+        # The receives' statuses, whose sizes are compared with their buffers': one for a blocking receive, a
+        # list for Waitall (mpi4py fills the Status objects of a list it is given in place), each refilled by
+        # the next call and read right after it (one call at a time on a communicator): nothing allocated.
+        self._status = MPI.Status()
+        self._statuses: list = []
         self._prepared: "weakref.WeakSet[_Fixed]" = weakref.WeakSet()  # freed by close()
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
@@ -160,7 +164,7 @@ class HostMPI(Transport):
 
     def bcast(self, buf: Any, root: int) -> None:
         if self.comm.timeout is not None:
-            self._blocking(*self._bcast(buf, root, counted=True))
+            self._blocking(*self._bcast(buf, root))
             return
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
         try:
@@ -169,10 +173,10 @@ class HostMPI(Transport):
             elif self.comm.rank == root:
                 self._mpi.Send(spec, 1 - root, _BCAST_TAG)
             else:
-                status = self._new_status()
+                status = self._status
                 self._mpi.Recv(spec, root, _BCAST_TAG, status)
-                if status.count != buf.nbytes:  # shorter than buf: MPI accepts it (a longer one raises)
-                    raise short("MPI_Recv", buf, status.count, root)
+                if status.Get_count() != buf.nbytes:  # shorter than buf: MPI accepts it (a longer one raises)
+                    raise short("MPI_Recv", buf, status.Get_count(), root)
         except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
             _reraise(e, "MPI_Bcast" if not self._pair else "MPI_Recv", buf)
 
@@ -183,7 +187,7 @@ class HostMPI(Transport):
         elif self.comm.rank == root:
             request = self._mpi.Isend(spec, 1 - root, _BCAST_TAG)
         else:
-            request = _Requests([self._mpi.Irecv(spec, root, _BCAST_TAG)], [(buf, root)], "MPI_Irecv")
+            request = _Requests([self._mpi.Irecv(spec, root, _BCAST_TAG)], [(buf, root)], "MPI_Irecv", self._statuses)
         return MPIPending(request, None, self.comm, "MPI_Bcast")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
@@ -227,9 +231,8 @@ class HostMPI(Transport):
         requests = self._message_requests(sends, recvs, self._mpi.Irecv, self._mpi.Isend)
         return MPIPending(requests, None, self.comm, "the point-to-point messages")
 
-    @staticmethod
     def _message_requests(
-        sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], receive: Any, send: Any
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], receive: Any, send: Any
     ) -> "_Requests":
         """:meth:`_messages`' requests made by ``receive`` and ``send`` (``Irecv``/``Isend``, or ``Recv_init``/
         ``Send_init``): every receive first, the k-th message of a pair tagged ``_MESSAGE_TAG + k``."""
@@ -239,7 +242,7 @@ class HostMPI(Transport):
             for buf, q in messages:
                 k = seen[q] = seen.get(q, -1) + 1
                 requests.append(make(region(buf), q, _MESSAGE_TAG + k))
-        return _Requests(requests, recvs, "MPI_Irecv")
+        return _Requests(requests, recvs, "MPI_Irecv", self._statuses)
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """The MPI call of ``primitive(*args)`` built once: its blocking form, or (``method="persistent"``,
@@ -260,7 +263,11 @@ class HostMPI(Transport):
             fixed = self._persistent_messages(*args)
         else:
             name, mpi_args, then = _BUILDERS[primitive](self, *args)
-            if method == "persistent" and self.persistent:
+            if method == "persistent" and self.persistent and name == "Recv":
+                # two ranks' broadcast, received: Recv_init takes no status, Waitall fills one (_Requests)
+                recv = _Requests([self._mpi.Recv_init(*mpi_args[:3])], [(args[0], args[1])], "MPI_Recv", self._statuses)
+                fixed = _Fixed(recv, None, self.comm, "MPI_Recv_init", args)
+            elif method == "persistent" and self.persistent:
                 request = getattr(self._mpi, name + "_init")(*mpi_args)
                 fixed = _Fixed(request, then, self.comm, f"MPI_{name}_init", args)
             else:
@@ -324,7 +331,10 @@ class HostMPI(Transport):
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
         return MPIPending(
-            _Requests(requests, blocks, "MPI_Irecv"), None, self.comm, "the all-to-all's point-to-point pairs"
+            _Requests(requests, blocks, "MPI_Irecv", self._statuses),
+            None,
+            self.comm,
+            "the all-to-all's point-to-point pairs",
         )
 
     def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
@@ -334,11 +344,11 @@ class HostMPI(Transport):
         other = 1 - rank
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = (0, send_counts[0]), (0, recv_counts[0])  # where blocks 0 and 1 start
-        block = recv[got[other] : got[other] + recv_counts[other]]
-        outgoing, status = [send, (send_counts[other], sent[other]), t], self._new_status()
-        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, [block, t], other, _PAIRWISE_TAG, status), None)
-        if status.count != block.nbytes:  # shorter than the block: MPI accepts it (a longer one raises)
-            raise short("MPI_Sendrecv", block, status.count, other)
+        count, status = recv_counts[other], self._status
+        outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (count, got[other]), t]
+        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG, status), None)
+        if status.Get_count() != count * recv.itemsize:  # shorter than the block: MPI accepts it (a longer one raises)
+            raise short("MPI_Sendrecv", receive_buffer("Sendrecv", (0, 0, 0, incoming)), status.Get_count(), other)
         n = send_counts[rank]
         if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
@@ -412,21 +422,19 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
-    def _bcast(self, buf: Any, root: int, counted: bool = False) -> tuple:
-        """``counted``: the receive of two ranks' broadcast reads its status, and the completion step
-        compares its size with ``buf``'s (a plan's persistent ``Recv_init`` takes no status)."""
+    def _bcast(self, buf: Any, root: int) -> tuple:
+        """Between two ranks the receive reads its status, and the completion step compares its size with
+        ``buf``'s (:meth:`prepare` makes a persistent ``Recv_init`` of the first three arguments)."""
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
         if not self._pair:
             return "Bcast", (spec, root), None
         if self.comm.rank == root:  # two ranks (pair_bcast): one message
             return "Send", (spec, 1 - root, _BCAST_TAG), None
-        if not counted:
-            return "Recv", (spec, root, _BCAST_TAG), None
-        status = self._new_status()
+        status = self._status
 
         def sized() -> None:
-            if status.count != buf.nbytes:
-                raise short("MPI_Recv", buf, status.count, root)
+            if status.Get_count() != buf.nbytes:
+                raise short("MPI_Recv", buf, status.Get_count(), root)
 
         return "Recv", (spec, root, _BCAST_TAG, status), sized
 
@@ -487,11 +495,13 @@ class _Requests:
 
     __slots__ = ("requests", "recvs", "what", "statuses")
 
-    def __init__(self, requests: list, recvs: Sequence[Tuple[Any, int]] = (), what: str = "") -> None:
+    def __init__(
+        self, requests: list, recvs: Sequence[Tuple[Any, int]] = (), what: str = "", statuses: Optional[list] = None
+    ) -> None:
         self.requests = requests
         self.recvs = recvs
         self.what = what
-        self.statuses: list = []  # filled (and kept, then refilled) by Waitall and Testall
+        self.statuses = [] if statuses is None else statuses  # filled (kept, then refilled) by Waitall and Testall
 
     def Wait(self) -> None:  # noqa: N802 (mpi4py's names)
         requests = self.requests
@@ -522,9 +532,11 @@ class _Requests:
 
     def sized(self) -> None:
         """Raise :class:`~hpccoll.MismatchError` for the first receive whose message was shorter than its buffer."""
-        for (buf, source), status in zip(self.recvs, self.statuses):
-            if status.count != buf.nbytes:
-                raise short(self.what, buf, status.count, source)
+        statuses, i = self.statuses, 0
+        for buf, source in self.recvs:  # an index, not zip: this runs on every call
+            if statuses[i].Get_count() != buf.nbytes:
+                raise short(self.what, buf, statuses[i].Get_count(), source)
+            i += 1
 
     def failed(self, e: BaseException) -> None:
         """Raise ``e`` (from ``Waitall``/``Testall``) as the :class:`~hpccoll.MismatchError` of the first truncated
@@ -567,10 +579,13 @@ class _Prebuilt(Prepared):
         super().__init__(t, primitive, args)
         if then is None:
             self.run = functools.partial(call, *mpi_args)
-        else:
+        else:  # a completion step: the call runs in a frame of its own, which turns MPI's truncation error too
 
             def run() -> None:
-                call(*mpi_args)
+                try:
+                    call(*mpi_args)
+                except Exception as e:  # noqa: BLE001
+                    _reraise(e, f"MPI_{call.__name__}", receive_buffer(call.__name__, mpi_args))
                 then()
 
             self.run = run
