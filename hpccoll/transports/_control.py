@@ -112,7 +112,7 @@ def receive_buffer(name: str, args: tuple) -> Any:
     """The array an mpi4py call ``name(*args)`` receives into (``None`` where none is known): the spec's first
     item, or the block of it that a ``[buffer, (count, displacement), datatype]`` spec names."""
     spec = args[_RECEIVE_ARG.get(name, 1)] if len(args) > _RECEIVE_ARG.get(name, 1) else None
-    got = spec[0] if isinstance(spec, (list, tuple)) and spec else spec
+    got: Any = spec[0] if isinstance(spec, (list, tuple)) and spec else spec
     if not (hasattr(got, "nbytes") and hasattr(got, "dtype")):
         return None
     block = spec[1] if isinstance(spec, (list, tuple)) and len(spec) == 3 else None
