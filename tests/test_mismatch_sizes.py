@@ -87,22 +87,17 @@ def test_shift_of_the_same_size_is_check_modes_job(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_halo_exchange_of_another_size_raises_where_it_arrives(comm):
-    """A 1-D periodic ring, the last rank's block one cell wider along the other axis: its faces are longer
-    (the exchange's own neighbour agreement sees it first, on the ranks beside it)."""
+def test_halo_exchange_of_another_size_raises_on_every_rank(comm):
+    """A 1-D periodic ring, the last rank's block one cell wider along the other axis: its faces are longer.
+    The exchange's own agreement (every rank's shape and dtype, every pair of neighbours checked alike) sees
+    it before any message moves, so every rank raises, and no receive needs its status read."""
     grid = comm.cartesian([comm.size], periodic=True)
     width = 3 if comm.rank == comm.size - 1 else 2
     x = np.zeros((4, width)) + comm.rank
     everyone = _outcomes(grid, lambda: hpccoll.halo_exchange(x, grid, halo=1))
-    odd = comm.size - 1
-    for r, seen in enumerate(everyone):
-        sees = r in (0, odd, odd - 1)  # the odd rank's neighbours and itself receive faces of another width
-        if sees:
-            assert seen[0] == "raised" and seen[1] == "MismatchError", everyone
-            assert seen[2].startswith("halo_exchange"), seen
-        else:
-            assert seen[0] == "returned", everyone
     grid.free()
+    for seen in everyone:
+        assert seen[:2] == ("raised", "MismatchError") and seen[2].startswith("halo_exchange"), everyone
 
 
 @pytest.mark.mpi(min_size=2)
@@ -134,25 +129,6 @@ def test_two_rank_broadcast_of_another_size_raises_on_the_receiver(comm, longer)
     assert everyone[1][:2] == ("raised", "MismatchError"), everyone
     arrived = "a longer message arrived" if longer else "32 bytes arrived"
     assert everyone[1][2].startswith("broadcast (") and arrived in everyone[1][2], everyone
-
-
-@pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("method", ["blocking", "persistent"])
-@pytest.mark.parametrize("longer", [True, False])
-def test_two_rank_broadcast_plan_of_another_size_raises_on_the_receiver(comm, method, longer):
-    """A plan's broadcast between two ranks (``MPI_Recv`` built once, or a persistent ``MPI_Recv_init``) reads
-    its receive's size as the call does. The ranks agree on a plan's shapes when it is made: here root
-    broadcasts another size by a call (every form of a two-rank broadcast matches every other)."""
-    if comm.size != 2:
-        pytest.skip("two ranks: one message (more: MPI_Bcast, whose algorithm decides who sees what)")
-    run = hpccoll.plan(hpccoll.broadcast, _seq(4, comm.rank), comm, out=np.empty(4), method=method)
-    n = 4 + (1 if longer else -1)
-    everyone = _outcomes(comm, run if comm.rank == 1 else lambda: hpccoll.broadcast(_seq(n, 0), comm))
-    run.free()
-    assert everyone[0][0] == "returned" and np.array_equal(everyone[0][1], _seq(n, 0)), everyone
-    assert everyone[1][:2] == ("raised", "MismatchError"), everyone
-    arrived = "a longer message arrived" if longer else "24 bytes arrived"
-    assert "MPI_Recv" in everyone[1][2] and arrived in everyone[1][2], everyone
 
 
 @pytest.mark.mpi(min_size=2)

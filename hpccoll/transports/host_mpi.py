@@ -164,7 +164,7 @@ class HostMPI(Transport):
 
     def bcast(self, buf: Any, root: int) -> None:
         if self.comm.timeout is not None:
-            self._blocking(*self._bcast(buf, root))
+            self._blocking(*self._bcast(buf, root, self._status))
             return
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
         try:
@@ -187,7 +187,7 @@ class HostMPI(Transport):
         elif self.comm.rank == root:
             request = self._mpi.Isend(spec, 1 - root, _BCAST_TAG)
         else:
-            request = _Requests([self._mpi.Irecv(spec, root, _BCAST_TAG)], [(buf, root)], "MPI_Irecv", self._statuses)
+            request = _Sized([self._mpi.Irecv(spec, root, _BCAST_TAG)], [(buf, root)], "MPI_Irecv", self._statuses)
         return MPIPending(request, None, self.comm, "MPI_Bcast")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
@@ -215,25 +215,30 @@ class HostMPI(Transport):
     def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
         return self._started(*self._scatterv(send, recv, counts, root))
 
-    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
-        self._messages(sends, recvs).wait()
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False) -> None:
+        self._messages(sends, recvs, sized).wait()
 
-    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
-        return self._messages(sends, recvs)
+    def isendrecv(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
+    ) -> Pending:
+        return self._messages(sends, recvs, sized)
 
-    def _messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
-        """The buffers themselves as ``Irecv``/``Isend`` pairs (every receive posted first), as bytes.
+    def _messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool) -> Pending:
+        """The buffers themselves as ``Irecv``/``Isend`` pairs (every receive posted first), as bytes; ``sized``:
+        completing reads the receives' statuses (:class:`_Requests`).
 
         The k-th message between a pair of ranks has tag ``_MESSAGE_TAG + k`` at both ends, so a pair that
         exchanges several (a periodic axis of extent 2: both faces go to the one neighbour) matches them
         in order; the private duplicate carries no other point-to-point traffic on these tags.
         """
         requests = self._message_requests(sends, recvs, self._mpi.Irecv, self._mpi.Isend)
-        return MPIPending(requests, None, self.comm, "the point-to-point messages")
+        pending = _Sized(requests, recvs, "MPI_Irecv", self._statuses) if sized and recvs else _Requests(requests)
+        return MPIPending(pending, None, self.comm, "the point-to-point messages")
 
+    @staticmethod
     def _message_requests(
-        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], receive: Any, send: Any
-    ) -> "_Requests":
+        sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], receive: Any, send: Any
+    ) -> list:
         """:meth:`_messages`' requests made by ``receive`` and ``send`` (``Irecv``/``Isend``, or ``Recv_init``/
         ``Send_init``): every receive first, the k-th message of a pair tagged ``_MESSAGE_TAG + k``."""
         requests = []
@@ -242,13 +247,16 @@ class HostMPI(Transport):
             for buf, q in messages:
                 k = seen[q] = seen.get(q, -1) + 1
                 requests.append(make(region(buf), q, _MESSAGE_TAG + k))
-        return _Requests(requests, recvs, "MPI_Irecv", self._statuses)
+        return requests
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """The MPI call of ``primitive(*args)`` built once: its blocking form, or (``method="persistent"``,
         MPI >= 4) a persistent request started and completed on each run. ``sendrecv`` is persistent
         requests whatever ``method``: point-to-point ones exist in every MPI, and do strictly less per run
         than the ``Irecv``/``Isend`` pairs they stand for.
+
+        No prepared call reads its receives' statuses: the ranks agreed on a plan's shapes and dtypes when
+        it was made, as on a kept halo exchange's, so no message can arrive of another size than its buffer.
 
         The calls whose arguments change from run to run keep the contract's
         default (the primitive itself each time): uint64 max/min where MPI
@@ -263,11 +271,7 @@ class HostMPI(Transport):
             fixed = self._persistent_messages(*args)
         else:
             name, mpi_args, then = _BUILDERS[primitive](self, *args)
-            if method == "persistent" and self.persistent and name == "Recv":
-                # two ranks' broadcast, received: Recv_init takes no status, Waitall fills one (_Requests)
-                recv = _Requests([self._mpi.Recv_init(*mpi_args[:3])], [(args[0], args[1])], "MPI_Recv", self._statuses)
-                fixed = _Fixed(recv, None, self.comm, "MPI_Recv_init", args)
-            elif method == "persistent" and self.persistent:
+            if method == "persistent" and self.persistent:
                 request = getattr(self._mpi, name + "_init")(*mpi_args)
                 fixed = _Fixed(request, then, self.comm, f"MPI_{name}_init", args)
             else:
@@ -287,7 +291,9 @@ class HostMPI(Transport):
             return False
         return bool(args[1].dtype == _UINT64 and args[-1 if primitive != "reduce" else 2] in _EXTREMA)
 
-    def _persistent_messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> "_Fixed":
+    def _persistent_messages(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
+    ) -> "_Fixed":
         """:meth:`_messages` as persistent ``Recv_init``/``Send_init`` requests, started and completed together
         on each run: the same messages, tags and datatypes as the ``Irecv``/``Isend`` pairs (a rank running
         them matches a rank running those), strided buffers as one element of their derived datatype
@@ -298,7 +304,7 @@ class HostMPI(Transport):
         so a library that refuses it on one rank only (Open MPI 5.0.11 did, once, in the suite at 3 ranks)
         left the ranks in different forms of one exchange, which hangs.
         """
-        pairs = self._message_requests(sends, recvs, self._mpi.Recv_init, self._mpi.Send_init)
+        pairs = _Requests(self._message_requests(sends, recvs, self._mpi.Recv_init, self._mpi.Send_init))
         return _Fixed(pairs, None, self.comm, "the point-to-point messages", (sends, recvs))
 
     def close(self) -> None:
@@ -330,12 +336,8 @@ class HostMPI(Transport):
         n = send_counts[rank]
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
-        return MPIPending(
-            _Requests(requests, blocks, "MPI_Irecv", self._statuses),
-            None,
-            self.comm,
-            "the all-to-all's point-to-point pairs",
-        )
+        pending = _Sized(requests, blocks, "MPI_Irecv", self._statuses) if blocks else _Requests(requests)
+        return MPIPending(pending, None, self.comm, "the all-to-all's point-to-point pairs")
 
     def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
         """:meth:`_pairwise` between two ranks, blocking: one ``Sendrecv`` (one call into MPI where the
@@ -422,15 +424,16 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
-    def _bcast(self, buf: Any, root: int) -> tuple:
-        """Between two ranks the receive reads its status, and the completion step compares its size with
-        ``buf``'s (:meth:`prepare` makes a persistent ``Recv_init`` of the first three arguments)."""
+    def _bcast(self, buf: Any, root: int, status: Any = None) -> tuple:
+        """With a ``status`` (a call, not a plan, whose ranks agreed no size), the receive between two ranks
+        reads it, and the completion step compares its size with ``buf``'s."""
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
         if not self._pair:
             return "Bcast", (spec, root), None
         if self.comm.rank == root:  # two ranks (pair_bcast): one message
             return "Send", (spec, 1 - root, _BCAST_TAG), None
-        status = self._status
+        if status is None:
+            return "Recv", (spec, root, _BCAST_TAG), None
 
         def sized() -> None:
             if status.Get_count() != buf.nbytes:
@@ -486,30 +489,40 @@ _BCAST_TAG = 12
 
 
 class _Requests:
-    """Several MPI requests as one (``Wait``, ``Test``), for :class:`MPIPending`.
+    """Several MPI requests as one (``Wait``, ``Test``), for :class:`MPIPending`."""
 
-    ``recvs``: the ``(buffer, source)`` of the first ``len(recvs)`` requests, the receives. Completing reads
-    their statuses, which MPI fills anyway: a message of another size than its buffer (MPI's truncation
+    __slots__ = ("requests",)
+
+    def __init__(self, requests: list) -> None:
+        self.requests = requests
+
+    def Wait(self) -> None:  # noqa: N802 (mpi4py's names)
+        if self.requests:
+            self.requests[0].Waitall(self.requests)
+
+    def Test(self) -> bool:  # noqa: N802
+        return not self.requests or self.requests[0].Testall(self.requests)
+
+
+class _Sized(_Requests):
+    """:class:`_Requests` whose first ``len(recvs)`` are receives, ``recvs`` their ``(buffer, source)``, where
+    no agreement fixed the messages' sizes (``shift``, the all-to-all's pairs, a two-rank broadcast).
+
+    Completing reads their statuses (into ``statuses``, a list the transport keeps, refilled by each call:
+    nothing allocated), which MPI fills anyway: a message of another size than its buffer (MPI's truncation
     error, or a shorter one, which MPI accepts) raises :class:`~hpccoll.MismatchError` (:meth:`sized`).
     """
 
-    __slots__ = ("requests", "recvs", "what", "statuses")
+    __slots__ = ("recvs", "what", "statuses")
 
-    def __init__(
-        self, requests: list, recvs: Sequence[Tuple[Any, int]] = (), what: str = "", statuses: Optional[list] = None
-    ) -> None:
+    def __init__(self, requests: list, recvs: Sequence[Tuple[Any, int]], what: str, statuses: list) -> None:
         self.requests = requests
         self.recvs = recvs
         self.what = what
-        self.statuses = [] if statuses is None else statuses  # filled (kept, then refilled) by Waitall and Testall
+        self.statuses = statuses
 
     def Wait(self) -> None:  # noqa: N802 (mpi4py's names)
         requests = self.requests
-        if not requests:
-            return
-        if not self.recvs:
-            requests[0].Waitall(requests)
-            return
         try:
             requests[0].Waitall(requests, self.statuses)
         except Exception as e:  # noqa: BLE001
@@ -518,10 +531,6 @@ class _Requests:
 
     def Test(self) -> bool:  # noqa: N802
         requests = self.requests
-        if not requests:
-            return True
-        if not self.recvs:
-            return requests[0].Testall(requests)
         try:
             done = requests[0].Testall(requests, self.statuses)
         except Exception as e:  # noqa: BLE001
@@ -579,13 +588,10 @@ class _Prebuilt(Prepared):
         super().__init__(t, primitive, args)
         if then is None:
             self.run = functools.partial(call, *mpi_args)
-        else:  # a completion step: the call runs in a frame of its own, which turns MPI's truncation error too
+        else:
 
             def run() -> None:
-                try:
-                    call(*mpi_args)
-                except Exception as e:  # noqa: BLE001
-                    _reraise(e, f"MPI_{call.__name__}", receive_buffer(call.__name__, mpi_args))
+                call(*mpi_args)
                 then()
 
             self.run = run
@@ -604,14 +610,14 @@ class _Fixed(Prepared):
             from mpi4py import MPI
 
             requests = request.requests
-            startall, wait = MPI.Prequest.Startall, request.Wait  # Wait: Waitall, the receives' sizes compared
+            startall, waitall = MPI.Prequest.Startall, MPI.Request.Waitall
 
             def run() -> None:
                 startall(requests)
-                wait()
+                waitall(requests)
 
             self.run = run
-            self.steps = (functools.partial(startall, requests), wait)
+            self.steps = (functools.partial(startall, requests), functools.partial(waitall, requests))
         else:
             start, wait = request.Start, request.Wait
             self.steps = (start, wait) if then is None else (start, wait, then)
