@@ -216,7 +216,29 @@ class HostMPI(Transport):
         return self._started(*self._scatterv(send, recv, counts, root))
 
     def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False) -> None:
-        self._messages(sends, recvs, sized).wait()
+        if sized and len(sends) == 1 and len(recvs) == 1:  # a shift of one array: one call, which fills a status
+            self._sendrecv_one(sends[0], recvs[0])
+        else:
+            self._messages(sends, recvs, sized).wait()
+
+    def _sendrecv_one(self, send: Tuple[Any, int], recv: Tuple[Any, int]) -> None:
+        """One message each way as one ``MPI_Sendrecv`` (tag ``_MESSAGE_TAG``: it matches :meth:`_messages`'
+        ``Irecv``/``Isend`` and a plan's persistent requests), its receive's size compared with its buffer's."""
+        (out, to), (into, source) = send, recv
+        status = self._status
+        args = (region(out), to, _MESSAGE_TAG, region(into), source, _MESSAGE_TAG, status)
+        try:
+            if self.comm.timeout is None:
+                self._mpi.Sendrecv(*args)
+            else:
+                watched(self.comm, "MPI_Sendrecv", self._mpi.Sendrecv, *args)
+        except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
+            mismatch = truncated(e, "MPI_Sendrecv", into, source)
+            if mismatch is None:
+                raise
+            raise mismatch from e
+        if status.Get_count() != into.nbytes:  # shorter than into: MPI accepts it (a longer one raises)
+            raise short("MPI_Sendrecv", into, status.Get_count(), source)
 
     def isendrecv(
         self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
