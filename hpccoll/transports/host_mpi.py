@@ -247,7 +247,7 @@ class HostMPI(Transport):
 
     def _messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool) -> Pending:
         """The buffers themselves as ``Irecv``/``Isend`` pairs (every receive posted first), as bytes; ``sized``:
-        completing reads the receives' statuses (:class:`_Requests`).
+        completing reads the receives' statuses (:class:`_Sized`).
 
         The k-th message between a pair of ranks has tag ``_MESSAGE_TAG + k`` at both ends, so a pair that
         exchanges several (a periodic axis of extent 2: both faces go to the one neighbour) matches them
