@@ -10,7 +10,9 @@ imported as the package ``hpccoll_before`` next to the working tree's
 ``hpccoll``; both run over the same communicator, on the same buffers, in the
 same rounds (each round starts one callable further along). For each
 collective (all-gather, reduce-scatter, all-reduce; broadcast from rank 0 into ``out=`` and in place, against
-``Bcast``; reduce to rank 0 likewise, against ``Reduce``; ``--collectives`` picks some) at 8 B and 1 KiB per
+``Bcast``; reduce to rank 0 likewise, against ``Reduce``; shift against ``Sendrecv``; all-to-all against
+``Alltoall``; a halo exchange in place on a periodic ring, one face of the size each way, against two
+``Sendrecv``; ``--collectives`` picks some) at 8 B and 1 KiB per
 rank with ``out=`` and ``sizes`` given it prints the median per-call time of raw mpi4py, before and after (max over
 ranks), and the added time over raw (median over rounds of the paired
 difference); at 1 and 16 MiB the ratios to raw. ``raw/raw`` is the noise
@@ -57,8 +59,8 @@ def load_before(rev: str, comm: MPI.Intracomm) -> object:
     return sys.modules["hpccoll_before"]
 
 
-def cases(lib: object, comm: object, n: int, P: int, bufs: dict) -> dict:
-    """The three collectives with ``out=`` (and ``sizes``) given, for one library."""
+def cases(lib: object, comm: object, grid: object, n: int, P: int, bufs: dict) -> dict:
+    """The collectives with ``out=`` (and ``sizes``) given, for one library (``grid``: ``comm`` as a ring)."""
     x, big = bufs["x"], bufs["big"]
     return {
         "all_gather": lambda: lib.all_gather(x, comm, sizes=[n] * P, out=bufs["g"]),
@@ -68,6 +70,9 @@ def cases(lib: object, comm: object, n: int, P: int, bufs: dict) -> dict:
         "broadcast x=out": lambda: lib.broadcast(bufs["b"], comm, out=bufs["b"]),
         "reduce": lambda: lib.reduce(x, comm, out=bufs["d"]),
         "reduce x=out": lambda: lib.reduce(bufs["e"], comm, out=bufs["e"]),
+        "shift": lambda: lib.shift(x, comm, out=bufs["s"]),
+        "all_to_all": lambda: lib.all_to_all(big, comm, recv_sizes=[n] * P, out=bufs["t"]),
+        "halo_exchange": lambda: lib.halo_exchange(bufs["h"], grid, halo=1, out=bufs["h"]),
     }
 
 
@@ -82,7 +87,19 @@ def raw_cases(mpi: MPI.Intracomm, n: int, bufs: dict) -> dict:
         "broadcast x=out": lambda: mpi.Bcast([bufs["b"], D], 0),
         "reduce": lambda: mpi.Reduce([x, D], [bufs["d"], D], MPI.SUM, 0),
         "reduce x=out": lambda: mpi.Reduce([x, D], [bufs["d"], D], MPI.SUM, 0),
+        "shift": lambda: mpi.Sendrecv(
+            [x, D], (mpi.rank + 1) % mpi.size, 0, [bufs["s"], D], (mpi.rank - 1) % mpi.size, 0
+        ),
+        "all_to_all": lambda: mpi.Alltoall([big, n, D], [bufs["t"], n, D]),
+        "halo_exchange": lambda: halo(mpi, bufs["h"]),
     }
+
+
+def halo(mpi: MPI.Intracomm, h: np.ndarray) -> None:
+    """Rows 1 (the owned cells) to both neighbours on a periodic ring, into rows 0 and 2."""
+    left, right, D = (mpi.rank - 1) % mpi.size, (mpi.rank + 1) % mpi.size, MPI.DOUBLE
+    mpi.Sendrecv([h[1], D], right, 1, [h[0], D], left, 1)
+    mpi.Sendrecv([h[1], D], left, 2, [h[2], D], right, 2)
 
 
 def main(argv=None) -> int:
@@ -96,6 +113,7 @@ def main(argv=None) -> int:
     before = load_before(args.before, world)
     raw, P, rank = world.Dup(), world.size, world.rank
     new, old = hpccoll.Communicator(world), before.Communicator(world)
+    new_ring, old_ring = new.cartesian([P], periodic=True), old.cartesian([P], periodic=True)
     timer = Timer(raw, args.rounds)
     say = print if rank == 0 else (lambda *a, **k: None)
     say(
@@ -120,8 +138,12 @@ def main(argv=None) -> int:
             b=np.empty(n),
             d=np.empty(n),
             e=rng.standard_normal(n),
+            s=np.empty(n),
+            t=np.empty(n * P),
+            h=np.zeros((3, n)),
         )
-        mine, theirs, base = cases(hpccoll, new, n, P, bufs), cases(before, old, n, P, bufs), raw_cases(raw, n, bufs)
+        mine, theirs = cases(hpccoll, new, new_ring, n, P, bufs), cases(before, old, old_ring, n, P, bufs)
+        base = raw_cases(raw, n, bufs)
         for name in mine if args.collectives is None else args.collectives.split(","):
             timer.run({"raw": base[name], "before": theirs[name], "after": mine[name], "raw2": base[name]}, nbytes)
             t = {k: statistics.median(v) for k, v in timer.samples.items()}
@@ -130,8 +152,8 @@ def main(argv=None) -> int:
                 f"{timer.added('before', 'raw') * 1e6:>9.2f}{timer.added('after', 'raw') * 1e6:>9.2f}"
                 f"{timer.ratio('before', 'raw'):>10.3f}{timer.ratio('after', 'raw'):>9.3f}{timer.ratio('raw2', 'raw'):>9.3f}"
             )
-    new.free()
-    old.free()
+    for c in (new_ring, old_ring, new, old):
+        c.free()
     raw.Free()
     return 0
 

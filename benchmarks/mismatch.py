@@ -231,6 +231,32 @@ def _(c, odd):
     return _hc().all_reduce(_seq(4, c.rank), c), sum(_seq(4, r) for r in range(c.size))
 
 
+@case("shape/shift", "5 elements on the last rank, 4 elsewhere")
+def _(c, odd):
+    n = [4 + (r == c.size - 1) for r in range(c.size)]
+    source = (c.rank - 1) % c.size
+    return _hc().shift(_seq(n[c.rank], c.rank), c), _seq(n[source], source)
+
+
+@case("shape/shift/same-size", "(3, 2) on the last rank, (2, 3) elsewhere")
+def _(c, odd):
+    shape = (3, 2) if odd else (2, 3)
+    source = (c.rank - 1) % c.size
+    return _hc().shift(_seq(6, c.rank).reshape(shape), c), _seq(6, source).reshape(shape)
+
+
+@case("dtype/shift", "float32 on the last rank, float64 elsewhere")
+def _(c, odd):
+    dt = "float32" if odd else "float64"
+    source = (c.rank - 1) % c.size
+    return _hc().shift(_seq(4, c.rank, dt), c), _seq(4, source, dt)
+
+
+@case("shape/broadcast", "5 elements on the last rank, 4 elsewhere (root 0)")
+def _(c, odd):
+    return _hc().broadcast(_seq(4 + odd, c.rank), c), _seq(4 + odd, 0)
+
+
 # --------------------------------------------------------------------------- all_to_all
 
 

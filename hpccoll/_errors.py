@@ -42,3 +42,18 @@ class CollectiveError(HpccollError, RuntimeError):
 
     The transport's communicator is aborted; free the :class:`~hpccoll.Communicator` and make a new one.
     """
+
+
+# Tracebacks and reprs name the public path (``hpccoll.MismatchError``), where users import them from; pickling
+# (mpi4py pickles exceptions between ranks) finds them there too.
+for _cls in (
+    HpccollError,
+    ArgumentError,
+    DTypeError,
+    UnsupportedOpError,
+    MismatchError,
+    TransportUnavailable,
+    CollectiveError,
+):
+    _cls.__module__ = "hpccoll"
+del _cls

@@ -105,7 +105,9 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
             o[...] = buf.reshape(o.shape)
         return result
 
-    return launch(c.transport_of(kind), "sendrecv", (sends, recvs), Ready(result) if not landing else finish, async_op)
+    # sized: without check mode no agreement fixed the messages' sizes (host MPI compares them with the receives')
+    then = Ready(result) if not landing else finish
+    return launch(c.transport_of(kind), "sendrecv", (sends, recvs, True), then, async_op)
 
 
 def _common(x: np.ndarray, c: Any, offset: int, out: Any, async_op: bool) -> Any:
@@ -120,7 +122,7 @@ def _common(x: np.ndarray, c: Any, offset: int, out: Any, async_op: bool) -> Any
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
     r, size = c.rank, c.size
-    args = (((x.reshape(-1), (r + step) % size),), ((out.reshape(-1), (r - step) % size),))
+    args = (((x.reshape(-1), (r + step) % size),), ((out.reshape(-1), (r - step) % size),), True)
     t = c.transport_of("numpy")
     if async_op:
         return launch(t, "sendrecv", args, Ready(out), True)

@@ -35,7 +35,7 @@ __all__ = ["Transport", "Prepared", "PRIMITIVES", "moved", "sent", "BASIC_OPS", 
 #: The roles: ``send`` (read; ``None``: in place, the argument after it holds the input), ``send@root``
 #: (read at the root, ``None`` elsewhere), ``recv`` (written), ``recv@root`` (written at the root, ``None``
 #: elsewhere), ``buf`` (read at the root, written elsewhere), ``sends``/``recvs`` (lists of ``(buffer,
-#: rank)``), and values: counts, ``op``, ``root``, ``even``.
+#: rank)``), and values: counts, ``op``, ``root``, ``even``, ``sized``.
 PRIMITIVES = {
     "allgatherv": ("send", "recv", "counts"),
     "reduce_scatter": ("send", "recv", "counts", "op"),
@@ -45,7 +45,7 @@ PRIMITIVES = {
     "reduce": ("send", "recv@root", "op", "root"),
     "gatherv": ("send", "recv@root", "counts", "root"),
     "scatterv": ("send@root", "recv", "counts", "root"),
-    "sendrecv": ("sends", "recvs"),
+    "sendrecv": ("sends", "recvs", "sized"),
 }
 
 
@@ -455,7 +455,7 @@ class Transport(abc.ABC):
             send = recv[:0].copy()
         self.alltoallv(send, recv, list(counts) if rank == root else [0] * parts, receives)
 
-    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False) -> None:
         """Send each ``(buffer, rank)`` of ``sends`` and receive each ``(buffer, rank)`` of ``recvs`` (collective).
 
         The messages between one pair of ranks match in order: the k-th send
@@ -470,15 +470,25 @@ class Transport(abc.ABC):
         sends, recvs : sequence of (array, int)
             1-D C-contiguous buffers (any dtype; they move as bytes) and the
             ranks they go to or come from (this rank included).
+        sized : bool
+            The ranks did not agree on the messages' sizes (``shift``; the halo
+            exchange and plans do): a transport that learns each receive's size
+            anyway (host MPI, from its status) raises
+            :class:`~hpccoll.MismatchError` for one of another size. The others
+            ignore it.
         """
         self._sendrecv(sends, recvs, False).wait()
 
-    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+    def isendrecv(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
+    ) -> Pending:
         """Non-blocking :meth:`sendrecv`.
 
         Parameters
         ----------
         sends, recvs : sequence of (array, int)
+            As for :meth:`sendrecv`.
+        sized : bool
             As for :meth:`sendrecv`.
 
         Returns

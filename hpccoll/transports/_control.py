@@ -9,9 +9,10 @@ package, beside them.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from logging import DEBUG
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .._errors import MismatchError
 from .._faults import watched
@@ -19,7 +20,19 @@ from .._log import brief, child
 
 _log = child("exchange")
 
-__all__ = ["guarded", "run", "allgather_object", "exchange_extents", "exchange_rows", "exchange_shapes", "MAX_DIMS"]
+__all__ = [
+    "guarded",
+    "run",
+    "wrong_size",
+    "truncated",
+    "short",
+    "receive_buffer",
+    "allgather_object",
+    "exchange_extents",
+    "exchange_rows",
+    "exchange_shapes",
+    "MAX_DIMS",
+]
 
 #: The most dimensions an array may have (NumPy 2's limit): the width of :func:`exchange_shapes`'s rows.
 MAX_DIMS = 64
@@ -36,8 +49,91 @@ def guarded(comm: Any, what: str, call: Callable[..., Any], *args: Any) -> Any:
 
 
 def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
-    """``comm.mpi.<name>(*args)`` (an mpi4py buffer collective), watched like :func:`guarded`."""
-    guarded(comm, what or f"MPI_{name}", getattr(comm.mpi, name), *args)
+    """``comm.mpi.<name>(*args)`` (an mpi4py buffer collective), watched like :func:`guarded`; MPI's truncation
+    error becomes :func:`truncated`'s :class:`MismatchError`."""
+    try:
+        guarded(comm, what or f"MPI_{name}", getattr(comm.mpi, name), *args)
+    except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
+        mismatch = truncated(e, what or f"MPI_{name}", receive_buffer(name, args))
+        if mismatch is None:
+            raise
+        raise mismatch from e
+
+
+def wrong_size(what: str, expected: str, arrived: str) -> MismatchError:
+    """The :class:`MismatchError` of a message whose size is not the one this rank expected.
+
+    ``what`` names the MPI call; the public hpccoll function running it (found on this thread's stack: the
+    error path only) is named first where there is one. No exchange: the rank that sees the wrong size
+    raises, the others may return or fail in MPI (docs/reliability.md).
+    """
+    public = _public_caller()
+    where = f"{public} ({what})" if public else what
+    return MismatchError(
+        f"{where}: expected {expected}; {arrived}. The ranks disagree on the shape or dtype of this call: "
+        "set HPCCOLL_CHECK=1 to find the rank at fault"
+    )
+
+
+def truncated(e: BaseException, what: str, buffer: Any, source: Optional[int] = None) -> Optional[MismatchError]:
+    """:func:`wrong_size`'s error for MPI's truncation error ``e`` (``MPI_ERR_TRUNCATE``, directly or in a
+    status of ``MPI_ERR_IN_STATUS``: the caller reads those statuses, or MPICH's collectives' "message sizes
+    do not match across processes"), else ``None``.
+
+    ``buffer`` is the receive buffer (or ``None``), ``source`` the rank the message came from where one did.
+    """
+    from mpi4py import MPI
+
+    if not isinstance(e, MPI.Exception):
+        return None
+    if e.Get_error_class() != MPI.ERR_TRUNCATE and _SIZES_DIFFER not in e.Get_error_string():
+        return None
+    room = "a message" if buffer is None else _bytes(buffer)
+    sender = "" if source is None else f" from rank {source}"
+    longer = "MPI_ERR_TRUNCATE" if e.Get_error_class() == MPI.ERR_TRUNCATE else _SIZES_DIFFER
+    return wrong_size(what, f"{room}{sender}", f"a longer message arrived ({longer})")
+
+
+#: What MPICH's collectives say (class ``MPI_ERR_OTHER``) where they see that the ranks' message sizes differ.
+_SIZES_DIFFER = "message sizes do not match across processes"
+
+
+def short(what: str, buffer: Any, count: int, source: int) -> MismatchError:
+    """:func:`wrong_size`'s error for a receive into ``buffer`` that completed with ``count`` bytes only."""
+    return wrong_size(what, f"{_bytes(buffer)} from rank {source}", f"{count} bytes arrived")
+
+
+def _bytes(buffer: Any) -> str:
+    """``"32 bytes (4 x float64)"``: a NumPy or CuPy array's size."""
+    return f"{buffer.nbytes} bytes ({buffer.size} x {buffer.dtype})"
+
+
+def receive_buffer(name: str, args: tuple) -> Any:
+    """The array an mpi4py call ``name(*args)`` receives into (``None`` where none is known): the spec's first
+    item, or the block of it that a ``[buffer, (count, displacement), datatype]`` spec names."""
+    spec = args[_RECEIVE_ARG.get(name, 1)] if len(args) > _RECEIVE_ARG.get(name, 1) else None
+    got: Any = spec[0] if isinstance(spec, (list, tuple)) and spec else spec
+    if not (hasattr(got, "nbytes") and hasattr(got, "dtype")):
+        return None
+    block = spec[1] if isinstance(spec, (list, tuple)) and len(spec) == 3 else None
+    if isinstance(block, tuple) and len(block) == 2 and all(isinstance(v, int) for v in block):
+        count, start = block
+        return got.reshape(-1)[start : start + count]
+    return got
+
+
+#: Where an mpi4py call takes its receive buffer, where that is not its second argument.
+_RECEIVE_ARG = {"Bcast": 0, "Recv": 0, "Sendrecv": 3}
+
+
+def _public_caller() -> str:
+    """The public hpccoll function on this thread's stack (``hpccoll._api``'s), or ``""`` (a plan, a ``wait()``)."""
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "hpccoll._api":
+            return str(frame.f_code.co_name)
+        frame = frame.f_back
+    return ""
 
 
 def allgather_object(comm: Any, obj: Any, what: str = "") -> List[Any]:

@@ -12,7 +12,7 @@ import numpy as np
 from .._faults import watched
 from .._request import Pending
 from ._base import WIRE_OPS, Prepared, Transport
-from ._control import run
+from ._control import receive_buffer, run, short, truncated
 from ._mpitypes import (
     _DATATYPES,
     _OPS,
@@ -84,6 +84,13 @@ class HostMPI(Transport):
         self.bcast_forms_match = self._pair  # Send and Recv match Isend and Irecv
         #: MPI-4 persistent collectives (``MPI_Allreduce_init`` ...) for :meth:`prepare`.
         self.persistent = _persistent_collectives()
+        from mpi4py import MPI
+
+        # The receives' statuses, whose sizes are compared with their buffers': one for a blocking receive, a
+        # list for Waitall (mpi4py fills the Status objects of a list it is given in place), each refilled by
+        # the next call and read right after it (one call at a time on a communicator): nothing allocated.
+        self._status = MPI.Status()
+        self._statuses: list = []
         self._prepared: "weakref.WeakSet[_Fixed]" = weakref.WeakSet()  # freed by close()
 
     def allgather_into(self, send: Any, out: Any, lead: int, trail: int, sizes: Sequence[int]) -> bool:
@@ -157,15 +164,21 @@ class HostMPI(Transport):
 
     def bcast(self, buf: Any, root: int) -> None:
         if self.comm.timeout is not None:
-            self._blocking(*self._bcast(buf, root))
+            self._blocking(*self._bcast(buf, root, self._status))
             return
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
-        if not self._pair:
-            self._mpi.Bcast(spec, root)
-        elif self.comm.rank == root:
-            self._mpi.Send(spec, 1 - root, _BCAST_TAG)
-        else:
-            self._mpi.Recv(spec, root, _BCAST_TAG)
+        try:
+            if not self._pair:
+                self._mpi.Bcast(spec, root)
+            elif self.comm.rank == root:
+                self._mpi.Send(spec, 1 - root, _BCAST_TAG)
+            else:
+                status = self._status
+                self._mpi.Recv(spec, root, _BCAST_TAG, status)
+                if status.Get_count() != buf.nbytes:  # shorter than buf: MPI accepts it (a longer one raises)
+                    raise short("MPI_Recv", buf, status.Get_count(), root)
+        except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
+            _reraise(e, "MPI_Bcast" if not self._pair else "MPI_Recv", buf)
 
     def ibcast(self, buf: Any, root: int) -> Pending:
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
@@ -174,13 +187,16 @@ class HostMPI(Transport):
         elif self.comm.rank == root:
             request = self._mpi.Isend(spec, 1 - root, _BCAST_TAG)
         else:
-            request = self._mpi.Irecv(spec, root, _BCAST_TAG)
+            request = _Sized([self._mpi.Irecv(spec, root, _BCAST_TAG)], [(buf, root)], "MPI_Irecv", self._statuses)
         return MPIPending(request, None, self.comm, "MPI_Bcast")
 
     def reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> None:
         name, args, then = self._reduce(send, recv, op, root)
         if then is None and self.comm.timeout is None:
-            self._mpi.Reduce(*args)  # as bcast: no frame between (a small reduce's cost is mostly these steps)
+            try:
+                self._mpi.Reduce(*args)  # as bcast: no frame between (a small reduce's cost is mostly these steps)
+            except Exception as e:  # noqa: BLE001
+                _reraise(e, "MPI_Reduce", recv)
         else:
             self._blocking(name, args, then)
 
@@ -199,26 +215,52 @@ class HostMPI(Transport):
     def iscatterv(self, send: Optional[Any], recv: Any, counts: Sequence[int], root: int) -> Pending:
         return self._started(*self._scatterv(send, recv, counts, root))
 
-    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
-        self._messages(sends, recvs).wait()
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False) -> None:
+        if sized and len(sends) == 1 and len(recvs) == 1:  # a shift of one array: one call, which fills a status
+            self._sendrecv_one(sends[0], recvs[0])
+        else:
+            self._messages(sends, recvs, sized).wait()
 
-    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
-        return self._messages(sends, recvs)
+    def _sendrecv_one(self, send: Tuple[Any, int], recv: Tuple[Any, int]) -> None:
+        """One message each way as one ``MPI_Sendrecv`` (tag ``_MESSAGE_TAG``: it matches :meth:`_messages`'
+        ``Irecv``/``Isend`` and a plan's persistent requests), its receive's size compared with its buffer's."""
+        (out, to), (into, source) = send, recv
+        status = self._status
+        args = (region(out), to, _MESSAGE_TAG, region(into), source, _MESSAGE_TAG, status)
+        try:
+            if self.comm.timeout is None:
+                self._mpi.Sendrecv(*args)
+            else:
+                watched(self.comm, "MPI_Sendrecv", self._mpi.Sendrecv, *args)
+        except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
+            mismatch = truncated(e, "MPI_Sendrecv", into, source)
+            if mismatch is None:
+                raise
+            raise mismatch from e
+        if status.Get_count() != into.nbytes:  # shorter than into: MPI accepts it (a longer one raises)
+            raise short("MPI_Sendrecv", into, status.Get_count(), source)
 
-    def _messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
-        """The buffers themselves as ``Irecv``/``Isend`` pairs (every receive posted first), as bytes.
+    def isendrecv(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
+    ) -> Pending:
+        return self._messages(sends, recvs, sized)
+
+    def _messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool) -> Pending:
+        """The buffers themselves as ``Irecv``/``Isend`` pairs (every receive posted first), as bytes; ``sized``:
+        completing reads the receives' statuses (:class:`_Sized`).
 
         The k-th message between a pair of ranks has tag ``_MESSAGE_TAG + k`` at both ends, so a pair that
         exchanges several (a periodic axis of extent 2: both faces go to the one neighbour) matches them
         in order; the private duplicate carries no other point-to-point traffic on these tags.
         """
         requests = self._message_requests(sends, recvs, self._mpi.Irecv, self._mpi.Isend)
-        return MPIPending(requests, None, self.comm, "the point-to-point messages")
+        pending = _Sized(requests, recvs, "MPI_Irecv", self._statuses) if sized and recvs else _Requests(requests)
+        return MPIPending(pending, None, self.comm, "the point-to-point messages")
 
     @staticmethod
     def _message_requests(
         sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], receive: Any, send: Any
-    ) -> "_Requests":
+    ) -> list:
         """:meth:`_messages`' requests made by ``receive`` and ``send`` (``Irecv``/``Isend``, or ``Recv_init``/
         ``Send_init``): every receive first, the k-th message of a pair tagged ``_MESSAGE_TAG + k``."""
         requests = []
@@ -227,13 +269,16 @@ class HostMPI(Transport):
             for buf, q in messages:
                 k = seen[q] = seen.get(q, -1) + 1
                 requests.append(make(region(buf), q, _MESSAGE_TAG + k))
-        return _Requests(requests)
+        return requests
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """The MPI call of ``primitive(*args)`` built once: its blocking form, or (``method="persistent"``,
         MPI >= 4) a persistent request started and completed on each run. ``sendrecv`` is persistent
         requests whatever ``method``: point-to-point ones exist in every MPI, and do strictly less per run
         than the ``Irecv``/``Isend`` pairs they stand for.
+
+        No prepared call reads its receives' statuses: the ranks agreed on a plan's shapes and dtypes when
+        it was made, as on a kept halo exchange's, so no message can arrive of another size than its buffer.
 
         The calls whose arguments change from run to run keep the contract's
         default (the primitive itself each time): uint64 max/min where MPI
@@ -268,7 +313,9 @@ class HostMPI(Transport):
             return False
         return bool(args[1].dtype == _UINT64 and args[-1 if primitive != "reduce" else 2] in _EXTREMA)
 
-    def _persistent_messages(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> "_Fixed":
+    def _persistent_messages(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
+    ) -> "_Fixed":
         """:meth:`_messages` as persistent ``Recv_init``/``Send_init`` requests, started and completed together
         on each run: the same messages, tags and datatypes as the ``Irecv``/``Isend`` pairs (a rank running
         them matches a rank running those), strided buffers as one element of their derived datatype
@@ -279,7 +326,7 @@ class HostMPI(Transport):
         so a library that refuses it on one rank only (Open MPI 5.0.11 did, once, in the suite at 3 ranks)
         left the ranks in different forms of one exchange, which hangs.
         """
-        pairs = self._message_requests(sends, recvs, self._mpi.Recv_init, self._mpi.Send_init)
+        pairs = _Requests(self._message_requests(sends, recvs, self._mpi.Recv_init, self._mpi.Send_init))
         return _Fixed(pairs, None, self.comm, "the point-to-point messages", (sends, recvs))
 
     def close(self) -> None:
@@ -303,16 +350,16 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = displacements(send_counts), displacements(recv_counts)
         irecv, isend = mpi.Irecv, mpi.Isend
-        requests = [
-            irecv([recv, (recv_counts[r], got[r]), t], r, _PAIRWISE_TAG) for r in self._sources if recv_counts[r]
-        ]
+        blocks = [(recv[got[r] : got[r] + recv_counts[r]], r) for r in self._sources if recv_counts[r]]
+        requests = [irecv([block, t], r, _PAIRWISE_TAG) for block, r in blocks]
         requests += [
             isend([send, (send_counts[j], sent[j]), t], j, _PAIRWISE_TAG) for j in self._targets if send_counts[j]
         ]
         n = send_counts[rank]
         if n:
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
-        return MPIPending(_Requests(requests), None, self.comm, "the all-to-all's point-to-point pairs")
+        pending = _Sized(requests, blocks, "MPI_Irecv", self._statuses) if blocks else _Requests(requests)
+        return MPIPending(pending, None, self.comm, "the all-to-all's point-to-point pairs")
 
     def _swap(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int]) -> None:
         """:meth:`_pairwise` between two ranks, blocking: one ``Sendrecv`` (one call into MPI where the
@@ -321,18 +368,25 @@ class HostMPI(Transport):
         other = 1 - rank
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         sent, got = (0, send_counts[0]), (0, recv_counts[0])  # where blocks 0 and 1 start
-        outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (recv_counts[other], got[other]), t]
-        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG), None)
+        count, status = recv_counts[other], self._status
+        outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (count, got[other]), t]
+        self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG, status), None)
+        if status.Get_count() != count * recv.itemsize:  # shorter than the block: MPI accepts it (a longer one raises)
+            raise short("MPI_Sendrecv", receive_buffer("Sendrecv", (0, 0, 0, incoming)), status.Get_count(), other)
         n = send_counts[rank]
         if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
-        """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step."""
-        if self.comm.timeout is None:
-            getattr(self._mpi, name)(*args)
-        else:
-            watched(self.comm, f"MPI_{name}", getattr(self._mpi, name), *args)
+        """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step; MPI's
+        truncation error becomes a :class:`~hpccoll.MismatchError` (:func:`_reraise`)."""
+        try:
+            if self.comm.timeout is None:
+                getattr(self._mpi, name)(*args)
+            else:
+                watched(self.comm, f"MPI_{name}", getattr(self._mpi, name), *args)
+        except Exception as e:  # noqa: BLE001
+            _reraise(e, f"MPI_{name}", receive_buffer(name, args))
         if then is not None:
             then()
 
@@ -392,13 +446,22 @@ class HostMPI(Transport):
         t = _DATATYPES.get(recv.dtype) or mpi_datatype(recv.dtype)
         return "Allreduce", (_in_place() if send is None else [send, t], [recv, t], _OPS.get(op) or mpi_op(op)), None
 
-    def _bcast(self, buf: Any, root: int) -> tuple:
+    def _bcast(self, buf: Any, root: int, status: Any = None) -> tuple:
+        """With a ``status`` (a call, not a plan, whose ranks agreed no size), the receive between two ranks
+        reads it, and the completion step compares its size with ``buf``'s."""
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
         if not self._pair:
             return "Bcast", (spec, root), None
         if self.comm.rank == root:  # two ranks (pair_bcast): one message
             return "Send", (spec, 1 - root, _BCAST_TAG), None
-        return "Recv", (spec, root, _BCAST_TAG), None
+        if status is None:
+            return "Recv", (spec, root, _BCAST_TAG), None
+
+        def sized() -> None:
+            if status.Get_count() != buf.nbytes:
+                raise short("MPI_Recv", buf, status.Get_count(), root)
+
+        return "Recv", (spec, root, _BCAST_TAG, status), sized
 
     def _reduce(self, send: Optional[Any], recv: Any, op: str, root: int) -> tuple:
         if self._flip_extrema and recv.dtype == _UINT64 and op in _EXTREMA:
@@ -461,6 +524,65 @@ class _Requests:
 
     def Test(self) -> bool:  # noqa: N802
         return not self.requests or self.requests[0].Testall(self.requests)
+
+
+class _Sized(_Requests):
+    """:class:`_Requests` whose first ``len(recvs)`` are receives, ``recvs`` their ``(buffer, source)``, where
+    no agreement fixed the messages' sizes (``shift``, the all-to-all's pairs, a two-rank broadcast).
+
+    Completing reads their statuses (into ``statuses``, a list the transport keeps, refilled by each call:
+    nothing allocated), which MPI fills anyway: a message of another size than its buffer (MPI's truncation
+    error, or a shorter one, which MPI accepts) raises :class:`~hpccoll.MismatchError` (:meth:`sized`).
+    """
+
+    __slots__ = ("recvs", "what", "statuses")
+
+    def __init__(self, requests: list, recvs: Sequence[Tuple[Any, int]], what: str, statuses: list) -> None:
+        self.requests = requests
+        self.recvs = recvs
+        self.what = what
+        self.statuses = statuses
+
+    def Wait(self) -> None:  # noqa: N802 (mpi4py's names)
+        requests = self.requests
+        try:
+            requests[0].Waitall(requests, self.statuses)
+        except Exception as e:  # noqa: BLE001
+            self.failed(e)
+        self.sized()
+
+    def Test(self) -> bool:  # noqa: N802
+        requests = self.requests
+        try:
+            done = requests[0].Testall(requests, self.statuses)
+        except Exception as e:  # noqa: BLE001
+            self.failed(e)
+        if done:
+            self.sized()
+        return done
+
+    def sized(self) -> None:
+        """Raise :class:`~hpccoll.MismatchError` for the first receive whose message was shorter than its buffer."""
+        statuses, i = self.statuses, 0
+        for buf, source in self.recvs:  # an index, not zip: this runs on every call
+            if statuses[i].Get_count() != buf.nbytes:
+                raise short(self.what, buf, statuses[i].Get_count(), source)
+            i += 1
+
+    def failed(self, e: BaseException) -> None:
+        """Raise ``e`` (from ``Waitall``/``Testall``) as the :class:`~hpccoll.MismatchError` of the first truncated
+        receive, once every other request completed (MPI must not write or read the buffers after the raise),
+        or as it is."""
+        from mpi4py import MPI
+
+        if not isinstance(e, MPI.Exception) or e.Get_error_class() != MPI.ERR_IN_STATUS:
+            raise e
+        for (buf, source), status in zip(self.recvs, self.statuses):
+            error = status.Get_error()
+            if error != MPI.SUCCESS and MPI.Get_error_class(error) == MPI.ERR_TRUNCATE:
+                MPI.Request.Waitall([r for r in self.requests if r])  # the rest (those left pending)
+                raise truncated(MPI.Exception(error), self.what, buf, source) or e from e
+        raise e
 
 
 #: The builders of :meth:`HostMPI.prepare`: (MPI function name, its arguments, a step after completion).
@@ -593,6 +715,15 @@ _EXTREMA = frozenset(("max", "min"))
 
 def _in_place() -> Any:
     return mpi_op("in_place")
+
+
+def _reraise(e: BaseException, what: str, buffer: Any) -> None:
+    """Raise ``e`` (from an MPI call ``what`` receiving into ``buffer``) as :func:`truncated`'s
+    :class:`~hpccoll.MismatchError` where it is MPI's truncation error, else as it is."""
+    mismatch = truncated(e, what, buffer)
+    if mismatch is None:
+        raise e
+    raise mismatch from e
 
 
 class MPIPending(Pending):

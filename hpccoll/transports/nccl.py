@@ -794,11 +794,13 @@ class NcclTransport(Transport):
                 mine[...] = block
 
     # ------------------------------------------------------------------ point-to-point
-    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False) -> None:
         self._enqueue_messages(sends, recvs)
         self._watch()
 
-    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+    def isendrecv(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
+    ) -> Pending:
         self._enqueue_messages(sends, recvs)
         return self._pending()
 

@@ -185,20 +185,22 @@ class SharedMemory(Transport):
             self.node.multi and primitive in ("reduce", "bcast")
         )
 
-    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> None:
+    def sendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False) -> None:
         """On one node, where every rank of the node sends only from node-shared memory (a field from
         ``shared_empty`` exchanged in place: the halo exchange sends such fields here whatever transport was
         named), each rank reads its messages straight from the senders' memory (one copy, no message);
         anything else goes to host MPI."""
         if not self._read_in_place(sends, recvs):
-            self.host.sendrecv(sends, recvs)
+            self.host.sendrecv(sends, recvs, sized)
 
-    def isendrecv(self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]]) -> Pending:
+    def isendrecv(
+        self, sends: Sequence[Tuple[Any, int]], recvs: Sequence[Tuple[Any, int]], sized: bool = False
+    ) -> Pending:
         """As :meth:`sendrecv`, and done when it returns where the messages were read in place (the same
         protocol as the blocking form, so ranks that mix the two still meet)."""
         if self._read_in_place(sends, recvs):
             return DONE
-        return self.host.isendrecv(sends, recvs)
+        return self.host.isendrecv(sends, recvs, sized)
 
     def prepare(self, primitive: str, args: tuple, method: str = "blocking") -> Prepared:
         """A ``sendrecv`` of node-shared messages prepared once: where each message comes from is read when
@@ -206,7 +208,7 @@ class SharedMemory(Transport):
         default (shm's primitive each run)."""
         if primitive != "sendrecv":
             return super().prepare(primitive, args, method)
-        found = None if self.node.multi else self._match(*args)
+        found = None if self.node.multi else self._match(args[0], args[1])
         if found is None:
             return self.host.prepare(primitive, args, method)
         pairs, bad = found
