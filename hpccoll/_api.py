@@ -4,6 +4,11 @@ Each public function names itself to the collective it runs (so errors say
 which call failed) and states its adjoint rule; :data:`PAIRS` declares every
 forward/adjoint pair once, and ``adjoint_of``, the operators and the
 adapters' maps are derived from it.
+
+The signatures here are plain (``async_op: bool`` gives ``Union[R, Request[R]]``).
+Type checkers and IDEs read ``_api.pyi`` instead, whose overloads give the result
+of each ``async_op`` and ``axis=None`` form. ``python tests/gen_api_stub.py``
+writes it from these signatures; run it after changing one.
 """
 
 from __future__ import annotations
