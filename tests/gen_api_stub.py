@@ -168,7 +168,7 @@ def function(fn: ast.FunctionDef, indent: str = "") -> str:
 
 def klass(cls: ast.ClassDef) -> str:
     """A class's stub: its bases, annotated fields and method signatures."""
-    bases = ", ".join(text(b) for b in cls.bases + cls.keywords)  # type: ignore[operator]
+    bases = ", ".join([*map(text, cls.bases), *map(text, cls.keywords)])
     lines = [f"class {cls.name}({bases}):" if bases else f"class {cls.name}:"]
     for node in cls.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -260,6 +260,10 @@ def stub(source: str) -> str:
             parts.append(("def", function(node)))
         elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
             parts.append(("class", klass(node)))
+        elif isinstance(node, ast.If) and text(node.test) == "TYPE_CHECKING":
+            continue  # its imports are read by imports()
+        elif not isinstance(node, (ast.Expr, ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+            raise StubError(f"line {node.lineno}: the generator does not know what a stub makes of {text(node)!r}")
     body = parts[0][1]
     for (before, _), (kind, written) in zip(parts, parts[1:]):
         # a stub's blank lines: around a class, and where defs and names meet; none in a run of either

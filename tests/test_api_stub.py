@@ -64,6 +64,7 @@ GATHERS = "".join(
         (GATHERS + "@overload\ndef f() -> int: ...", "f: write one plain signature"),
         (GATHERS + "def f(*, async_op: bool = False) -> int: ...", r"f: with async_op, expected a result Union\[R, "),
         (GATHERS + "import typing\nX: typing.Any", "import typing: use `from ... import`"),
+        (GATHERS + "if X:\n    Y = int", "line 3: the generator does not know what a stub makes of 'if X:"),
         (GATHERS.replace("all_gather_adjoint", "g"), "NONE_FORMS names all_gather_adjoint, which _api.py does not"),
         (GATHERS.replace("sizes", "s"), r"NONE_FORMS\['all_gather'\]: all_gather has no \['sizes'\]"),
         (GATHERS.replace("Optional[int]", "int"), r"NONE_FORMS: expected an Optional\[...\] parameter; got 'int'"),
