@@ -4,6 +4,11 @@ Each public function names itself to the collective it runs (so errors say
 which call failed) and states its adjoint rule; :data:`PAIRS` declares every
 forward/adjoint pair once, and ``adjoint_of``, the operators and the
 adapters' maps are derived from it.
+
+The signatures here are plain (``async_op: bool`` gives ``Union[R, Request[R]]``).
+Type checkers and IDEs read ``_api.pyi`` instead, whose overloads give the result
+of each ``async_op`` and ``axis=None`` form. ``python tests/gen_api_stub.py``
+writes it from these signatures; run it after changing one.
 """
 
 from __future__ import annotations
@@ -13,18 +18,17 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Dict,
     FrozenSet,
-    List,
     Literal,
     NamedTuple,
     Optional,
     Sequence,
     Tuple,
     Union,
-    overload,
 )
 
-from ._arrays import Array, ArrayT, split_sizes
+from ._arrays import ArrayT, split_sizes
 from ._comm import Communicator, as_communicator
 from ._core.agree import refuse
 from ._core.launch import then
@@ -83,46 +87,6 @@ OpLike = Union[str, "MPIOp"]
 Sizes = Optional[Sequence[int]]
 
 
-@overload
-def all_gather(
-    x: Array,
-    comm: CommLike = None,
-    *,
-    axis: None,
-    sizes: None = None,
-    out: Optional[Sequence[Array]] = None,
-    async_op: Literal[False] = False,
-) -> List[Array]: ...
-@overload
-def all_gather(
-    x: Array,
-    comm: CommLike = None,
-    *,
-    axis: None,
-    sizes: None = None,
-    out: Optional[Sequence[Array]] = None,
-    async_op: Literal[True],
-) -> Request[List[Array]]: ...
-@overload
-def all_gather(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Union[ArrayT, Literal["shared"], None] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def all_gather(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Union[ArrayT, Literal["shared"], None] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def all_gather(
     x: ArrayT,
     comm: CommLike = None,
@@ -202,46 +166,6 @@ def all_gather(
     return gathering.all_gather(x, c, axis, sizes, out, "all_gather", async_op)
 
 
-@overload
-def all_gather_adjoint(
-    y: Sequence[Array],
-    comm: CommLike = None,
-    *,
-    axis: None,
-    sizes: None = None,
-    out: Optional[Array] = None,
-    async_op: Literal[False] = False,
-) -> Array: ...
-@overload
-def all_gather_adjoint(
-    y: Sequence[Array],
-    comm: CommLike = None,
-    *,
-    axis: None,
-    sizes: None = None,
-    out: Optional[Array] = None,
-    async_op: Literal[True],
-) -> Request[Array]: ...
-@overload
-def all_gather_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def all_gather_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def all_gather_adjoint(
     y: ArrayT,
     comm: CommLike = None,
@@ -295,28 +219,6 @@ def all_gather_adjoint(
     return scattering.reduce_scatter(y, c, "sum", axis, sizes, out, "all_gather_adjoint", async_op)
 
 
-@overload
-def reduce_scatter(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def reduce_scatter(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def reduce_scatter(
     x: ArrayT,
     comm: CommLike = None,
@@ -371,28 +273,6 @@ def reduce_scatter(
     return scattering.reduce_scatter(x, as_communicator(comm), op, axis, sizes, out, "reduce_scatter", async_op)
 
 
-@overload
-def reduce_scatter_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def reduce_scatter_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def reduce_scatter_adjoint(
     y: ArrayT,
     comm: CommLike = None,
@@ -442,24 +322,6 @@ def reduce_scatter_adjoint(
     return _averaged(gathering.all_gather(y, c, axis, sizes, out, "reduce_scatter_adjoint", async_op), linear, c)
 
 
-@overload
-def all_reduce(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    out: Union[ArrayT, Literal["shared"], None] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def all_reduce(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    out: Union[ArrayT, Literal["shared"], None] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def all_reduce(
     x: ArrayT,
     comm: CommLike = None,
@@ -506,26 +368,6 @@ def all_reduce(
     return reducing.all_reduce(x, c, op, out, "all_reduce", async_op)
 
 
-@overload
-def all_reduce_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    cotangent: str = "varying",
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def all_reduce_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    cotangent: str = "varying",
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def all_reduce_adjoint(
     y: ArrayT,
     comm: CommLike = None,
@@ -591,30 +433,6 @@ def all_reduce_adjoint(
     return reducing.replicated_adjoint(y if not many else list(y), c, linear, outs if many else out, async_op)
 
 
-@overload
-def all_to_all(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    split_axis: int = 0,
-    concat_axis: int = 0,
-    sizes: Sizes = None,
-    recv_sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def all_to_all(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    split_axis: int = 0,
-    concat_axis: int = 0,
-    sizes: Sizes = None,
-    recv_sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def all_to_all(
     x: ArrayT,
     comm: CommLike = None,
@@ -696,30 +514,6 @@ def all_to_all(
     return alltoall.all_to_all(x, c, split_axis, concat_axis, sizes, recv_sizes, out, "all_to_all", async_op)
 
 
-@overload
-def all_to_all_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    split_axis: int = 0,
-    concat_axis: int = 0,
-    sizes: Sizes = None,
-    recv_sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def all_to_all_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    split_axis: int = 0,
-    concat_axis: int = 0,
-    sizes: Sizes = None,
-    recv_sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def all_to_all_adjoint(
     y: ArrayT,
     comm: CommLike = None,
@@ -775,14 +569,6 @@ def all_to_all_adjoint(
 # --------------------------------------------------------------------------- the rooted collectives
 
 
-@overload
-def broadcast(
-    x: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[False] = False
-) -> ArrayT: ...
-@overload
-def broadcast(
-    x: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[True]
-) -> Request[ArrayT]: ...
 def broadcast(
     x: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: bool = False
 ) -> Union[ArrayT, Request[ArrayT]]:
@@ -827,14 +613,6 @@ def broadcast(
     return rooted.broadcast(x, as_communicator(comm), root, out, "broadcast", async_op)
 
 
-@overload
-def broadcast_adjoint(
-    y: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[False] = False
-) -> ArrayT: ...
-@overload
-def broadcast_adjoint(
-    y: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: Literal[True]
-) -> Request[ArrayT]: ...
 def broadcast_adjoint(
     y: ArrayT, comm: CommLike = None, *, root: int = 0, out: Optional[ArrayT] = None, async_op: bool = False
 ) -> Union[ArrayT, Request[ArrayT]]:
@@ -866,26 +644,6 @@ def broadcast_adjoint(
     return rooted.reduce(y, as_communicator(comm), "sum", root, out, "broadcast_adjoint", async_op)
 
 
-@overload
-def reduce(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    root: int = 0,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def reduce(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    root: int = 0,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def reduce(
     x: ArrayT,
     comm: CommLike = None,
@@ -939,26 +697,6 @@ def reduce(
     return rooted.reduce(x, as_communicator(comm), op, root, out, "reduce", async_op)
 
 
-@overload
-def reduce_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    root: int = 0,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def reduce_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    op: OpLike = "sum",
-    root: int = 0,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def reduce_adjoint(
     y: ArrayT,
     comm: CommLike = None,
@@ -1029,28 +767,6 @@ def _averaged(result: Any, op: str, c: Communicator) -> Any:
     return then(result, lambda r: finish_reduction(r, c.size, True))
 
 
-@overload
-def gather(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def gather(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def gather(
     x: ArrayT,
     comm: CommLike = None,
@@ -1114,28 +830,6 @@ def gather(
     return rooted.gather(x, as_communicator(comm), root, axis, sizes, out, "gather", async_op)
 
 
-@overload
-def gather_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def gather_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def gather_adjoint(
     y: ArrayT,
     comm: CommLike = None,
@@ -1178,28 +872,6 @@ def gather_adjoint(
     return rooted.scatter(y, as_communicator(comm), root, axis, sizes, out, "gather_adjoint", async_op)
 
 
-@overload
-def scatter(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def scatter(
-    x: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def scatter(
     x: ArrayT,
     comm: CommLike = None,
@@ -1262,28 +934,6 @@ def scatter(
     return rooted.scatter(x, as_communicator(comm), root, axis, sizes, out, "scatter", async_op)
 
 
-@overload
-def scatter_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def scatter_adjoint(
-    y: ArrayT,
-    comm: CommLike = None,
-    *,
-    root: int = 0,
-    axis: int = 0,
-    sizes: Sizes = None,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def scatter_adjoint(
     y: ArrayT,
     comm: CommLike = None,
@@ -1329,26 +979,6 @@ def scatter_adjoint(
 # --------------------------------------------------------------------------- halo exchange
 
 
-@overload
-def halo_exchange(
-    x: ArrayT,
-    comm: CommLike,
-    *,
-    halo: Union[int, Sequence[int]],
-    corners: bool = False,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def halo_exchange(
-    x: ArrayT,
-    comm: CommLike,
-    *,
-    halo: Union[int, Sequence[int]],
-    corners: bool = False,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def halo_exchange(
     x: ArrayT,
     comm: CommLike,
@@ -1427,26 +1057,6 @@ def halo_exchange(
     return _halo(x, as_communicator(comm), halo, corners, out, "halo_exchange", async_op, False)
 
 
-@overload
-def halo_exchange_adjoint(
-    g: ArrayT,
-    comm: CommLike,
-    *,
-    halo: Union[int, Sequence[int]],
-    corners: bool = False,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[False] = False,
-) -> ArrayT: ...
-@overload
-def halo_exchange_adjoint(
-    g: ArrayT,
-    comm: CommLike,
-    *,
-    halo: Union[int, Sequence[int]],
-    corners: bool = False,
-    out: Optional[ArrayT] = None,
-    async_op: Literal[True],
-) -> Request[ArrayT]: ...
 def halo_exchange_adjoint(
     g: ArrayT,
     comm: CommLike,
@@ -1488,14 +1098,6 @@ def halo_exchange_adjoint(
 # --------------------------------------------------------------------------- shift along the ring
 
 
-@overload
-def shift(
-    x: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[False] = False
-) -> ArrayT: ...
-@overload
-def shift(
-    x: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[True]
-) -> Request[ArrayT]: ...
 def shift(
     x: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: bool = False
 ) -> Union[ArrayT, Request[ArrayT]]:
@@ -1549,14 +1151,6 @@ def shift(
     return _shift(x, as_communicator(comm), offset, out, "shift", async_op, False)
 
 
-@overload
-def shift_adjoint(
-    y: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[False] = False
-) -> ArrayT: ...
-@overload
-def shift_adjoint(
-    y: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[True]
-) -> Request[ArrayT]: ...
 def shift_adjoint(
     y: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: bool = False
 ) -> Union[ArrayT, Request[ArrayT]]:
@@ -1635,7 +1229,7 @@ PAIRS: Tuple[Pair, ...] = (
 
 
 #: The pairs by their forward function's name.
-PAIR = {pair.forward.__name__: pair for pair in PAIRS}
+PAIR: Dict[str, Pair] = {pair.forward.__name__: pair for pair in PAIRS}
 
 
 def pair_of(fn: Any) -> Optional[Tuple[Pair, bool]]:

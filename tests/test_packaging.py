@@ -215,7 +215,7 @@ def test_wheel_carries_the_package_license_and_marker(dists):
         meta = Parser().parsestr(whl.read(f"{info}/METADATA").decode())
     assert "hpccoll/py.typed" in names
     assert f"{info}/licenses/LICENSE" in names or f"{info}/LICENSE" in names, sorted(n for n in names if info in n)
-    package = {f for f in source_files("hpccoll") if f.endswith(".py") or f.endswith("py.typed")}
+    package = {f for f in source_files("hpccoll") if f.endswith((".py", ".pyi", "py.typed"))}
     assert not package - names, f"the wheel lacks {sorted(package - names)}"
     outside = sorted(n for n in names if not n.startswith(("hpccoll/", f"{info}/")))
     assert not outside, f"the wheel carries files outside the package: {outside}"
