@@ -1,6 +1,7 @@
 """The quick tier (``make test``, tests/tiers.py) keeps every public collective, adjoint, transport and adapter
 function at the rank count it runs at, and the tier rule names only tests that exist."""
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,8 @@ def test_quick_tier_touches_every_collective_transport_and_adapter(request):
     chosen = collected(request)
     size = MPI.COMM_WORLD.size
     needed = tiers.required()
+    # an adapter whose framework is not installed has no test that can run here (its test files skip whole)
+    needed["adapter"] = [name for name in needed["adapter"] if find_spec(name.split(".", 1)[0]) is not None]
     have = set().union(*(tiers.touches(item, needed) for item in chosen["quick"] if tiers.runs(item, size)))
     want = {f"{kind}:{name}" for kind, names in needed.items() for name in names}
     assert not want - have, f"at {size} ranks the quick tier runs no test of {sorted(want - have)}"
@@ -36,7 +39,9 @@ def test_quick_tier_touches_every_collective_transport_and_adapter(request):
 def test_every_full_only_test_exists(request):
     chosen = collected(request)
     ids = {item.nodeid.split("[", 1)[0] for item in chosen["items"]}
-    assert not set(tiers.FULL_ONLY) - ids, f"tests/tiers.py names tests that are gone: {set(tiers.FULL_ONLY) - ids}"
+    # a test file that skipped whole here (its framework not installed) has no items to compare
+    gone = {n for n in set(tiers.FULL_ONLY) - ids if n.split("::", 1)[0].rsplit("/", 1)[-1] not in chosen["skipped"]}
+    assert not gone, f"tests/tiers.py names tests that are gone: {gone}"
     assert any(tiers.full_only(item) for item in chosen["items"] if item.nodeid.startswith("tests/test_readme.py"))
 
 
