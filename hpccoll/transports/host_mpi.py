@@ -372,7 +372,7 @@ class HostMPI(Transport):
         outgoing, incoming = [send, (send_counts[other], sent[other]), t], [recv, (count, got[other]), t]
         self._blocking("Sendrecv", (outgoing, other, _PAIRWISE_TAG, incoming, other, _PAIRWISE_TAG, status), None)
         if status.Get_count() != count * recv.itemsize:  # shorter than the block: MPI accepts it (a longer one raises)
-            raise short("MPI_Sendrecv", receive_buffer("Sendrecv", (0, 0, 0, incoming)), status.Get_count(), other)
+            raise short("MPI_Sendrecv", recv[got[other] : got[other] + count], status.Get_count(), other)
         n = send_counts[rank]
         if n:  # after MPI is done with the buffers: on a GPU (cuda_mpi) the copy is queued on the stream
             recv[got[rank] : got[rank] + n] = send[sent[rank] : sent[rank] + n]
