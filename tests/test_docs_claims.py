@@ -76,16 +76,21 @@ def _z(c, *shape, dtype=float):
     return (np.arange(int(np.prod(shape)), dtype=float).reshape(shape) + c.rank).astype(dtype)
 
 
-def _own_memory(c):
+def _sends_own_memory(c):
     """Plans whose calls send ``x``'s own memory: a reduction, a gather along an inner axis (derived datatypes),
     a rooted collective."""
     P = c.size
     return [("all_reduce", _z(c, 4), {}), ("all_gather", _z(c, 3, 2), {"axis": 1}), ("broadcast", _z(c, 4), {})], P > 1
 
 
+def _own_memory(c):
+    plans, several = _sends_own_memory(c)
+    return plans, several and c.host_transport().persistent  # an MPI without persistent collectives: the next row
+
+
 def _no_persistent(c):
     c.host_transport().persistent = False  # what an MPI without MPI_Allreduce_init reports
-    return _own_memory(c)
+    return _sends_own_memory(c)
 
 
 def _uneven_all_to_all(c):
@@ -104,7 +109,7 @@ def _halo_and_shift(c):
 
 def _watched(c):
     c.timeout = 600.0  # as HPCCOLL_TIMEOUT=600 sets it: a watchdog that never fires here
-    plans, several = _own_memory(c)
+    plans, several = _sends_own_memory(c)
     more, _ = _halo_and_shift(c)
     return (plans if several else []) + more, True
 
