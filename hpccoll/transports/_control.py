@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from array import array
 from logging import DEBUG
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NoReturn, Optional, Sequence, Tuple
 
 from .._errors import MismatchError
 from .._faults import watched
@@ -25,6 +25,7 @@ __all__ = [
     "run",
     "wrong_size",
     "truncated",
+    "reraise",
     "short",
     "receive_buffer",
     "allgather_object",
@@ -54,10 +55,7 @@ def run(comm: Any, name: str, *args: Any, what: str = "") -> None:
     try:
         guarded(comm, what or f"MPI_{name}", getattr(comm.mpi, name), *args)
     except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
-        mismatch = truncated(e, what or f"MPI_{name}", receive_buffer(name, args))
-        if mismatch is None:
-            raise
-        raise mismatch from e
+        reraise(e, what or f"MPI_{name}", receive_buffer(name, args))
 
 
 def wrong_size(what: str, expected: str, arrived: str) -> MismatchError:
@@ -92,6 +90,15 @@ def truncated(e: BaseException, what: str, buffer: Any, source: Optional[int] = 
     sender = "" if source is None else f" from rank {source}"
     longer = "MPI_ERR_TRUNCATE" if e.Get_error_class() == MPI.ERR_TRUNCATE else _SIZES_DIFFER
     return wrong_size(what, f"{room}{sender}", f"a longer message arrived ({longer})")
+
+
+def reraise(e: BaseException, what: str, buffer: Any, source: Optional[int] = None) -> NoReturn:
+    """Raise ``e`` (from an MPI call ``what`` receiving into ``buffer``) as :func:`truncated`'s
+    :class:`MismatchError` where it is MPI's truncation error, else as it is."""
+    mismatch = truncated(e, what, buffer, source)
+    if mismatch is None:
+        raise e
+    raise mismatch from e
 
 
 #: What MPICH's collectives say (class ``MPI_ERR_OTHER``) where they see that the ranks' message sizes differ.

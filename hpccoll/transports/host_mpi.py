@@ -12,7 +12,7 @@ import numpy as np
 from .._faults import watched
 from .._request import Pending
 from ._base import WIRE_OPS, Prepared, Transport
-from ._control import receive_buffer, run, short, truncated
+from ._control import receive_buffer, reraise, run, short, truncated
 from ._mpitypes import (
     _DATATYPES,
     _OPS,
@@ -178,7 +178,7 @@ class HostMPI(Transport):
                 if status.Get_count() != buf.nbytes:  # shorter than buf: MPI accepts it (a longer one raises)
                     raise short("MPI_Recv", buf, status.Get_count(), root)
         except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
-            _reraise(e, "MPI_Bcast" if not self._pair else "MPI_Recv", buf)
+            reraise(e, "MPI_Bcast" if not self._pair else "MPI_Recv", buf)
 
     def ibcast(self, buf: Any, root: int) -> Pending:
         spec = [buf, _DATATYPES.get(buf.dtype) or mpi_datatype(buf.dtype)]
@@ -196,7 +196,7 @@ class HostMPI(Transport):
             try:
                 self._mpi.Reduce(*args)  # as bcast: no frame between (a small reduce's cost is mostly these steps)
             except Exception as e:  # noqa: BLE001
-                _reraise(e, "MPI_Reduce", recv)
+                reraise(e, "MPI_Reduce", recv)
         else:
             self._blocking(name, args, then)
 
@@ -233,10 +233,7 @@ class HostMPI(Transport):
             else:
                 watched(self.comm, "MPI_Sendrecv", self._mpi.Sendrecv, *args)
         except Exception as e:  # noqa: BLE001 - MPI's truncation is translated, anything else raised as it is
-            mismatch = truncated(e, "MPI_Sendrecv", into, source)
-            if mismatch is None:
-                raise
-            raise mismatch from e
+            reraise(e, "MPI_Sendrecv", into, source)
         if status.Get_count() != into.nbytes:  # shorter than into: MPI accepts it (a longer one raises)
             raise short("MPI_Sendrecv", into, status.Get_count(), source)
 
@@ -379,14 +376,14 @@ class HostMPI(Transport):
 
     def _blocking(self, name: str, args: tuple, then: Optional[Callable[[], None]]) -> None:
         """Run MPI collective ``name`` (watched under ``HPCCOLL_TIMEOUT``), then the completion step; MPI's
-        truncation error becomes a :class:`~hpccoll.MismatchError` (:func:`_reraise`)."""
+        truncation error becomes a :class:`~hpccoll.MismatchError` (:func:`~hpccoll.transports._control.reraise`)."""
         try:
             if self.comm.timeout is None:
                 getattr(self._mpi, name)(*args)
             else:
                 watched(self.comm, f"MPI_{name}", getattr(self._mpi, name), *args)
         except Exception as e:  # noqa: BLE001
-            _reraise(e, f"MPI_{name}", receive_buffer(name, args))
+            reraise(e, f"MPI_{name}", receive_buffer(name, args))
         if then is not None:
             then()
 
@@ -715,15 +712,6 @@ _EXTREMA = frozenset(("max", "min"))
 
 def _in_place() -> Any:
     return mpi_op("in_place")
-
-
-def _reraise(e: BaseException, what: str, buffer: Any) -> None:
-    """Raise ``e`` (from an MPI call ``what`` receiving into ``buffer``) as :func:`truncated`'s
-    :class:`~hpccoll.MismatchError` where it is MPI's truncation error, else as it is."""
-    mismatch = truncated(e, what, buffer)
-    if mismatch is None:
-        raise e
-    raise mismatch from e
 
 
 class MPIPending(Pending):
