@@ -38,6 +38,7 @@ from ._dtypes import reduce_plan
 from ._errors import HpccollError
 from ._layout import finish_reduction
 from ._request import Request
+from ._spec import HOOKS, Bound, Hooks, Meta
 from .collectives import all_gather as gathering
 from .collectives import all_reduce as reducing
 from .collectives import alltoall, rooted, shared
@@ -1181,19 +1182,33 @@ def shift_adjoint(
 
 
 class Pair(NamedTuple):
-    """A collective and its adjoint under the inner product summed over ranks.
+    """A public primitive, declared once: a collective and its adjoint under the inner product summed over ranks.
 
     Attributes
     ----------
     forward, adjoint : callable
         The two public functions; each is the other's adjoint.
+    operator : str
+        The name of its :class:`~hpccoll.Operator` class.
     adjoint_only : frozenset of str
         Keywords only ``adjoint`` takes (dropped when going to ``forward``).
     """
 
     forward: Callable[..., Any]
     adjoint: Callable[..., Any]
+    operator: str
     adjoint_only: FrozenSet[str] = frozenset()
+
+    @property
+    def name(self) -> str:
+        """The forward's name (``"all_gather"``)."""
+        return self.forward.__name__
+
+    @property
+    def hooks(self) -> Hooks:
+        """What the collective's module registered about it (:class:`hpccoll._spec.Hooks`: its configuration
+        check, its binding to an array's layout, its transport primitive)."""
+        return HOOKS[self.name]
 
     def bind(self, **keywords: Any) -> Tuple[Callable[[Any], Any], Callable[[Any], Any]]:
         """``(forward, adjoint)`` as functions of one array, with ``keywords`` bound to each.
@@ -1212,19 +1227,33 @@ class Pair(NamedTuple):
         forward = {k: v for k, v in keywords.items() if k not in self.adjoint_only}
         return functools.partial(self.forward, **forward), functools.partial(self.adjoint, **keywords)
 
+    def configure(self, comm: Communicator, **keywords: Any) -> Dict[str, Any]:
+        """The configuration ``keywords`` checked and normalised, locally (no array, no communication)."""
+        return self.hooks.configure(comm, keywords)
+
+    def bound(
+        self, meta: Meta, comm: Communicator, tracing: bool = False, **keywords: Any
+    ) -> Tuple[Callable[[Any], Any], Callable[[Any], Any], Bound]:
+        """``(forward, adjoint, bound)`` for an array described by ``meta``: both sides as functions of one
+        array with every keyword resolved (collective where the forward would communicate to resolve it, and
+        not ``tracing``), and the :class:`~hpccoll._core.spec.Bound` (result shape, reductions, checks)."""
+        b = self.hooks.bind(meta, comm, tracing, keywords)
+        forward, adjoint = self.bind(comm=comm, **b.keywords)
+        return forward, (adjoint if b.adjoint_as is None else b.adjoint_as(adjoint)), b
+
 
 #: Every forward/adjoint pair: the one table ``adjoint_of``, the operators and the adapters derive from.
 PAIRS: Tuple[Pair, ...] = (
-    Pair(all_gather, all_gather_adjoint),
-    Pair(reduce_scatter, reduce_scatter_adjoint),
-    Pair(all_reduce, all_reduce_adjoint, frozenset({"cotangent"})),
-    Pair(all_to_all, all_to_all_adjoint),
-    Pair(broadcast, broadcast_adjoint),
-    Pair(reduce, reduce_adjoint),
-    Pair(gather, gather_adjoint),
-    Pair(scatter, scatter_adjoint),
-    Pair(halo_exchange, halo_exchange_adjoint),
-    Pair(shift, shift_adjoint),
+    Pair(all_gather, all_gather_adjoint, "AllGather"),
+    Pair(reduce_scatter, reduce_scatter_adjoint, "ReduceScatter"),
+    Pair(all_reduce, all_reduce_adjoint, "AllReduce", frozenset({"cotangent"})),
+    Pair(all_to_all, all_to_all_adjoint, "AllToAll"),
+    Pair(broadcast, broadcast_adjoint, "Broadcast"),
+    Pair(reduce, reduce_adjoint, "Reduce"),
+    Pair(gather, gather_adjoint, "Gather"),
+    Pair(scatter, scatter_adjoint, "Scatter"),
+    Pair(halo_exchange, halo_exchange_adjoint, "HaloExchange"),
+    Pair(shift, shift_adjoint, "Shift"),
 )
 
 

@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Literal, NamedTuple, Op
 from ._arrays import Array, ArrayT, split_sizes
 from ._comm import Communicator
 from ._request import Request
+from ._spec import Bound, Hooks, Meta
 from .transports._mpitypes import MPIComm, MPIOp
 
 __all__ = [
@@ -455,8 +456,17 @@ def shift_adjoint(
 class Pair(NamedTuple):
     forward: Callable[..., Any]
     adjoint: Callable[..., Any]
+    operator: str
     adjoint_only: FrozenSet[str] = ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def hooks(self) -> Hooks: ...
     def bind(self, **keywords: Any) -> Tuple[Callable[[Any], Any], Callable[[Any], Any]]: ...
+    def configure(self, comm: Communicator, **keywords: Any) -> Dict[str, Any]: ...
+    def bound(
+        self, meta: Meta, comm: Communicator, tracing: bool = False, **keywords: Any
+    ) -> Tuple[Callable[[Any], Any], Callable[[Any], Any], Bound]: ...
 
 PAIRS: Tuple[Pair, ...]
 PAIR: Dict[str, Pair]

@@ -23,7 +23,7 @@ does not reshape them); check mode (``HPCCOLL_CHECK=1``) compares them, and
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -35,8 +35,9 @@ from .._core.lists import list_types, survey_list
 from .._core.validate import check_out, one_array, outs_of, plain_out
 from .._dtypes import wire_of
 from .._errors import ArgumentError, HpccollError
+from .._spec import Hooks, register, same_shape
 
-__all__ = ["shift", "offset_of"]
+__all__ = ["shift", "offset_of", "SHIFT"]
 
 
 def offset_of(offset: Any) -> int:
@@ -44,6 +45,19 @@ def offset_of(offset: Any) -> int:
     if isinstance(offset, (int, np.integer)) and not isinstance(offset, (bool, np.bool_)):
         return int(offset)
     raise ArgumentError(f"offset: expected an int; got {offset!r}")
+
+
+def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    return {**keywords, "offset": offset_of(keywords.get("offset", 1))}
+
+
+def _peers(rank: int, size: int, keywords: Dict[str, Any]) -> Tuple[int, int]:
+    step = keywords["offset"] % size
+    return (rank + step) % size, (rank - step) % size
+
+
+#: The shift's spec: ``offset`` checked; the result has the input's shape; one message each way.
+SHIFT = register(Hooks("shift", _configure, same_shape(_configure), "sendrecv", _peers, lambda size: {"offset": 1}))
 
 
 def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjoint: bool) -> Any:
