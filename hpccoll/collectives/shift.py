@@ -23,7 +23,7 @@ does not reshape them); check mode (``HPCCOLL_CHECK=1``) compares them, and
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from .._dtypes import wire_of
 from .._errors import ArgumentError, HpccollError
 from .._spec import Hooks, register, same_shape
 
-__all__ = ["shift", "offset_of", "SHIFT"]
+__all__ = ["shift", "exchange", "common", "offset_of", "SHIFT"]
 
 
 def offset_of(offset: Any) -> int:
@@ -63,16 +63,47 @@ SHIFT = register(Hooks("shift", _configure, same_shape(_configure), "sendrecv", 
 def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjoint: bool) -> Any:
     """``hpccoll.shift`` (``adjoint``: the shift by ``-offset``), one array or a list; ``what`` names the public call."""
     if type(x) is np.ndarray and type(offset) is int and not c.check and c.size > 1 and x.size and x.flags.c_contiguous:
-        result = _common(x, c, -offset if adjoint else offset, out, async_op)
-        if result is not None:
-            return result
-    many = type(x) is not np.ndarray and list_types(x) is not None
-    err = desc = None
-    arrays: List[Any] = []
-    outs: List[Any] = []
-    kind, step = "numpy", 0
+        step = (-offset if adjoint else offset) % c.size
+        if step:
+            result = common(x, c, (c.rank + step) % c.size, (c.rank - step) % c.size, out, async_op)
+            if result is not None:
+                return result
+    err, step = None, 0
     try:
         step = (-offset_of(offset) if adjoint else offset_of(offset)) % c.size
+    except HpccollError as e:
+        err = e
+    # named by the messages, not the call: shift_adjoint(offset=-k) sends what shift(offset=k) sends
+    peers = ((c.rank + step) % c.size, (c.rank - step) % c.size)
+    return exchange(x, c, peers, out, what, async_op, err, "shift", {"offset": step})
+
+
+def exchange(
+    x: Any,
+    c: Any,
+    peers: Tuple[Optional[int], Optional[int]],
+    out: Any,
+    what: str,
+    async_op: bool,
+    err: Optional[HpccollError],
+    name: str,
+    config: Dict[str, Any],
+) -> Any:
+    """Send every array of ``x`` (one, or a list) to ``peers[0]`` and receive each ``out`` from ``peers[1]``.
+
+    ``None`` for a peer: no message that way (an ``out`` that receives nothing
+    gets zeros); both peers this rank: a local copy. ``err``: an error the
+    caller found in its own arguments. Check mode compares the descriptor
+    ``name`` with ``config`` and the arrays' dtypes and shapes across ranks.
+    """
+    many = type(x) is not np.ndarray and list_types(x) is not None
+    desc = None
+    arrays: List[Any] = []
+    outs: List[Any] = []
+    kind = "numpy"
+    try:
+        if err is not None:
+            raise err
         if many:
             lst = survey_list(x, list_types(x) or set(), async_op)
             arrays, kind = lst.arrays, lst.kind
@@ -83,35 +114,37 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
         xp = module_of(kind)
         outs = [check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL)) for a, o in zip(arrays, wanted)]
         if c.check:
-            # named by the messages, not the call: shift_adjoint(offset=-k) sends what shift(offset=k) sends
-            desc = descriptor("shift", offset=step, arrays=[(a.dtype.name, a.shape) for a in arrays])
+            desc = descriptor(name, **config, arrays=[(a.dtype.name, a.shape) for a in arrays])
     except HpccollError as e:
         err = e
     settle(c, what, desc, None, err, async_op)
     result = outs if many else outs[0]
-    if step == 0:  # every rank keeps its own block (one rank, or a whole turn of the ring)
+    to, source = peers
+    if to == c.rank:  # every rank keeps its own block (one rank, or a whole turn of the ring)
         for a, o in zip(arrays, outs):
             if o is not a:
                 xp.copyto(o, a)
         return done(result, async_op, kind)
-    to, source = (c.rank + step) % c.size, (c.rank - step) % c.size
     sends: List[Tuple[Any, int]] = []
     recvs: List[Tuple[Any, int]] = []
     landing: List[Tuple[Any, Any]] = []  # (received buffer, out) where out is not C-contiguous
     for a, o in zip(arrays, outs):
         if not a.size:
             continue  # every rank's array has this shape: nobody sends it
-        send = a.reshape(-1)  # a view where a is C-contiguous, else a copy in C order
-        if a.flags.c_contiguous and is_in_place(o, a, ALL):  # MPI may not send from the buffer it receives into
-            send = send.copy()
-        sends.append((send, to))
-        if o.flags.c_contiguous:
+        if to is not None:
+            send = a.reshape(-1)  # a view where a is C-contiguous, else a copy in C order
+            if a.flags.c_contiguous and is_in_place(o, a, ALL):  # MPI may not send from the buffer it receives into
+                send = send.copy()
+            sends.append((send, to))
+        if source is None:
+            o.fill(0)  # this rank receives nothing
+        elif o.flags.c_contiguous:
             recvs.append((o.reshape(-1), source))
         else:
             buf = xp.empty(o.size, o.dtype)
             recvs.append((buf, source))
             landing.append((buf, o))
-    if not sends:
+    if not sends and not recvs:
         return done(result, async_op, kind)
 
     def finish() -> Any:
@@ -124,19 +157,17 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
     return launch(c.transport_of(kind), "sendrecv", (sends, recvs, True), then, async_op)
 
 
-def _common(x: np.ndarray, c: Any, offset: int, out: Any, async_op: bool) -> Any:
+def common(x: np.ndarray, c: Any, to: int, source: int, out: Any, async_op: bool) -> Any:
     """The common case, the same messages with the fewest Python steps: a C-contiguous NumPy ``x`` (not
-    empty) of a supported dtype, ``out`` absent or a separate plain array, a step that moves; ``None`` where the general path
-    must decide (in place, other layouts, errors)."""
-    step = offset % c.size
-    if not step or wire_of(x.dtype) is None:  # an unsupported dtype: the general path refuses it
+    empty) of a supported dtype sent to ``to`` and received from ``source`` (other ranks), ``out`` absent or
+    a separate plain array; ``None`` where :func:`exchange` must decide (in place, other layouts, errors)."""
+    if wire_of(x.dtype) is None:  # an unsupported dtype: the general path refuses it
         return None
     if out is None:
         out = np.empty(x.shape, x.dtype)
     elif not plain_out(out, x.shape, x.dtype) or may_share(out, x):
         return None
-    r, size = c.rank, c.size
-    args = (((x.reshape(-1), (r + step) % size),), ((out.reshape(-1), (r - step) % size),), True)
+    args = (((x.reshape(-1), to),), ((out.reshape(-1), source),), True)
     t = c.transport_of("numpy")
     if async_op:
         return launch(t, "sendrecv", args, Ready(out), True)
