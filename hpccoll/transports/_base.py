@@ -83,11 +83,11 @@ def sent(primitive: str, args: tuple, rank: int) -> List[Any]:
     return [args[i] for i in moved(primitive, args, rank)[0]]
 
 
-def _bytes_like(like: Any, n: int) -> Any:
-    """``n`` fresh bytes in ``like``'s array library (NumPy, or CuPy for a CuPy buffer)."""
-    if isinstance(like, np.ndarray):
+def _bytes_of(kind: str, n: int) -> Any:
+    """``n`` fresh bytes of the array kind ``kind`` (``"numpy"`` or ``"cupy"``)."""
+    if kind == "numpy":
         return np.empty(n, np.uint8)
-    import cupy  # the buffer is one of its arrays, so it is importable
+    import cupy  # the transport moves CuPy arrays, so it is importable
 
     return cupy.empty(n, np.uint8)
 
@@ -502,13 +502,12 @@ class Transport(abc.ABC):
         """The default :meth:`sendrecv`: one ``alltoallv`` of bytes, packed per peer in message order."""
         outgoing, send_counts = _by_peer(sends, self.comm.size)
         incoming, recv_counts = _by_peer(recvs, self.comm.size)
-        like = (list(sends) + list(recvs))[0][0] if (sends or recvs) else np.empty(0, np.uint8)
-        packed = _bytes_like(like, sum(send_counts))
+        packed = _bytes_of(self.array_kind, sum(send_counts))  # a rank with nothing to move packs none alike
         at = 0
         for buf in outgoing:
             packed[at : at + buf.nbytes] = buf.view(np.uint8)
             at += buf.nbytes
-        received = _bytes_like(like, sum(recv_counts))
+        received = _bytes_of(self.array_kind, sum(recv_counts))
 
         def unpack() -> None:
             at = 0
