@@ -75,13 +75,14 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
         err = e
     # named by the messages, not the call: shift_adjoint(offset=-k) sends what shift(offset=k) sends
     peers = ((c.rank + step) % c.size, (c.rank - step) % c.size)
-    return exchange(x, c, peers, out, what, async_op, err, "shift", {"offset": step})
+    return exchange(x, c, peers, step != 0, out, what, async_op, err, "shift", {"offset": step})
 
 
 def exchange(
     x: Any,
     c: Any,
     peers: Tuple[Optional[int], Optional[int]],
+    moves: bool,
     out: Any,
     what: str,
     async_op: bool,
@@ -92,7 +93,10 @@ def exchange(
     """Send every array of ``x`` (one, or a list) to ``peers[0]`` and receive each ``out`` from ``peers[1]``.
 
     ``None`` for a peer: no message that way (an ``out`` that receives nothing
-    gets zeros); both peers this rank: a local copy. ``err``: an error the
+    gets zeros); this rank for both: a local copy. ``moves``: whether any rank
+    sends to another (the same on every rank, from the configuration); where
+    one does, every rank calls the transport's ``sendrecv``, as its contract
+    asks, with empty lists where it has nothing to move. ``err``: an error the
     caller found in its own arguments. Check mode compares the descriptor
     ``name`` with ``config`` and the arrays' dtypes and shapes across ranks.
     """
@@ -120,16 +124,18 @@ def exchange(
     settle(c, what, desc, None, err, async_op)
     result = outs if many else outs[0]
     to, source = peers
-    if to == c.rank:  # every rank keeps its own block (one rank, or a whole turn of the ring)
-        for a, o in zip(arrays, outs):
-            if o is not a:
-                xp.copyto(o, a)
-        return done(result, async_op, kind)
+    kept: List[Tuple[Any, Any]] = []  # (x, out) where this rank keeps its own block
+    zeros: List[Any] = []  # the outs of a rank that receives nothing
     sends: List[Tuple[Any, int]] = []
     recvs: List[Tuple[Any, int]] = []
     landing: List[Tuple[Any, Any]] = []  # (received buffer, out) where out is not C-contiguous
     for a, o in zip(arrays, outs):
-        if not a.size:
+        if to == c.rank:
+            kept.append((a, o))
+            continue
+        if source is None:
+            zeros.append(o)
+        if not a.size or not moves:
             continue  # every rank's array has this shape: nobody sends it
         if to is not None:
             send = a.reshape(-1)  # a view where a is C-contiguous, else a copy in C order
@@ -137,23 +143,28 @@ def exchange(
                 send = send.copy()
             sends.append((send, to))
         if source is None:
-            o.fill(0)  # this rank receives nothing
-        elif o.flags.c_contiguous:
+            continue
+        if o.flags.c_contiguous:
             recvs.append((o.reshape(-1), source))
         else:
             buf = xp.empty(o.size, o.dtype)
             recvs.append((buf, source))
             landing.append((buf, o))
-    if not sends and not recvs:
-        return done(result, async_op, kind)
 
     def finish() -> Any:
         for buf, o in landing:
             o[...] = buf.reshape(o.shape)
+        for a, o in kept:
+            if o is not a:
+                xp.copyto(o, a)
+        for o in zeros:
+            o.fill(0)
         return result
 
+    if not moves or c.size == 1 or not any(a.size for a in arrays):  # the same on every rank: nobody sends
+        return done(finish(), async_op, kind)
     # sized: without check mode no agreement fixed the messages' sizes (host MPI compares them with the receives')
-    then = Ready(result) if not landing else finish
+    then = Ready(result) if not (landing or kept or zeros) else finish
     return launch(c.transport_of(kind), "sendrecv", (sends, recvs, True), then, async_op)
 
 
