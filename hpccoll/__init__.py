@@ -1,5 +1,5 @@
 """hpccoll: array-level collectives (all-gather, reduce-scatter, all-reduce, all-to-all, broadcast, reduce,
-gather, scatter, halo exchange, shift), each with a forward and an adjoint.
+gather, scatter, halo exchange, shift, permute), each with a forward and an adjoint.
 
 Every collective takes NumPy arrays (and CuPy arrays where a GPU transport is
 available), an optional communicator (``None`` is a private duplicate of
@@ -22,6 +22,8 @@ from ._api import (
     gather_adjoint,
     halo_exchange,
     halo_exchange_adjoint,
+    permute,
+    permute_adjoint,
     reduce,
     reduce_adjoint,
     reduce_scatter,
@@ -84,6 +86,8 @@ __all__ = [
     "halo_exchange_adjoint",
     "shift",
     "shift_adjoint",
+    "permute",
+    "permute_adjoint",
     "adjoint_of",
     "split_sizes",
     "plan",

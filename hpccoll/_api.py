@@ -44,6 +44,7 @@ from .collectives import all_reduce as reducing
 from .collectives import alltoall, rooted, shared
 from .collectives import reduce_scatter as scattering
 from .collectives.halo import halo_exchange as _halo
+from .collectives.permute import permute as _permute
 from .collectives.shift import shift as _shift
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ __all__ = [
     "halo_exchange_adjoint",
     "shift",
     "shift_adjoint",
+    "permute",
+    "permute_adjoint",
     "split_sizes",
     "CommLike",
     "OpLike",
@@ -1178,6 +1181,98 @@ def shift_adjoint(
     return _shift(y, as_communicator(comm), offset, out, "shift_adjoint", async_op, True)
 
 
+# --------------------------------------------------------------------------- permute: any permutation of the ranks
+
+
+def permute(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    perm: Sequence[Tuple[int, int]],
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Send every rank's block to the rank ``perm`` names: rank ``d`` gets the ``x`` of the rank ``s`` with ``(s, d)``.
+
+    JAX's ``ppermute`` for arrays. A rank that no pair sends to gets zeros.
+    A pipeline's step is ``perm=[(i, i + 1) for i in range(P - 1)]`` (the
+    first stage receives zeros); :func:`shift` is the permutation of the
+    whole ring.
+
+    Parameters
+    ----------
+    x : array_like (NumPy or CuPy), or a list of arrays
+        This rank's block. Every rank's has the same shape and dtype (check
+        mode compares them). A list permutes every array in one call.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    perm : sequence of (int, int)
+        ``(source, dest)`` pairs of ranks, no rank twice as a source or twice
+        as a destination; the same on every rank (check mode compares it).
+    out : array or list of arrays, optional
+        Where to write the result (``x``'s shape and dtype); ``out=x`` in place.
+    async_op : bool
+        Return a :class:`~hpccoll.Request` at once instead of the result; its
+        ``wait()`` returns the result.
+
+    Returns
+    -------
+    array or list of arrays
+        The block of the rank that sends to this one, or zeros, in a new array (or ``out``).
+
+    Raises
+    ------
+    ArgumentError
+        A bad ``perm`` (not pairs of ranks in range, a rank twice on one side) or ``out``, or an unsupported dtype.
+    MismatchError
+        In check mode, ranks whose shapes, dtypes or ``perm`` differ (on every rank).
+
+    Notes
+    -----
+    The adjoint of a permutation is its inverse: :func:`permute_adjoint`
+    sends along every pair reversed. Each rank sends at most one message and
+    receives at most one per array, by the transport's ``sendrecv``, as
+    :func:`shift` does.
+
+    Examples
+    --------
+    >>> y = hpccoll.permute(x, comm, perm=[(0, 1), (1, 2)])   # doctest: +SKIP
+    >>> # on 3 ranks: rank 1 gets rank 0's x, rank 2 rank 1's, rank 0 zeros
+    """
+    return _permute(x, as_communicator(comm), perm, out, "permute", async_op, False)
+
+
+def permute_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    perm: Sequence[Tuple[int, int]],
+    out: Optional[ArrayT] = None,
+    async_op: bool = False,
+) -> Union[ArrayT, Request[ArrayT]]:
+    """Adjoint of :func:`permute`: the permutation with every pair reversed (a permutation's transpose is its inverse).
+
+    Parameters
+    ----------
+    y : array_like (NumPy or CuPy), or a list of arrays
+        The cotangent of the forward's result.
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The forward's ranks.
+    perm : sequence of (int, int)
+        The forward's ``perm``.
+    out : array or list of arrays, optional
+        Where to write the result; ``out=y`` in place.
+    async_op : bool
+        As for :func:`permute`.
+
+    Returns
+    -------
+    array or list of arrays
+        The cotangent of this rank's ``x``: the ``y`` of the rank this one sent to in the forward, or zeros.
+    """
+    return _permute(y, as_communicator(comm), perm, out, "permute_adjoint", async_op, True)
+
+
 # --------------------------------------------------------------------------- the pairs, declared once
 
 
@@ -1254,6 +1349,7 @@ PAIRS: Tuple[Pair, ...] = (
     Pair(scatter, scatter_adjoint, "Scatter"),
     Pair(halo_exchange, halo_exchange_adjoint, "HaloExchange"),
     Pair(shift, shift_adjoint, "Shift"),
+    Pair(permute, permute_adjoint, "Permute"),
 )
 
 

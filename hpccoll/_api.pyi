@@ -29,6 +29,8 @@ __all__ = [
     "halo_exchange_adjoint",
     "shift",
     "shift_adjoint",
+    "permute",
+    "permute_adjoint",
     "split_sizes",
     "CommLike",
     "OpLike",
@@ -451,6 +453,42 @@ def shift_adjoint(
 @overload
 def shift_adjoint(
     y: ArrayT, comm: CommLike = None, *, offset: int = 1, out: Optional[ArrayT] = None, async_op: Literal[True]
+) -> Request[ArrayT]: ...
+@overload
+def permute(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    perm: Sequence[Tuple[int, int]],
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def permute(
+    x: ArrayT,
+    comm: CommLike = None,
+    *,
+    perm: Sequence[Tuple[int, int]],
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
+) -> Request[ArrayT]: ...
+@overload
+def permute_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    perm: Sequence[Tuple[int, int]],
+    out: Optional[ArrayT] = None,
+    async_op: Literal[False] = False,
+) -> ArrayT: ...
+@overload
+def permute_adjoint(
+    y: ArrayT,
+    comm: CommLike = None,
+    *,
+    perm: Sequence[Tuple[int, int]],
+    out: Optional[ArrayT] = None,
+    async_op: Literal[True],
 ) -> Request[ArrayT]: ...
 
 class Pair(NamedTuple):
