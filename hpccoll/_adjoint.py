@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Union, overload
 
-from ._api import PAIRS, pair_of
+from . import _api
+from ._api import pair_of
 from ._errors import ArgumentError
 from ._operators import Operator
 
@@ -26,9 +27,9 @@ def adjoint_of(fn_or_operator: Union[Operator, Callable[..., Any]]) -> Union[Ope
     Parameters
     ----------
     fn_or_operator : callable or Operator
-        One of :func:`~hpccoll.all_gather`, :func:`~hpccoll.reduce_scatter`,
-        :func:`~hpccoll.all_reduce`, :func:`~hpccoll.all_to_all` or their
-        ``*_adjoint`` functions; a
+        One of hpccoll's collectives (:func:`~hpccoll.all_gather`,
+        :func:`~hpccoll.shift`, ...: every pair of ``hpccoll._api.PAIRS``)
+        or their ``*_adjoint`` functions; a
         :class:`functools.partial` of one of them (its bound arguments carry
         over, see Notes); or an :class:`~hpccoll.Operator`.
 
@@ -78,7 +79,7 @@ def adjoint_of(fn_or_operator: Union[Operator, Callable[..., Any]]) -> Union[Ope
     if found is not None:
         pair, forward = found
         return pair.adjoint if forward else pair.forward
-    names = ", ".join(pair.forward.__name__ for pair in PAIRS)
+    names = ", ".join(pair.name for pair in _api.PAIRS)  # read when asked, as pair_of reads it
     raise ArgumentError(
         f"fn_or_operator: expected one of hpccoll's collectives ({names}, their *_adjoint functions, a "
         f"functools.partial of one of them) or an hpccoll.Operator; got {_describe(fn_or_operator)}"

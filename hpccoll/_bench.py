@@ -2,10 +2,11 @@
 
 Definitions follow nccl-tests (``doc/PERFORMANCE.md`` there): ``size`` S is the
 full buffer in bytes (the gathered output of all-gather and gather, the input of
-reduce-scatter, root's input of scatter, the array of all-reduce, broadcast and
-reduce, one rank's send buffer of all-to-all), ``algbw = S / t`` with
-1 GB = 1e9 B, ``busbw = algbw * 2(n-1)/n`` for all-reduce, ``algbw`` for
-broadcast and reduce, and ``algbw * (n-1)/n`` for all-gather, reduce-scatter,
+reduce-scatter, root's input of scatter, the array of all-reduce, broadcast,
+reduce and the point-to-point pairs, one rank's send buffer of all-to-all),
+``algbw = S / t`` with 1 GB = 1e9 B, ``busbw = algbw * 2(n-1)/n`` for
+all-reduce, ``algbw`` for broadcast, reduce and the point-to-point pairs
+(``shift``...: nccl-tests' sendrecv), and ``algbw * (n-1)/n`` for all-gather, reduce-scatter,
 all-to-all, gather and scatter, and ``#wrong`` the number of wrong elements
 found by checking the result on every rank (root's alone for reduce and
 gather, as nccl-tests). The rooted collectives (broadcast, reduce, gather,
@@ -14,6 +15,12 @@ microseconds per call on the slowest rank, the median over ``--rounds``
 interleaved rounds (``hpccoll._timing``).
 ``--baseline`` times raw mpi4py buffer calls moving the same bytes in the same
 run, interleaved, and adds their time and the ratio hpccoll / raw.
+
+The point-to-point pairs (every registered pair that sends one message each
+way, :func:`hpccoll._comm.point_to_point`) get their rows from their spec: the
+call with the keywords of its ``example``, the expected values and the raw
+``Sendrecv`` from its ``peers``. A pair's name on the command line is its
+name without underscores, as nccl-tests names its collectives.
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ import numpy as np
 from . import _timing
 from ._dtypes import OPS
 
-__all__ = ["COLLECTIVES", "ROOTED", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
+__all__ = ["collectives", "ROOTED", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
 
-COLLECTIVES = (
+#: The collectives written out here, in the table's order (the point-to-point pairs follow: :func:`collectives`).
+_WRITTEN = (
     "allgather",
     "reducescatter",
     "allreduce",
@@ -40,13 +48,14 @@ COLLECTIVES = (
     "reduce",
     "gather",
     "scatter",
-    "shift",
 )
 #: The collectives with a root (``-r``); the others' rows show root -1.
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
-#: The collectives with no reduction op (their rows show redop none).
-_MOVING = ("allgather", "alltoall", "broadcast", "gather", "scatter", "shift")
-#: nccl-tests' bus bandwidth factors, n ranks.
+#: The collectives with a reduction op (the others' rows show redop none).
+_REDUCING = ("reducescatter", "allreduce", "reduce")
+#: The collectives whose every rank's array is the whole size S (the others split it into blocks).
+_WHOLE = ("allreduce", "broadcast", "reduce")
+#: nccl-tests' bus bandwidth factors, n ranks (the point-to-point pairs: its sendrecv's, 1).
 _BUS: Dict[str, Callable[[int], float]] = {
     "allgather": lambda n: (n - 1) / n,
     "reducescatter": lambda n: (n - 1) / n,
@@ -56,7 +65,6 @@ _BUS: Dict[str, Callable[[int], float]] = {
     "reduce": lambda n: 1.0,
     "gather": lambda n: (n - 1) / n,
     "scatter": lambda n: (n - 1) / n,
-    "shift": lambda n: 1.0,  # nccl-tests' sendrecv
 }
 #: nccl-tests' datatype names, and short ones, for NumPy's.
 _ALIASES = {
@@ -90,6 +98,32 @@ what differs from nccl-tests:
               rank (no -t, -g); no -m, -a, -p, -G, -C, -R, -T; --json instead of a CSV file.
   only here   --rounds, --device, --list, --axis, --uneven, --transport, --baseline, --json, --plot.
 """
+
+
+def _point_to_point() -> Dict[str, str]:
+    """The point-to-point pairs with an example call: each one's command-line name (its name without
+    underscores) and name."""
+    from ._comm import point_to_point
+    from ._spec import HOOKS
+
+    return {name.replace("_", ""): name for name in point_to_point() if HOOKS[name].example is not None}
+
+
+def collectives() -> Tuple[str, ...]:
+    """Every collective ``bench`` measures, in the table's order: those written out here, then the point-to-point
+    pairs registered when asked (``shift``...).
+
+    Returns
+    -------
+    tuple of str
+        The ``--collective`` names.
+    """
+    return _WRITTEN + tuple(_point_to_point())
+
+
+def _bus(coll: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor of ``coll`` on ``n`` ranks (a point-to-point pair: its sendrecv's)."""
+    return _BUS[coll](n) if coll in _BUS else 1.0
 
 
 def parse_size(text: str) -> int:
@@ -221,7 +255,7 @@ class Case:
     Parameters
     ----------
     coll : str
-        One of :data:`COLLECTIVES`.
+        One of :func:`collectives`.
     nbytes : int
         The size S asked for (rounded down to whole blocks, at least one element per rank and array).
     args : argparse.Namespace
@@ -237,11 +271,22 @@ class Case:
         self.coll, self.dtype, self.op, self.comm, self.xp = coll, dtype, op, comm, xp
         P, r = comm.size, comm.rank
         self.root = root if coll in ROOTED else -1
+        #: a point-to-point pair's name, the keywords of its spec's example call, and (to, source) on this rank
+        self.pair: Optional[str] = _point_to_point().get(coll)
+        self.keywords: Dict[str, Any] = {}
+        self.peers: Tuple[Optional[int], Optional[int]] = (None, None)
+        if self.pair is not None:
+            from ._spec import HOOKS
+
+            hooks = HOOKS[self.pair]
+            assert hooks.example is not None and hooks.peers is not None, "_point_to_point's pairs name both"
+            self.keywords = hooks.configure(comm, hooks.example(P))
+            self.peers = hooks.peers(r, P, self.keywords)
         #: whether this rank's result is checked: every rank's, except root's alone for reduce and gather
         self.checked = coll not in ("reduce", "gather") or r == root
         n = max(args.list, 1)
         lead = 8 if axis == 1 else 1
-        if coll in ("allreduce", "broadcast", "reduce", "shift"):
+        if coll in _WHOLE or self.pair is not None:
             units, per = 0, max(nbytes // dtype.itemsize // n, 1)
         else:
             units = max(nbytes // dtype.itemsize // lead // P // n, 1) * P
@@ -267,11 +312,13 @@ class Case:
         self.in_place: Optional[Callable[[], Any]] = None
         self.reset: Callable[[], Any] = lambda: None
         self.got_in_place: Callable[[], List[Any]] = lambda: []
-        _CALLS[coll](self, _Inputs(xs, block, self.on_device, args.list > 0, bool(args.blocking), axis, r))
+        _CALLS.get(coll, Case._point_to_point_calls)(
+            self, _Inputs(xs, block, self.on_device, args.list > 0, bool(args.blocking), axis, r)
+        )
         self.raw: Optional[Callable[[], Any]] = None  # raw MPI on host buffers, only when asked for
         if args.baseline and xp is np:
             counts = [n * lead * s for s in sizes]
-            self.raw = _raw(coll, comm.mpi, dtype, op, counts, n * per, bool(args.blocking), self.root)
+            self.raw = _raw(coll, comm.mpi, dtype, op, counts, n * per, bool(args.blocking), self.root, self.peers)
 
     @property
     def _hpccoll(self) -> Any:
@@ -338,11 +385,12 @@ class Case:
         self.hpc = lambda: f(X, self.comm, op=op, root=root, out=OUT)
         self._in_place_on_copies(k, f, k.xs, {"op": op, "root": root})  # out=x: every rank's its own input
 
-    def _shift_calls(self, k: "_Inputs") -> None:
-        f = _finish(self._hpccoll.shift, k.blocking)
+    def _point_to_point_calls(self, k: "_Inputs") -> None:  # shift...: the keywords of its spec's example
+        assert self.pair is not None
+        f, options = _finish(getattr(self._hpccoll, self.pair), k.blocking), self.keywords
         X, OUT = k.of(self.outs)
-        self.hpc = lambda: f(X, self.comm, out=OUT)
-        self._in_place_on_copies(k, f, k.xs, {})
+        self.hpc = lambda: f(X, self.comm, out=OUT, **options)
+        self._in_place_on_copies(k, f, k.xs, options)
 
     def _in_place_on_copies(self, k: "_Inputs", f: Callable[..., Any], fill: List[Any], options: dict) -> None:
         """The in-place form ``f(S, comm, out=S, **options)`` on copies of ``fill``, restored by ``reset``."""
@@ -374,10 +422,11 @@ class Case:
                 return _Array(blocks[r], whole, block(r))
             # gather: root gets the concatenation, the others an empty array of x's other extents
             return _Array(blocks[r], whole if r == root else np.empty(shape(0), dtype), None)
-        if coll in ("allreduce", "broadcast", "reduce", "shift"):
+        if coll in _WHOLE or self.pair is not None:
             parts = [_values(per, q + 3 * i, dtype, op) for q in range(P)]
-            if coll == "shift":  # every rank gets the previous rank's
-                return _Array(parts[r], parts[(r - 1) % P].copy(), None)
+            if self.pair is not None:  # a point-to-point pair: its source's, zeros where it has none
+                source = self.peers[1]
+                return _Array(parts[r], np.zeros_like(parts[r]) if source is None else parts[source].copy(), None)
             if coll == "broadcast":  # every rank gets root's (the others' inputs differ from it)
                 return _Array(parts[r], parts[root].copy(), None)
             return _Array(parts[r], _reduce(parts, op, dtype), None)  # reduce: only root's result is checked
@@ -413,22 +462,33 @@ class Case:
 
 
 def _raw(
-    coll: str, mpi: Any, dtype: np.dtype, op: str, counts: List[int], total: int, blocking: bool, root: int = -1
+    coll: str,
+    mpi: Any,
+    dtype: np.dtype,
+    op: str,
+    counts: List[int],
+    total: int,
+    blocking: bool,
+    root: int = -1,
+    peers: Tuple[Optional[int], Optional[int]] = (None, None),
 ) -> Optional[Callable[[], Any]]:
     """The raw mpi4py call moving the same bytes as the case (its I-form and Wait for ``-z 0``), on flat buffers.
 
     ``counts`` are the elements of each rank's block (all-gather, reduce-scatter, gather,
     scatter) or sent to each rank (all-to-all); ``total`` the elements of one rank's array of
-    all-reduce, broadcast and reduce; ``root`` the root of the rooted ones (buffers that MPI
-    reads only at root are None elsewhere).
+    all-reduce, broadcast, reduce and the point-to-point pairs; ``root`` the root of the rooted
+    ones (buffers that MPI reads only at root are None elsewhere); ``peers`` a point-to-point
+    pair's ``(to, source)`` on this rank (``None``: no message that way).
     """
+    from mpi4py import MPI
+
     from ._dtypes import movement_dtype
     from .transports._mpitypes import displacements, mpi_datatype, mpi_op
 
     call = _caller(mpi, blocking)
     even = counts.count(counts[0]) == len(counts)
     r, P, at_root = mpi.rank, mpi.size, mpi.rank == root
-    if coll not in _MOVING:  # the reductions, on buffers of dtype
+    if coll in _REDUCING:  # the reductions, on buffers of dtype
         if op == "avg" or dtype.kind in "bV" or dtype.itemsize == 2 and dtype.kind == "f":
             return None  # only hpccoll can run avg, 16-bit floats and bool
         t, o = mpi_datatype(dtype), mpi_op(op)
@@ -444,9 +504,9 @@ def _raw(
     # the data-movement collectives, on buffers of the dtype that moves dtype's bytes
     wire = movement_dtype(dtype)
     t = mpi_datatype(wire)
-    if coll == "shift":  # to the next rank, from the previous one: Sendrecv, or Irecv and Isend
+    if coll not in _WRITTEN:  # a point-to-point pair, to and from its peers (MPI.PROC_NULL: none)
         sbuf, rbuf = [np.zeros(total, wire), t], [np.zeros(total, wire), t]
-        to, source = (r + 1) % P, (r - 1) % P
+        to, source = (MPI.PROC_NULL if q is None else q for q in peers)
         if blocking:
             return lambda: mpi.Sendrecv(sbuf, to, 0, rbuf, source, 0)
         return lambda: [q.Wait() for q in (mpi.Irecv(rbuf, source, 0), mpi.Isend(sbuf, to, 0))]
@@ -528,7 +588,7 @@ class _Inputs(NamedTuple):
         return (self.xs, outs) if self.many else (self.xs[0], outs[0])
 
 
-#: Per collective, the Case method that builds its calls.
+#: Per collective written out, the Case method that builds its calls (the point-to-point pairs': one for all).
 _CALLS: Dict[str, Callable[[Case, _Inputs], None]] = {
     "allgather": Case._all_gather_calls,
     "reducescatter": Case._reduce_scatter_calls,
@@ -538,7 +598,6 @@ _CALLS: Dict[str, Callable[[Case, _Inputs], None]] = {
     "reduce": Case._reduce_calls,
     "gather": Case._rooted_split_calls,
     "scatter": Case._rooted_split_calls,
-    "shift": Case._shift_calls,
 }
 
 
@@ -564,7 +623,7 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
         ``baseline_us`` and ``ratio`` where raw MPI has the call.
     """
     xp, sync = _device(args.device)
-    colls = COLLECTIVES if args.collective == "all" else (args.collective,)
+    colls = collectives() if args.collective == "all" else (args.collective,)
     rows: List[Dict[str, Any]] = []
     for coll in colls:
         _say_header(coll, args, comm, say)
@@ -587,7 +646,7 @@ def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List
 
 def _say_header(coll: str, args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> None:
     """Print one collective's header: the call measured, then nccl-tests' column titles and units."""
-    op = args.op if coll not in _MOVING else "none"
+    op = args.op if coll in _REDUCING else "none"
     form = f", lists of {args.list} arrays" if args.list else ""
     at = f", root {args.root}" if coll in ROOTED else ""
     say(
@@ -613,7 +672,7 @@ def _measured_row(case: Case, args: argparse.Namespace, comm: Any, sync: Any) ->
     from mpi4py import MPI
 
     coll = case.coll
-    op = args.op if coll not in _MOVING else "none"
+    op = args.op if coll in _REDUCING else "none"
     fns: Dict[str, Callable[[], Any]] = {"oop": case.hpc}
     if case.in_place is not None:
         fns["ip"] = case.in_place
@@ -637,7 +696,7 @@ def _measured_row(case: Case, args: argparse.Namespace, comm: Any, sync: Any) ->
     # every field starts with a space, so a wide value never runs into its neighbour
     text = f" {case.nbytes:>11} {case.count:>12} {args.datatype.name:>9} {op:>7} {case.root:>5}"
     for key in ("oop", "ip"):
-        cells, row[key] = _cells(times.get(key), case.nbytes, _BUS[coll](comm.size), wrong.get(key))
+        cells, row[key] = _cells(times.get(key), case.nbytes, _bus(coll, comm.size), wrong.get(key))
         text += cells
     if args.baseline:
         if "raw" in times:
@@ -660,14 +719,14 @@ def _plot(rows: List[Dict[str, Any]], path: str, ranks: int) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for coll in COLLECTIVES:
+    for coll in collectives():
         mine = [r for r in rows if r["collective"] == coll]
         if not mine:
             continue
         sizes = [r["size"] for r in mine]
         ax.plot(sizes, [r["oop"]["busbw"] for r in mine], marker="o", label=f"{coll} (hpccoll)")
         base = [
-            (r["size"], r["size"] / 1e9 / (r["baseline_us"] / 1e6) * _BUS[coll](ranks))
+            (r["size"], r["size"] / 1e9 / (r["baseline_us"] / 1e6) * _bus(coll, ranks))
             for r in mine
             if "baseline_us" in r
         ]
@@ -731,7 +790,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="1: blocking calls (default); 0: async_op=True, then wait()",
     )
     # the options nccl-tests does not have: which calls, on which arrays, and what is written
-    p.add_argument("--collective", choices=COLLECTIVES + ("all",), default="all", help="default all")
+    p.add_argument("--collective", choices=collectives() + ("all",), default="all", help="default all")
     p.add_argument("--rounds", type=_count(1), default=3, help="interleaved rounds; the median is shown (default 3)")
     p.add_argument(
         "--device",

@@ -14,6 +14,7 @@ from ._errors import ArgumentError, HpccollError, MismatchError
 from ._layout import buckets
 from ._log import configure
 from ._settings import DEFAULT_BUCKET_BYTES
+from ._spec import HOOKS, names
 from .transports import (
     Selector,
     host_transport_name,
@@ -24,17 +25,49 @@ from .transports import (
 from .transports._control import allgather_object, exchange_extents
 from .transports.shm import holder_of, shared_empty
 
-__all__ = ["Communicator", "Grid", "Explanation", "Bucket", "as_communicator", "DEFAULT_BUCKET_BYTES", "EXPLAINED"]
+__all__ = [
+    "Communicator",
+    "Grid",
+    "Explanation",
+    "Bucket",
+    "as_communicator",
+    "DEFAULT_BUCKET_BYTES",
+    "explainable",
+    "point_to_point",
+]
 
 
-#: The collectives :meth:`Communicator.explain` explains, and the transport primitive each calls.
-EXPLAINED = {
+#: The collectives :meth:`Communicator.explain` knows one by one, and the transport primitive each calls.
+_EXPLAINED = {
     "all_reduce": "allreduce",
     "reduce_scatter": "reduce_scatter",
     "all_gather": "allgatherv",
-    "shift": "sendrecv",
 }
 _REDUCING = ("all_reduce", "reduce_scatter")
+
+
+def point_to_point() -> List[str]:
+    """The registered pairs whose forward sends one message each way per array: those that move by
+    ``sendrecv`` and name a rank's peers (``"shift"``...; not the halo exchange, which has many).
+
+    Returns
+    -------
+    list of str
+        Their forwards' names, read from :data:`hpccoll._spec.HOOKS` when asked.
+    """
+    return [name for name in names("sendrecv") if HOOKS[name].peers is not None]
+
+
+def explainable() -> Dict[str, str]:
+    """The collectives :meth:`Communicator.explain` explains, and the transport primitive each calls.
+
+    Returns
+    -------
+    dict of str to str
+        The reductions and the all-gather, then every point-to-point pair
+        (:func:`point_to_point`: ``"shift"``...), read when asked.
+    """
+    return {**_EXPLAINED, **{name: "sendrecv" for name in point_to_point()}}
 
 
 class Communicator:
@@ -407,8 +440,10 @@ class Communicator:
         x : array_like or list of array_like
             A NumPy or CuPy array, or a list of them (the coalesced form).
         collective : str
-            ``"all_reduce"`` (default), ``"reduce_scatter"``, ``"all_gather"`` or
-            ``"shift"`` (its messages, whatever ``offset``: one per array).
+            ``"all_reduce"`` (default), ``"reduce_scatter"``, ``"all_gather"``, or
+            a point-to-point pair (``"shift"``..., :func:`point_to_point`),
+            explained by its messages, one per array, whatever its keywords
+            (``offset``...).
         op : str or mpi4py.MPI.Op
             The reduction (``all_reduce``, ``reduce_scatter``); ignored by ``all_gather``.
         axis : int
@@ -438,8 +473,11 @@ class Communicator:
         >>> e.transport, e.moved_by, e.plans["float16"].wire  # doctest: +SKIP
         ('shm', ('shm',), dtype('float32'))
         """
-        if collective not in EXPLAINED:
-            raise ArgumentError(f"collective: expected one of {', '.join(map(repr, EXPLAINED))}; got {collective!r}")
+        explained = explainable()
+        if collective not in explained:
+            raise ArgumentError(f"collective: expected one of {', '.join(map(repr, explained))}; got {collective!r}")
+        primitive = explained[collective]
+        messages = primitive == "sendrecv"  # a point-to-point pair: its messages, one per array
         many, kind, xs, op = _explained_inputs(x, collective, op)
         reducing = collective in _REDUCING
         known = set(self.state)
@@ -463,9 +501,9 @@ class Communicator:
                 notes=tuple(notes),
             )
         choice = self.selector.choice(kind)
-        t = self.transport_of(kind) if collective == "shift" else self.transport_of(kind, nbytes)
-        plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many or collective == "shift", notes)
-        split, movers = self._explained_buckets(xs, wire, t, kind, nbytes, EXPLAINED[collective], reducing, many)
+        t = self.transport_of(kind) if messages else self.transport_of(kind, nbytes)
+        plans, moves_as, wire = _explained_dtypes(xs, op, t, each, reducing, many or messages, notes)
+        split, movers = self._explained_buckets(xs, wire, t, kind, nbytes, primitive, reducing, many)
         if t.name != choice.name or movers != (t.name,):
             notes.append(
                 f"a message of {nbytes} bytes: {t.name} chosen"
@@ -520,7 +558,7 @@ class Communicator:
         """:meth:`explain`'s buckets of a list form (``None`` for one array) and the transports that move them:
         the selector's answers for the blocking calls, asked with the sizes the collective asks with (one
         array: ``nbytes``, its bytes before any widening; a list: each bucket's wire bytes)."""
-        if primitive == "sendrecv":  # a shift: one message per array that has elements, in one call
+        if primitive == "sendrecv":  # a shift, a permute: one message per array that has elements, in one call
             mover = _in_place_mover(t, xs)
             if not many:
                 return None, (mover,)
@@ -693,7 +731,8 @@ class Explanation:
     Attributes
     ----------
     collective : str
-        ``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"`` or ``"shift"``.
+        ``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"``, ``"shift"`` or another point-to-point pair
+        (:func:`explainable`).
     kind : str
         ``"numpy"`` or ``"cupy"``: the arrays' kind, which selects the transports.
     transport : str or None
@@ -708,8 +747,8 @@ class Explanation:
     plans : dict of str to ReducePlan
         Reductions: per dtype name, the wire dtype, wire op, widening and ``avg``'s division.
     moves_as : dict of str to str
-        All-gathers and shifts: per dtype name, the dtype its bytes move as (16-bit floats as ``uint16``;
-        lists, and a shift's messages, as raw ``uint8``).
+        All-gathers and point-to-point pairs: per dtype name, the dtype its bytes move as (16-bit floats as
+        ``uint16``; lists, and a shift's or another point-to-point pair's messages, as raw ``uint8``).
     buckets : list of Bucket or None
         Lists: the messages, in order (reductions: per dtype, then by ``comm.bucket_bytes``).
     size_exchange : bool

@@ -4,14 +4,21 @@ An operator remembers the extents its calls discovered, so that the other
 direction splits as they did (the way the autograd adapter's backward pass
 reuses its forward's): per layout, keyed by the shape that every rank's
 array has alike (see :class:`Operator`, "Notes").
+
+A pair of :data:`hpccoll._api.PAIRS` whose operator class this module does
+not write out gets one derived from the pair (:func:`__getattr__`): its
+result has its input's shape, its keywords are checked by the pair's
+``configure``, its signature and docstring come from the forward's.
 """
 
 from __future__ import annotations
 
+import inspect
 from array import array
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Type, Union
 
+from . import _api
 from ._api import PAIR, CommLike, OpLike, Pair, Sizes
 from ._arrays import ArrayT, as_array, split_sizes
 from ._comm import Communicator, as_communicator
@@ -26,7 +33,6 @@ from ._plan import plan as make_plan
 from .collectives.alltoall import recv_extents
 from .collectives.halo import corners_of, halo_of
 from .collectives.rooted import root_of
-from .collectives.shift import offset_of
 from .transports._control import exchange_extents, run
 
 __all__ = [
@@ -862,6 +868,21 @@ class Scatter(_Rooted):
         return f"Scatter(root={self.root}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
 
 
+class _SameShape(_PairOperator):
+    """An operator over a pair whose result has its input's shape: no extents to learn, its configuration
+    checked and normalised by the pair's own ``configure`` (the one owner of those checks)."""
+
+    def __init__(self, comm: CommLike = None, **keywords: Any) -> None:
+        super().__init__(comm)
+        self.keywords = self.pair.configure(self.comm, **keywords)
+        for name, value in self.keywords.items():  # op.offset, op.perm...
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.keywords.items())
+        return f"{type(self).__name__}({shown}, size={self.comm.size})"
+
+
 class HaloExchange(_PairOperator):
     """Halo exchange on a Cartesian grid; adjoint: the ghosts' cotangents added back into their owners' cells.
 
@@ -891,7 +912,7 @@ class HaloExchange(_PairOperator):
         return f"HaloExchange(halo={self.halo}, corners={self.corners}, dims={self.comm.dims})"
 
 
-class Shift(_PairOperator):
+class Shift(_SameShape):
     """Shift along the ring: rank ``r`` gets rank ``(r - offset) mod P``'s block; adjoint: the shift by ``-offset``.
 
     Its result has its input's shape, so it has no extents to remember.
@@ -905,11 +926,95 @@ class Shift(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, offset: int = 1) -> None:
-        super().__init__(comm)
-        self.offset = offset_of(offset)
-        self.keywords = dict(offset=self.offset)
+        super().__init__(comm, offset=offset)
 
     pair = PAIR["shift"]
 
-    def __repr__(self) -> str:
-        return f"Shift(offset={self.offset}, size={self.comm.size})"
+
+# --------------------------------------------------------------------------- operators derived from the pairs
+
+#: The classes derived so far, by name (each remembers its pair: a pair replaced gets a new class).
+_DERIVED: Dict[str, Type[_SameShape]] = {}
+
+
+def __getattr__(name: str) -> Type[Operator]:
+    """The operator class of a pair this module does not write out (``Permute``), derived once and kept."""
+    for pair in _api.PAIRS:  # read when asked: a pair added after import gets its class too
+        if pair.operator == name:
+            cls = _DERIVED.get(name)
+            if cls is None or cls.pair is not pair:
+                cls = _DERIVED[name] = _derive(pair)
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _derive(pair: Pair) -> Type[_SameShape]:
+    """The :class:`_SameShape` operator of ``pair``: named ``pair.operator``, its ``__init__`` showing the
+    forward's ``comm`` and configuration keywords, its docstring made from the forward's."""
+    forward = inspect.signature(pair.forward)
+    shown = [p for p in forward.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _CALL]
+    signature = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), forward.parameters["comm"], *shown],
+        return_annotation=None,
+    )
+
+    def __init__(self: _SameShape, *args: Any, **keywords: Any) -> None:
+        given = signature.bind(self, *args, **keywords)  # a TypeError for a keyword the forward does not take
+        given.apply_defaults()
+        arguments = dict(given.arguments)
+        del arguments["self"]
+        comm = arguments.pop("comm")
+        _SameShape.__init__(self, comm, **arguments)
+
+    __init__.__signature__ = signature  # type: ignore[attr-defined]
+    __init__.__qualname__ = f"{pair.operator}.__init__"
+    return type(
+        pair.operator,
+        (_SameShape,),
+        {"__init__": __init__, "pair": pair, "__doc__": _derived_doc(pair, shown), "__module__": __name__},
+    )
+
+
+#: The forward's keywords that are not the operator's configuration (``forward`` and ``plan`` take them).
+_CALL = ("out", "async_op")
+
+
+def _derived_doc(pair: Pair, shown: Sequence[inspect.Parameter]) -> str:
+    """A derived operator's docstring: the forward's summary, its adjoint, and the forward's own entries for
+    ``comm`` and the configuration keywords."""
+    doc = inspect.cleandoc(pair.forward.__doc__ or "")
+    summary = doc.split("\n\n")[0].replace("\n", " ").strip()
+    entries = _parameters(doc)
+    lines = [
+        f"{summary.rstrip('.')}; adjoint: :func:`~hpccoll.{pair.adjoint.__name__}`.",
+        "",
+        f"The operator of :func:`~hpccoll.{pair.name}`, derived from its pair.",
+        "Its result has its input's shape, so it has no extents to remember.",
+        "",
+        "Parameters",
+        "----------",
+    ]
+    for name in ["comm", *(p.name for p in shown)]:
+        lines.extend(entries.get(name, [f"{name}", f"    As for :func:`~hpccoll.{pair.name}`."]))
+    return "\n".join(lines) + "\n"
+
+
+def _parameters(doc: str) -> Dict[str, List[str]]:
+    """The entries of a numpydoc ``Parameters`` section, by name (each its header line and its description)."""
+    lines = doc.splitlines()
+    try:
+        start = lines.index("Parameters") + 2
+    except ValueError:
+        return {}
+    entries: Dict[str, List[str]] = {}
+    current: List[str] = []
+    for line in lines[start:]:
+        if not line.strip() or line.startswith("-"):
+            break
+        if not line.startswith(" "):
+            current = [line]
+            for name in line.split(":")[0].split(","):
+                entries[name.strip()] = current
+        else:
+            current.append(line)
+    return entries

@@ -169,8 +169,8 @@ def test_bench_table(capsys, extra):
         return
     rows = table_of(out)
     assert len(rows) == len(FUNCTIONS) * 4  # every collective (the rooted ones too), sizes 8 B, 64 B, 512 B, 4 KiB
-    assert [c for c, _ in rows] == [c for c in _bench.COLLECTIVES for _ in range(4)]
-    assert set(_bench.COLLECTIVES) == set(FUNCTIONS) and set(_bench.ROOTED) == set(ROOTED)
+    assert [c for c, _ in rows] == [c for c in _bench.collectives() for _ in range(4)]
+    assert set(_bench.collectives()) == set(FUNCTIONS) and set(_bench.ROOTED) == set(ROOTED)
     width = 5 + 8 + (2 if "--baseline" in extra else 0)
     for coll, row in rows:
         assert len(row) == width, row
