@@ -1,8 +1,9 @@
 """hpccoll quickstart: every collective and its adjoint on real data, checked against NumPy.
 
 all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, reduce, gather, scatter, halo_exchange (on a
-2-D process grid) and shift, each with its adjoint, then the collective dot test of every operator
-(AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast, Reduce, Gather, Scatter, HaloExchange, Shift).
+2-D process grid), shift and permute, each with its adjoint, then the collective dot test of every operator
+(AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast, Reduce, Gather, Scatter, HaloExchange, Shift,
+Permute).
 
 Launch (4 ranks; any number works):
 
@@ -182,6 +183,17 @@ def main(argv=None) -> int:
     check("shift == the array of rank (r - 1) mod P", hpccoll.shift(xp.asarray(S[rank]), comm), S[(rank - 1) % size])
     back = hpccoll.shift_adjoint(xp.asarray(S[rank]), comm)
     check("shift_adjoint == the array of rank (r + 1) mod P", back, S[(rank + 1) % size])
+    # ... and permute, any permutation: a pipeline step, stage i to i + 1, the first stage receiving zeros.
+    pipe = [(i, i + 1) for i in range(size - 1)]
+    want = S[rank - 1] if rank else np.zeros(5)
+    check(
+        "permute == the array of the previous stage (zeros on the first)",
+        hpccoll.permute(xp.asarray(S[rank]), comm, perm=pipe),
+        want,
+    )
+    want = S[rank + 1] if rank < size - 1 else np.zeros(5)
+    back = hpccoll.permute_adjoint(xp.asarray(S[rank]), comm, perm=pipe)
+    check("permute_adjoint == the array of the next stage (zeros on the last)", back, want)
 
     # 12. collective dot tests: sum_r <F x, y> == sum_r <x, F^H y>, for every operator.
     local = np.random.default_rng(rank)  # different vectors on every rank
@@ -208,6 +220,7 @@ def main(argv=None) -> int:
         ),
         "HaloExchange": (hpccoll.HaloExchange(grid, halo=1, corners=True), (5, 6), (5, 6)),
         "Shift": (hpccoll.Shift(comm), (5,), (5,)),
+        "Permute": (hpccoll.Permute(comm, perm=pipe), (5,), (5,)),
     }
     for name, (op, xs, ys) in ops.items():
         ok = dottest(

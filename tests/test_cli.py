@@ -43,6 +43,7 @@ FUNCTIONS = {
     "gather": "gather",
     "scatter": "scatter",
     "shift": "shift",
+    "permute": "permute",
 }
 
 

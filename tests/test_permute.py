@@ -117,6 +117,19 @@ def test_permute_is_its_adjoints_adjoint(comm):
     agree(comm, hpccoll.adjoint_of(hpccoll.permute_adjoint) is hpccoll.permute)
 
 
+def test_permute_operator(comm):
+    r = comm.rank
+    G = stack(comm)
+    for perm in perms(comm.size):
+        op = hpccoll.Permute(comm, perm=perm)
+        assert_same(op.forward(G[r]), reference(G, perm, r), comm)
+        assert_same(op.adjoint(G[r]), reference(G, reversed_(perm), r), comm)
+        assert_same(op.H.forward(G[r]), reference(G, reversed_(perm), r), comm)
+        agree(comm, hpccoll.adjoint_of(op) is op.H and op.H.H is op)
+        agree(comm, "perm=" in repr(op), repr(op))
+    raises_everywhere(comm, hpccoll.ArgumentError, "perm: expected", lambda: hpccoll.Permute(comm, perm=[(0, 0, 0)]))
+
+
 def test_permute_plan(comm):
     P, r = comm.size, comm.rank
     G = stack(comm)
@@ -157,7 +170,10 @@ def test_permute_bad_arguments(comm):
     )
     for bad in (np.array(["a", "b"]), np.ones(2, ">f8")):
         raises_everywhere(
-            comm, hpccoll.DTypeError, "x: expected a native-byte-order dtype", lambda: hpccoll.permute(bad, comm, perm=[])
+            comm,
+            hpccoll.DTypeError,
+            "x: expected a native-byte-order dtype",
+            lambda: hpccoll.permute(bad, comm, perm=[]),
         )
 
 
@@ -184,7 +200,11 @@ def test_permute_check_mode_mismatch(comm):
         # the same messages named two ways: permute(perm) meets permute_adjoint(perm reversed), in any order
         G = stack(comm)
         pipe = [(i, i + 1) for i in range(P - 1)]
-        y = hpccoll.permute(G[r], checked, perm=pipe) if r % 2 else hpccoll.permute_adjoint(G[r], checked, perm=reversed_(pipe)[::-1])
+        y = (
+            hpccoll.permute(G[r], checked, perm=pipe)
+            if r % 2
+            else hpccoll.permute_adjoint(G[r], checked, perm=reversed_(pipe)[::-1])
+        )
         assert_same(y, reference(G, pipe, r), comm)
     finally:
         checked.free()
