@@ -189,6 +189,8 @@ CASES = {
     "halo_exchange_adjoint": (lambda p: {"halo": 1}, lambda p, r: (5, 4), None, None),
     "shift": (lambda p: {"offset": 1}, lambda p, r: (3, 2), None, None),
     "shift_adjoint": (lambda p: {"offset": 1}, lambda p, r: (3, 2), None, None),
+    "permute": (lambda p: {"perm": [(i, i + 1) for i in range(p - 1)]}, lambda p, r: (3, 2), None, None),
+    "permute_adjoint": (lambda p: {"perm": [(i, i + 1) for i in range(p - 1)]}, lambda p, r: (3, 2), None, None),
 }
 #: The paths: what each changes from ``common`` (``check-``: the same in check mode).
 PATHS = (
