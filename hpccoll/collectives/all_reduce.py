@@ -316,7 +316,11 @@ def replicated_adjoint(y: Any, c: Any, op: str, out: Any, async_op: bool) -> Any
 
 def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
     """``op``, and the adjoint's own ``cotangent`` convention checked."""
-    return {**keywords, "op": keywords.get("op", "sum"), "cotangent": cotangent_of(keywords.get("cotangent", "varying"))}
+    return {
+        **keywords,
+        "op": keywords.get("op", "sum"),
+        "cotangent": cotangent_of(keywords.get("cotangent", "varying")),
+    }
 
 
 def _bind(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
