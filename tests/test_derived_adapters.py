@@ -137,3 +137,26 @@ def test_twin_is_gone_after_the_test(comm):
     agree(
         comm, lambda: "twin_shift" not in HOOKS and "twin_shift" not in _api.PAIR and "twin_shift" not in _common.PAIRS
     )
+
+
+@pytest.mark.parametrize("name", ["all_gather", "shift", "scatter"])
+def test_scipy_pair_operator(comm, name):
+    """SciPy: a LinearOperator of a pair, bound like the adapters: matvec is the forward, rmatvec its adjoint
+    (the core functions, themselves checked against NumPy in their own files)."""
+    pytest.importorskip("scipy")
+    from hpccoll.adapters.scipy import pair_operator
+
+    r = comm.rank
+    G = stack(comm)
+    shape = G.shape[1:]
+    A = pair_operator(name, shape, comm)
+    forward, adjoint = getattr(hpccoll, name), getattr(hpccoll, name + "_adjoint")
+    want = forward(G[r], comm)
+    assert_same(A.matvec(G[r].ravel()).reshape(want.shape), want, comm)
+    w = np.random.default_rng(11 + r).standard_normal(want.shape)  # a different cotangent on every rank
+    assert_same(A.rmatvec(w.ravel()).reshape(shape), _as(adjoint(w, comm), shape), comm)
+
+
+def _as(a, shape):
+    """The scatter's adjoint off root is empty where the operator gives zeros of the domain's shape."""
+    return a if a.shape == shape else np.zeros(shape, a.dtype)
