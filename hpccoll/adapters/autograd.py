@@ -28,34 +28,17 @@ Examples
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 from autograd.extend import defjvp, defvjp, primitive
 from autograd.tracer import getval
 
-from .._api import CommLike, OpLike
+from .._api import PAIR, CommLike, OpLike, Pair
 from .._arrays import Array
 from .._comm import as_communicator
-from .._core.validate import axis_of
-from ._common import (
-    all_gather_maps,
-    all_reduce_maps,
-    all_to_all_maps,
-    all_to_all_sizes,
-    broadcast_maps,
-    gather_maps,
-    gather_sizes,
-    halo_exchange_maps,
-    reduce_maps,
-    reduce_scatter_maps,
-    replicate_maps,
-    root_of,
-    root_scatter_sizes,
-    scatter_maps,
-    scatter_sizes,
-    shift_maps,
-)
+from .._spec import Meta
+from ._common import derive_missing, replicate_maps
 
 __all__ = [
     "all_gather",
@@ -84,6 +67,15 @@ defvjp(_linear, lambda ans, x, forward, adjoint: lambda g: _linear(g, adjoint, f
 defjvp(_linear, lambda g, ans, x, forward, adjoint: _linear(g, forward, adjoint))
 
 
+def _apply(pair: Pair, x: Array, comm: CommLike, **keywords: Any) -> Array:
+    """``pair``'s forward of ``x`` with ``keywords``, differentiable: its VJP is the adjoint, bound to the same
+    resolved keywords (the one road of every function here)."""
+    v = getval(x)
+    dtype = v.dtype if isinstance(v, np.ndarray) else np.asarray(v).dtype
+    forward, adjoint, _ = pair.bound(Meta(np.shape(v), np.ndim(v), dtype), as_communicator(comm), **keywords)
+    return _linear(x, forward, adjoint)
+
+
 def all_gather(x: Array, comm: CommLike = None, *, axis: int = 0, sizes: Optional[Sequence[int]] = None) -> Array:
     """Differentiable :func:`hpccoll.all_gather`; its VJP is the reduce-scatter (sum) of the cotangent.
 
@@ -105,8 +97,7 @@ def all_gather(x: Array, comm: CommLike = None, *, axis: int = 0, sizes: Optiona
     array or autograd box
         The concatenation of every rank's ``x``.
     """
-    c = as_communicator(comm)
-    return _linear(x, *all_gather_maps(c, axis, gather_sizes(getval(x), c, axis, sizes)))
+    return _apply(PAIR["all_gather"], x, comm, axis=axis, sizes=sizes)
 
 
 def reduce_scatter(
@@ -133,8 +124,7 @@ def reduce_scatter(
     array or autograd box
         This rank's block of the reduction.
     """
-    c = as_communicator(comm)
-    return _linear(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(np.shape(getval(x)), c, axis, sizes)))
+    return _apply(PAIR["reduce_scatter"], x, comm, op=op, axis=axis, sizes=sizes)
 
 
 def all_reduce(x: Array, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> Array:
@@ -162,7 +152,7 @@ def all_reduce(x: Array, comm: CommLike = None, *, op: OpLike = "sum", cotangent
     array or autograd box
         The reduction.
     """
-    return _linear(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
+    return _apply(PAIR["all_reduce"], x, comm, op=op, cotangent=cotangent)
 
 
 def all_to_all(
@@ -197,9 +187,9 @@ def all_to_all(
     array or autograd box
         The concatenation of the blocks this rank receives.
     """
-    c = as_communicator(comm)
-    resolved = all_to_all_sizes(getval(x), c, split_axis, concat_axis, sizes, recv_sizes)
-    return _linear(x, *all_to_all_maps(c, split_axis, concat_axis, *resolved))
+    return _apply(
+        PAIR["all_to_all"], x, comm, split_axis=split_axis, concat_axis=concat_axis, sizes=sizes, recv_sizes=recv_sizes
+    )
 
 
 def replicate(x: Array, comm: CommLike = None) -> Array:
@@ -245,8 +235,7 @@ def broadcast(x: Array, comm: CommLike = None, *, root: int = 0) -> Array:
     array or autograd box
         Root's ``x``.
     """
-    c = as_communicator(comm)
-    return _linear(x, *broadcast_maps(c, root_of(root, c.size)))
+    return _apply(PAIR["broadcast"], x, comm, root=root)
 
 
 def reduce(x: Array, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> Array:
@@ -269,8 +258,7 @@ def reduce(x: Array, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0
     array or autograd box
         The reduction on ``root``, zeros of ``x``'s shape on the other ranks.
     """
-    c = as_communicator(comm)
-    return _linear(x, *reduce_maps(c, op, root_of(root, c.size)))
+    return _apply(PAIR["reduce"], x, comm, op=op, root=root)
 
 
 def gather(
@@ -299,9 +287,7 @@ def gather(
         On ``root`` the concatenation of every rank's ``x``; elsewhere ``x``'s
         shape with extent 0 along ``axis``.
     """
-    c = as_communicator(comm)
-    r = root_of(root, c.size)
-    return _linear(x, *gather_maps(c, r, axis, gather_sizes(getval(x), c, axis, sizes, "gather")))
+    return _apply(PAIR["gather"], x, comm, root=root, axis=axis, sizes=sizes)
 
 
 def scatter(
@@ -330,10 +316,7 @@ def scatter(
     array or autograd box
         This rank's block of root's ``x``.
     """
-    c = as_communicator(comm)
-    r, v = root_of(root, c.size), getval(x)
-    s = root_scatter_sizes(v, c, r, axis, sizes)
-    return _linear(x, *scatter_maps(c, r, axis, s, int(np.shape(v)[axis_of(axis, np.ndim(v))])))
+    return _apply(PAIR["scatter"], x, comm, root=root, axis=axis, sizes=sizes)
 
 
 def halo_exchange(x: Array, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> Array:
@@ -359,7 +342,7 @@ def halo_exchange(x: Array, comm: CommLike, *, halo: Union[int, Sequence[int]], 
         from the neighbour that owns it. The VJP adds each filled ghost's
         cotangent into that owned cell (on its owner) and zeroes the ghost.
     """
-    return _linear(x, *halo_exchange_maps(as_communicator(comm), halo, corners))
+    return _apply(PAIR["halo_exchange"], x, comm, halo=halo, corners=corners)
 
 
 def shift(x: Array, comm: CommLike = None, *, offset: int = 1) -> Array:
@@ -379,4 +362,8 @@ def shift(x: Array, comm: CommLike = None, *, offset: int = 1) -> Array:
     array
         The block of rank ``(r - offset) mod P``.
     """
-    return _linear(x, *shift_maps(as_communicator(comm), offset))
+    return _apply(PAIR["shift"], x, comm, offset=offset)
+
+
+#: The pairs not written out above (:data:`hpccoll._api.PAIRS`), each derived from its pair.
+DERIVED = derive_missing(globals(), _apply, Array, "an array")

@@ -107,35 +107,15 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.typing import ArrayLike
 
-from .._api import CommLike, OpLike
-from .._api import all_gather as _core_all_gather
-from .._arrays import split_sizes
+from .._api import PAIR, CommLike, OpLike, Pair
 from .._comm import Communicator, as_communicator
-from .._core.blocks import with_extent
-from .._core.validate import LINEAR_OPS, block_sizes
-from .._core.validate import axis_of as _axis
+from .._core.validate import LINEAR_OPS
 from .._core.validate import linear_op as _linear_op
 from .._dtypes import check_dtype, normalize_op, reduce_plan
-from .._errors import ArgumentError, HpccollError, MismatchError, UnsupportedOpError
+from .._errors import ArgumentError, HpccollError, UnsupportedOpError
+from .._spec import Meta
 from ..transports._cuda import device_view, external_stream
-from ._common import (
-    all_gather_maps,
-    all_reduce_maps,
-    all_to_all_maps,
-    all_to_all_sizes,
-    broadcast_maps,
-    gather_maps,
-    gather_sizes,
-    halo_exchange_maps,
-    reduce_maps,
-    reduce_scatter_maps,
-    replicate_maps,
-    root_of,
-    root_scatter_sizes,
-    scatter_maps,
-    scatter_sizes,
-    shift_maps,
-)
+from ._common import derive_missing, identity, replicate_maps
 
 __all__ = [
     "all_gather",
@@ -155,10 +135,10 @@ __all__ = [
 Fn = Callable[..., Any]
 Shape = Tuple[int, ...]
 
-#: The keywords of ``_common``'s maps that name an axis (normalised, non-negative): what ``jax.vmap`` shifts.
+#: The keywords of a bound pair's maps that name an axis (normalised, non-negative): what ``jax.vmap`` shifts.
 _AXES = ("axis", "split_axis", "concat_axis")
 
-#: The keyword of ``_common``'s maps whose leading axes are a process grid's (the halo exchange): ``jax.vmap``
+#: The keyword of a bound pair's maps whose leading axes are a process grid's (the halo exchange): ``jax.vmap``
 #: puts its batch axis after them instead, where the map carries it along.
 _GRID = "halo"
 
@@ -170,7 +150,7 @@ class _Map:
     """One direction of a collective: its array function and what it accepts.
 
     ``fn`` is hpccoll's function of one NumPy or CuPy array, a
-    ``functools.partial`` from ``_common`` (``None`` for the identity, which
+    ``functools.partial`` from :meth:`hpccoll._api.Pair.bound` (``None`` for the identity, which
     needs no callback). ``op`` is the reduction it performs, if any: a dtype it
     cannot reduce, or a non-linear op in an adjoint, raises hpccoll's own
     exception when JAX traces the map, not later in a callback. ``verify``, if
@@ -633,92 +613,18 @@ def _staged(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer) and x.to_concrete_value() is None
 
 
-_TRACING = (
-    "while JAX traces without values (jax.jit, jax.vmap, lax control flow), where the result's shape is "
-    "taken from this rank's"
-)
-
-
-def _every_rank(c: Communicator, row: Sequence[int]) -> np.ndarray:
-    """Every rank's ``row`` of ints: ``table[q]`` is rank q's (collective: one small all-gather)."""
-    return _core_all_gather(np.asarray([row], dtype=np.int64), c, sizes=(1,) * c.size)
-
-
-def _gathered_sizes(
-    x: Any, c: Communicator, ax: int, sizes: Optional[Sequence[int]], what: str = "all_gather"
-) -> Tuple[Tuple[int, ...], Any]:
-    """Every rank's extent along ``ax``, and the check that the extents assumed while tracing hold (or None)."""
-    if sizes is not None or not _staged(x):
-        return gather_sizes(x, c, ax, sizes, what), None
-    n = int(x.shape[ax])  # sizes=None while tracing: every rank's extent is this rank's, checked when run
-
-    def verify() -> None:
-        extents = _every_rank(c, (n,))[:, 0].tolist()
-        if len(set(extents)) > 1:  # every rank holds the same table: the same verdict and message everywhere
-            raise MismatchError(
-                f"{what}: expected every rank's extent along axis {ax} to be the same with sizes=None {_TRACING}; "
-                f"got extents {extents}: pass sizes={extents}"
-            )
-
-    return (n,) * c.size, verify if c.size > 1 else None
-
-
-def _scattered_sizes(
-    x: Any, c: Communicator, root: int, ax: int, sizes: Optional[Sequence[int]]
-) -> Tuple[Tuple[int, ...], Any]:
-    """A scatter's block extents, and the check that the root extent assumed while tracing holds (or None)."""
-    if sizes is not None or not _staged(x):
-        return root_scatter_sizes(x, c, root, ax, sizes), None
-    n = int(x.shape[ax])  # sizes=None while tracing: root's extent is this rank's, checked when run
-
-    def verify() -> None:
-        extents = _every_rank(c, (n,))[:, 0].tolist()
-        if len(set(extents)) > 1:  # every rank holds the same table: the same verdict and message everywhere
-            raise MismatchError(
-                f"scatter: expected every rank's extent along axis {ax} to be root {root}'s with sizes=None "
-                f"{_TRACING}; got extents {extents}: pass sizes={list(split_sizes(extents[root], c.size))}"
-            )
-
-    return split_sizes(n, c.size), verify if c.size > 1 else None
-
-
-def _assumed_recv_sizes(x: Any, c: Communicator, sa: int, ca: int, sizes: Optional[Sequence[int]]) -> Tuple[Any, Any]:
-    """``recv_sizes=None`` while tracing: every rank sends this one a block like the one it sends itself.
-
-    Returns those ``recv_sizes`` and the check, run with the collective, that
-    every rank's blocks match them (``None`` at one rank).
-    """
-    split = block_sizes(sizes, x.shape[sa], c.size, f"x.shape[{sa}]")
-    sent = tuple(split) if sa == ca else (int(x.shape[ca]),) * c.size  # extents along ca of my blocks for each rank
-
-    def verify() -> None:
-        table = _every_rank(c, sent)  # table[q][r]: what rank q sends rank r, along concat_axis
-        bad = [(q, r) for r in range(c.size) for q in range(c.size) if table[q, r] != table[r, r]]
-        if bad:
-            q, r = bad[0]
-            raise MismatchError(
-                f"all_to_all: expected every rank to send each rank a block of the extent (along concat_axis) that "
-                f"rank sends itself, with recv_sizes=None {_TRACING}; got a block of {table[q, r]} from rank {q} to "
-                f"rank {r}, which sends itself {table[r, r]} (what each rank sends each, a row per rank: "
-                f"{table.tolist()}): pass recv_sizes, on rank r column r of that table"
-            )
-
-    return (sent[c.rank],) * c.size, verify if c.size > 1 else None
-
-
-def _joined_axis(x: Any, axis: int, what: str) -> int:
-    """``axis`` of ``x`` normalised, for a gather (a 0-D ``x`` has no axis to concatenate along)."""
-    if x.ndim == 0:
-        raise ArgumentError(
-            "x: expected an array with at least 1 dimension to concatenate along axis; got a 0-D array "
-            f"({what} joins the shards along an existing axis: pass jnp.atleast_1d(x), or x[None] to stack them)"
-        )
-    return _axis(axis, x.ndim)
+def _apply(pair: Pair, x: Any, comm: Any, **keywords: Any) -> Any:
+    """``pair``'s forward of ``x`` with ``keywords`` as this module's primitive: bound to ``x``'s layout (no
+    communication while JAX traces without values: what is assumed then is checked when the call runs), its
+    transpose the adjoint with the same resolved keywords (the one road of every function here)."""
+    x, c = _prepare(x, comm)
+    meta = Meta(tuple(x.shape), x.ndim, np.dtype(x.dtype))
+    forward, adjoint, b = pair.bound(meta, c, _staged(x), **keywords)
+    return _linear(x, (forward, adjoint), b.shape, pair.name, b.op, b.adjoint_op, b.verify)
 
 
 def _linear(
     x: Any,
-    c: Communicator,
     maps: Tuple[Fn, Fn],
     shape: Shape,
     name: str,
@@ -726,8 +632,7 @@ def _linear(
     adjoint_op: Any,
     verify: Optional[Callable[[], None]] = None,
 ) -> Any:
-    """Bind the primitive for a pair of maps from ``_common`` (the identity needs no callback)."""
-    identity = replicate_maps(c)[0]
+    """Bind the primitive for a pair of maps (the identity needs no callback)."""
     forward, adjoint = (None if f is identity else f for f in maps)
     fwd = _Map(name, forward, op, False, verify)
     adj = _Map(name + "_adjoint", adjoint, adjoint_op, True, verify)  # verified too: linear_transpose runs it alone
@@ -777,11 +682,7 @@ def all_gather(
     UnsupportedOpError
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
-    x, c = _prepare(x, comm)
-    ax = _joined_axis(x, axis, "all_gather")
-    s, verify = _gathered_sizes(x, c, ax, sizes)
-    shape = with_extent(x.shape, ax, sum(s))
-    return _linear(x, c, all_gather_maps(c, ax, s), shape, "all_gather", None, "sum", verify)
+    return _apply(PAIR["all_gather"], x, comm, axis=axis, sizes=sizes)
 
 
 def reduce_scatter(
@@ -810,11 +711,7 @@ def reduce_scatter(
     jax.Array
         This rank's block of the reduction.
     """
-    x, c = _prepare(x, comm)
-    ax = _axis(axis, x.ndim)
-    s = scatter_sizes(x.shape, c, ax, sizes)
-    shape = with_extent(x.shape, ax, s[c.rank])
-    return _linear(x, c, reduce_scatter_maps(c, op, ax, s), shape, "reduce_scatter", op, op)
+    return _apply(PAIR["reduce_scatter"], x, comm, op=op, axis=axis, sizes=sizes)
 
 
 def all_reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> jax.Array:
@@ -843,8 +740,7 @@ def all_reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", cotan
     jax.Array
         The reduction.
     """
-    x, c = _prepare(x, comm)
-    return _linear(x, c, all_reduce_maps(c, op, cotangent), x.shape, "all_reduce", op, op)
+    return _apply(PAIR["all_reduce"], x, comm, op=op, cotangent=cotangent)
 
 
 def all_to_all(
@@ -896,14 +792,9 @@ def all_to_all(
     UnsupportedOpError
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
-    x, c = _prepare(x, comm)
-    sa, ca = _axis(split_axis, x.ndim, "split_axis"), _axis(concat_axis, x.ndim, "concat_axis")
-    verify = None
-    if recv_sizes is None and _staged(x):
-        recv_sizes, verify = _assumed_recv_sizes(x, c, sa, ca, sizes)
-    sizes, recv_sizes = all_to_all_sizes(x, c, sa, ca, sizes, recv_sizes)
-    shape = with_extent(with_extent(x.shape, sa, sizes[c.rank]), ca, sum(recv_sizes))
-    return _linear(x, c, all_to_all_maps(c, sa, ca, sizes, recv_sizes), shape, "all_to_all", None, None, verify)
+    return _apply(
+        PAIR["all_to_all"], x, comm, split_axis=split_axis, concat_axis=concat_axis, sizes=sizes, recv_sizes=recv_sizes
+    )
 
 
 def replicate(x: ArrayLike, comm: CommLike = None) -> jax.Array:
@@ -929,7 +820,7 @@ def replicate(x: ArrayLike, comm: CommLike = None) -> jax.Array:
         ``x`` itself.
     """
     x, c = _prepare(x, comm)
-    return _linear(x, c, replicate_maps(c), x.shape, "replicate", None, "sum")
+    return _linear(x, replicate_maps(c), x.shape, "replicate", None, "sum")
 
 
 def broadcast(x: ArrayLike, comm: CommLike = None, *, root: int = 0) -> jax.Array:
@@ -959,8 +850,7 @@ def broadcast(x: ArrayLike, comm: CommLike = None, *, root: int = 0) -> jax.Arra
     UnsupportedOpError
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
-    x, c = _prepare(x, comm)
-    return _linear(x, c, broadcast_maps(c, root_of(root, c.size)), x.shape, "broadcast", None, None)
+    return _apply(PAIR["broadcast"], x, comm, root=root)
 
 
 def reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> jax.Array:
@@ -983,8 +873,7 @@ def reduce(x: ArrayLike, comm: CommLike = None, *, op: OpLike = "sum", root: int
     jax.Array
         The reduction on ``root``, zeros of ``x``'s shape on the other ranks.
     """
-    x, c = _prepare(x, comm)
-    return _linear(x, c, reduce_maps(c, op, root_of(root, c.size)), x.shape, "reduce", op, op)
+    return _apply(PAIR["reduce"], x, comm, op=op, root=root)
 
 
 def gather(
@@ -1026,12 +915,7 @@ def gather(
     UnsupportedOpError
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
-    x, c = _prepare(x, comm)
-    r = root_of(root, c.size)
-    ax = _joined_axis(x, axis, "gather")
-    s, verify = _gathered_sizes(x, c, ax, sizes, "gather")
-    shape = with_extent(x.shape, ax, sum(s) if c.rank == r else 0)
-    return _linear(x, c, gather_maps(c, r, ax, s), shape, "gather", None, None, verify)
+    return _apply(PAIR["gather"], x, comm, root=root, axis=axis, sizes=sizes)
 
 
 def scatter(
@@ -1074,12 +958,7 @@ def scatter(
     UnsupportedOpError
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
-    x, c = _prepare(x, comm)
-    r = root_of(root, c.size)
-    ax = _axis(axis, x.ndim)
-    s, verify = _scattered_sizes(x, c, r, ax, sizes)
-    shape = with_extent(x.shape, ax, s[c.rank])
-    return _linear(x, c, scatter_maps(c, r, ax, s, int(x.shape[ax])), shape, "scatter", None, None, verify)
+    return _apply(PAIR["scatter"], x, comm, root=root, axis=axis, sizes=sizes)
 
 
 def halo_exchange(x: ArrayLike, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> jax.Array:
@@ -1123,8 +1002,7 @@ def halo_exchange(x: ArrayLike, comm: CommLike, *, halo: Union[int, Sequence[int
     UnsupportedOpError
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
-    x, c = _prepare(x, comm)
-    return _linear(x, c, halo_exchange_maps(c, halo, corners), x.shape, "halo_exchange", None, None)
+    return _apply(PAIR["halo_exchange"], x, comm, halo=halo, corners=corners)
 
 
 def shift(x: ArrayLike, comm: CommLike = None, *, offset: int = 1) -> jax.Array:
@@ -1156,5 +1034,8 @@ def shift(x: ArrayLike, comm: CommLike = None, *, offset: int = 1) -> jax.Array:
     UnsupportedOpError
         Inside ``jax.shard_map`` or ``jax.pmap``.
     """
-    x, c = _prepare(x, comm)
-    return _linear(x, c, shift_maps(c, offset), x.shape, "shift", None, None)
+    return _apply(PAIR["shift"], x, comm, offset=offset)
+
+
+#: The pairs not written out above (:data:`hpccoll._api.PAIRS`), each derived from its pair.
+DERIVED = derive_missing(globals(), _apply, jax.Array, "a JAX array")

@@ -18,16 +18,19 @@ Requires ``pip install scipy`` (``hpccoll[scipy]``).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, Tuple
+from typing import Any, Callable, Protocol, Sequence, Tuple
 
 import numpy as np
 import numpy.typing as npt
 from scipy.sparse.linalg import LinearOperator
 
+from .._api import PAIR, CommLike
 from .._arrays import shape_of
+from .._comm import as_communicator
 from .._errors import ArgumentError
+from .._spec import Meta
 
-__all__ = ["aslinearoperator", "CollectiveLinearOperator"]
+__all__ = ["aslinearoperator", "pair_operator", "CollectiveLinearOperator"]
 
 
 class LinearMap(Protocol):
@@ -157,13 +160,68 @@ def aslinearoperator(
             )
     x_shape = shape_of("x_shape", x_shape)
     y_shape = shape_of("y_shape", y_shape)
+    return CollectiveLinearOperator(op, x_shape, y_shape, _solver_dtype(dtype))
+
+
+def pair_operator(
+    name: str, x_shape: Sequence[int], comm: CommLike = None, *, dtype: Any = np.float64, **keywords: Any
+) -> CollectiveLinearOperator:
+    """A LinearOperator of any public pair (:data:`hpccoll._api.PAIRS`): ``matvec`` its forward, ``rmatvec`` its
+    adjoint, bound to this rank's domain shape as every adapter binds it.
+
+    Parameters
+    ----------
+    name : str
+        The pair's forward (``"all_gather"``, ``"shift"``...).
+    x_shape : sequence of int
+        This rank's shape of the domain (the forward's input).
+    comm : Communicator, mpi4py.MPI.Intracomm or None
+        The ranks; ``None`` is the world.
+    dtype : numpy dtype
+        The dtype the solver works in.
+    **keywords : object
+        The forward's keywords (and the adjoint's own, such as ``cotangent``);
+        ``sizes=None`` is resolved here, with the collective's own small
+        exchange where it needs one, so both sides share it.
+
+    Returns
+    -------
+    CollectiveLinearOperator
+        Of shape ``(prod(y_shape), prod(x_shape))``, ``y_shape`` this rank's
+        shape of the forward's result.
+
+    Raises
+    ------
+    ArgumentError
+        An unknown ``name``, a bad shape, dtype or keyword.
+    """
+    pair = PAIR.get(name)
+    if pair is None:
+        raise ArgumentError(f"name: expected one of {sorted(PAIR)}; got {name!r}")
+    shape, dt = shape_of("x_shape", x_shape), _solver_dtype(dtype)
+    forward, adjoint, bound = pair.bound(Meta(shape, len(shape), dt), as_communicator(comm), **keywords)
+    return CollectiveLinearOperator(_Bound(name, forward, adjoint), shape, tuple(bound.shape), dt)
+
+
+class _Bound:
+    """A pair bound to one layout, as a :class:`LinearMap`."""
+
+    def __init__(self, name: str, forward: Callable[[Any], Any], adjoint: Callable[[Any], Any]) -> None:
+        self.name, self.forward, self.adjoint = name, forward, adjoint
+
+    def __repr__(self) -> str:
+        return f"<{self.name} and its adjoint>"
+
+
+def _solver_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` checked: a floating or complex NumPy dtype, for a solver."""
     try:
         dt = np.dtype(dtype)
     except TypeError:
         raise ArgumentError(f"dtype: expected a NumPy dtype; got {dtype!r}") from None
     if dt.kind not in "fc":
         raise ArgumentError(f"dtype: expected a floating or complex dtype for a solver; got {dt}")
-    return CollectiveLinearOperator(op, x_shape, y_shape, dt)
+    return dt
 
 
 def _size(shape: Tuple[int, ...]) -> int:

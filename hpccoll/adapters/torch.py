@@ -37,31 +37,14 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .._api import CommLike, OpLike
+from .._api import PAIR, CommLike, OpLike, Pair
 from .._arrays import Array
 from .._comm import as_communicator
-from .._core.validate import axis_of
 from .._dtypes import ml_dtype
 from .._errors import ArgumentError, DTypeError
+from .._spec import Meta
 from ..transports._cuda import external_stream
-from ._common import (
-    all_gather_maps,
-    all_reduce_maps,
-    all_to_all_maps,
-    all_to_all_sizes,
-    broadcast_maps,
-    gather_maps,
-    gather_sizes,
-    halo_exchange_maps,
-    reduce_maps,
-    reduce_scatter_maps,
-    replicate_maps,
-    root_of,
-    root_scatter_sizes,
-    scatter_maps,
-    scatter_sizes,
-    shift_maps,
-)
+from ._common import derive_missing, replicate_maps
 
 __all__ = [
     "all_gather",
@@ -223,21 +206,23 @@ class _Linear(torch.autograd.Function):
         return _Linear.apply(grad, adjoint, forward), None, None
 
 
-class _Meta:
-    """A tensor's shape and NumPy dtype, for the size discovery (no data access, any device)."""
-
-    __slots__ = ("shape", "ndim", "dtype")
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.shape = _shape_of(t)
-        self.ndim = len(self.shape)
-        self.dtype = to_array(torch.empty(0, dtype=t.dtype)).dtype
+def _meta(t: torch.Tensor) -> Meta:
+    """A tensor's shape and NumPy dtype, for binding a pair (no data access, any device)."""
+    shape = _shape_of(t)
+    return Meta(shape, len(shape), to_array(torch.empty(0, dtype=t.dtype)).dtype)
 
 
 def _shape_of(x: torch.Tensor) -> Tuple[int, ...]:
     if not isinstance(x, torch.Tensor):
         raise ArgumentError(f"x: expected a torch.Tensor; got {type(x).__name__}")
     return tuple(x.shape)
+
+
+def _apply(pair: Pair, x: torch.Tensor, comm: CommLike, **keywords: Any) -> torch.Tensor:
+    """``pair``'s forward of ``x`` with ``keywords``, differentiable: its backward is the adjoint, bound to the
+    same resolved keywords (the one road of every function here)."""
+    forward, adjoint, _ = pair.bound(_meta(x), as_communicator(comm), **keywords)
+    return _Linear.apply(x, forward, adjoint)
 
 
 # --------------------------------------------------------------------------- public functions
@@ -265,8 +250,7 @@ def all_gather(
     torch.Tensor
         The concatenation, on ``x``'s device, in ``x``'s dtype.
     """
-    c = as_communicator(comm)
-    return _Linear.apply(x, *all_gather_maps(c, axis, gather_sizes(_Meta(x), c, axis, sizes)))
+    return _apply(PAIR["all_gather"], x, comm, axis=axis, sizes=sizes)
 
 
 def reduce_scatter(
@@ -293,8 +277,7 @@ def reduce_scatter(
     torch.Tensor
         This rank's block of the reduction.
     """
-    c = as_communicator(comm)
-    return _Linear.apply(x, *reduce_scatter_maps(c, op, axis, scatter_sizes(_shape_of(x), c, axis, sizes)))
+    return _apply(PAIR["reduce_scatter"], x, comm, op=op, axis=axis, sizes=sizes)
 
 
 def all_reduce(
@@ -323,8 +306,7 @@ def all_reduce(
     torch.Tensor
         The reduction.
     """
-    _shape_of(x)
-    return _Linear.apply(x, *all_reduce_maps(as_communicator(comm), op, cotangent))
+    return _apply(PAIR["all_reduce"], x, comm, op=op, cotangent=cotangent)
 
 
 def all_to_all(
@@ -358,9 +340,9 @@ def all_to_all(
     torch.Tensor
         The concatenation of the blocks this rank receives, on ``x``'s device.
     """
-    c = as_communicator(comm)
-    resolved = all_to_all_sizes(_Meta(x), c, split_axis, concat_axis, sizes, recv_sizes)
-    return _Linear.apply(x, *all_to_all_maps(c, split_axis, concat_axis, *resolved))
+    return _apply(
+        PAIR["all_to_all"], x, comm, split_axis=split_axis, concat_axis=concat_axis, sizes=sizes, recv_sizes=recv_sizes
+    )
 
 
 def replicate(x: torch.Tensor, comm: CommLike = None) -> torch.Tensor:
@@ -407,9 +389,7 @@ def broadcast(x: torch.Tensor, comm: CommLike = None, *, root: int = 0) -> torch
     torch.Tensor
         Root's ``x``, on this rank's device.
     """
-    _shape_of(x)
-    c = as_communicator(comm)
-    return _Linear.apply(x, *broadcast_maps(c, root_of(root, c.size)))
+    return _apply(PAIR["broadcast"], x, comm, root=root)
 
 
 def reduce(x: torch.Tensor, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> torch.Tensor:
@@ -432,9 +412,7 @@ def reduce(x: torch.Tensor, comm: CommLike = None, *, op: OpLike = "sum", root: 
     torch.Tensor
         The reduction on ``root``, zeros of ``x``'s shape on the other ranks.
     """
-    _shape_of(x)
-    c = as_communicator(comm)
-    return _Linear.apply(x, *reduce_maps(c, op, root_of(root, c.size)))
+    return _apply(PAIR["reduce"], x, comm, op=op, root=root)
 
 
 def gather(
@@ -462,9 +440,7 @@ def gather(
         On ``root`` the concatenation; elsewhere an empty tensor (``x``'s
         shape with extent 0 along ``axis``).
     """
-    c = as_communicator(comm)
-    r = root_of(root, c.size)
-    return _Linear.apply(x, *gather_maps(c, r, axis, gather_sizes(_Meta(x), c, axis, sizes, "gather")))
+    return _apply(PAIR["gather"], x, comm, root=root, axis=axis, sizes=sizes)
 
 
 def scatter(
@@ -493,10 +469,7 @@ def scatter(
     torch.Tensor
         This rank's block of root's ``x``.
     """
-    c = as_communicator(comm)
-    r, meta = root_of(root, c.size), _Meta(x)
-    s = root_scatter_sizes(meta, c, r, axis, sizes)
-    return _Linear.apply(x, *scatter_maps(c, r, axis, s, meta.shape[axis_of(axis, meta.ndim)]))
+    return _apply(PAIR["scatter"], x, comm, root=root, axis=axis, sizes=sizes)
 
 
 def halo_exchange(
@@ -525,8 +498,7 @@ def halo_exchange(
         filled ghost's gradient into that owned cell (on its owner) and zeroes
         the ghost.
     """
-    _shape_of(x)
-    return _Linear.apply(x, *halo_exchange_maps(as_communicator(comm), halo, corners))
+    return _apply(PAIR["halo_exchange"], x, comm, halo=halo, corners=corners)
 
 
 def shift(x: torch.Tensor, comm: CommLike = None, *, offset: int = 1) -> torch.Tensor:
@@ -547,5 +519,8 @@ def shift(x: torch.Tensor, comm: CommLike = None, *, offset: int = 1) -> torch.T
         A new tensor: the block of rank ``(r - offset) mod P``. Backward
         passes each gradient back ``offset`` ranks.
     """
-    _shape_of(x)
-    return _Linear.apply(x, *shift_maps(as_communicator(comm), offset))
+    return _apply(PAIR["shift"], x, comm, offset=offset)
+
+
+#: The pairs not written out above (:data:`hpccoll._api.PAIRS`), each derived from its pair.
+DERIVED = derive_missing(globals(), _apply, torch.Tensor, "a tensor")

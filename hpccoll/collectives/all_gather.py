@@ -11,7 +11,7 @@ validates everything and raises the errors.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from .._core.blocks import (
     shape_without,
     with_extent,
 )
+from .._core.extents import gathered_sizes
 from .._core.launch import Batch, Ready, done, launch, scratch
 from .._core.lists import ListOf, list_types, survey_list
 from .._core.validate import (
@@ -54,9 +55,10 @@ from .._core.validate import (
 from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, join, wire_flat
+from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_extents, exchange_shapes
 
-__all__ = ["all_gather", "all_gather_arrays"]
+__all__ = ["all_gather", "all_gather_arrays", "ALL_GATHER"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -447,3 +449,23 @@ def _check_outs(outs: Optional[List[Any]], shapes: List[Tuple[int, ...]]) -> Non
     for q, (o, shape) in enumerate(zip(outs or (), shapes)):
         if o.shape != shape:
             raise ArgumentError(f"out[{q}]: expected shape {shape} (rank {q}'s x); got {o.shape}")
+
+
+# --------------------------------------------------------------------------- the pair's spec
+
+
+def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    sizes = keywords.get("sizes")
+    return {**keywords, "axis": keywords.get("axis", 0), "sizes": None if sizes is None else sizes_of(sizes, comm.size)}
+
+
+def _bind(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    k = _configure(comm, keywords)
+    ax, sizes, verify = gathered_sizes(meta, comm, k["axis"], k["sizes"], tracing, "all_gather")
+    shape = with_extent(tuple(meta.shape), ax, sum(sizes))
+    return Bound({**k, "axis": ax, "sizes": sizes}, shape, None, "sum", verify)
+
+
+#: The all-gather's spec: every rank's extent along ``axis`` learned (or, tracing, assumed) once, so that
+#: the adjoint (the reduce-scatter, a sum) splits with the same sizes.
+ALL_GATHER = register(Hooks("all_gather", _configure, _bind, "allgatherv", example=lambda size: {"axis": 0}))

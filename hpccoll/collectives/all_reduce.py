@@ -20,12 +20,22 @@ from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, repli
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share
 from .._core.launch import Batch, Ready, done, launch, scratch
 from .._core.lists import is_array_list, list_types, survey_list
-from .._core.validate import check_out, one_array, outs_of, plain_out
+from .._core.validate import check_out, cotangent_of, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
+from .._spec import Bound, Hooks, Meta, register
 
-__all__ = ["all_reduce", "replicated_adjoint", "into", "finisher", "copy_into", "dtype_groups", "list_outs"]
+__all__ = [
+    "all_reduce",
+    "replicated_adjoint",
+    "into",
+    "finisher",
+    "copy_into",
+    "dtype_groups",
+    "list_outs",
+    "ALL_REDUCE",
+]
 
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
@@ -299,3 +309,25 @@ def replicated_adjoint(y: Any, c: Any, op: str, out: Any, async_op: bool) -> Any
             xp.copyto(oi, yi)
         finish_reduction(oi, c.size, op == "avg")
     return done(outs if many else outs[0], async_op)
+
+
+# --------------------------------------------------------------------------- the pair's spec
+
+
+def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    """``op``, and the adjoint's own ``cotangent`` convention checked."""
+    return {
+        **keywords,
+        "op": keywords.get("op", "sum"),
+        "cotangent": cotangent_of(keywords.get("cotangent", "varying")),
+    }
+
+
+def _bind(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    k = _configure(comm, keywords)
+    return Bound(k, tuple(meta.shape), k["op"], k["op"])
+
+
+#: The all-reduce's spec: the result has the input's shape; its adjoint (under ``cotangent``, adjoint-only) is
+#: linear only for the linear ops.
+ALL_REDUCE = register(Hooks("all_reduce", _configure, _bind, "allreduce", example=lambda size: {"op": "sum"}))

@@ -22,22 +22,24 @@ everything and raises the errors.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from .._arrays import flat, module_of, prod, split_sizes
 from .._core.agree import all_to_all_desc, late, settle
 from .._core.blocks import block, may_share, shape_without, with_extent
+from .._core.extents import TRACING, every_rank
 from .._core.launch import Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import axis_of, block_sizes, check_out, one_array, outs_of, plain_out, plain_total, sizes_of
 from .._dtypes import movement_dtype, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, pack, wire_flat
+from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_rows
 
-__all__ = ["all_to_all", "own_recv_sizes", "recv_extents"]
+__all__ = ["all_to_all", "own_recv_sizes", "recv_extents", "ALL_TO_ALL"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -396,3 +398,66 @@ def _unpacker(recv: Any, outs: List[Any], cas: List[int], recv_table: List[Exten
         return outs
 
     return finish
+
+
+# --------------------------------------------------------------------------- the pair's spec
+
+
+def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    sizes, recv_sizes = keywords.get("sizes"), keywords.get("recv_sizes")
+    return {
+        **keywords,
+        "split_axis": keywords.get("split_axis", 0),
+        "concat_axis": keywords.get("concat_axis", 0),
+        "sizes": None if sizes is None else sizes_of(sizes, comm.size),
+        "recv_sizes": None if recv_sizes is None else sizes_of(recv_sizes, comm.size, "recv_sizes"),
+    }
+
+
+def _bind(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    """The split and received extents resolved: ``recv_sizes=None`` learned with the all-to-all's own small
+    exchange, or, ``tracing``, assumed (every rank sends this one a block like the one it sends itself)."""
+    k = _configure(comm, keywords)
+    shape = tuple(meta.shape)
+    sa, ca = axis_of(k["split_axis"], len(shape), "split_axis"), axis_of(k["concat_axis"], len(shape), "concat_axis")
+    sizes = block_sizes(k["sizes"], shape[sa], comm.size, f"x.shape[{sa}]")
+    verify = None
+    if k["recv_sizes"] is not None:  # checked here, before any tracing or communication, like the core call
+        recv_sizes = own_recv_sizes(k["recv_sizes"], comm, meta, sa, ca, sizes, "x")
+    elif tracing:
+        recv_sizes, verify = _assumed_recv_sizes(meta, comm, sa, ca, sizes)
+    else:
+        recv_sizes = recv_extents(comm, meta, sa, ca, sizes, "all_to_all")
+    result = with_extent(with_extent(shape, sa, sizes[comm.rank]), ca, sum(recv_sizes))
+    keywords = {**k, "split_axis": sa, "concat_axis": ca, "sizes": sizes, "recv_sizes": recv_sizes}
+    return Bound(keywords, result, verify=verify)
+
+
+def _assumed_recv_sizes(meta: Meta, c: Any, sa: int, ca: int, sizes: Extents) -> Tuple[Extents, Any]:
+    """``recv_sizes=None`` while tracing: every rank sends this one a block like the one it sends itself.
+
+    Returns those ``recv_sizes`` and the check, run with the collective, that
+    every rank's blocks match them (``None`` at one rank).
+    """
+    sent = _sent(meta, sa, ca, sizes, c.size)  # extents along ca of my blocks for each rank
+
+    def verify() -> None:
+        table = np.asarray(every_rank(c, sent, "all_to_all"))  # table[q][r]: what rank q sends rank r
+        bad = [(q, r) for r in range(c.size) for q in range(c.size) if table[q, r] != table[r, r]]
+        if bad:
+            q, r = bad[0]
+            raise MismatchError(
+                f"all_to_all: expected every rank to send each rank a block of the extent (along concat_axis) that "
+                f"rank sends itself, with recv_sizes=None {TRACING}; got a block of {table[q, r]} from rank {q} to "
+                f"rank {r}, which sends itself {table[r, r]} (what each rank sends each, a row per rank: "
+                f"{table.tolist()}): pass recv_sizes, on rank r column r of that table"
+            )
+
+    return (sent[c.rank],) * c.size, verify if c.size > 1 else None
+
+
+#: The all-to-all's spec: the extents it receives learned (or, tracing, assumed) once, so that the adjoint
+#: (the all-to-all back) splits by them.
+ALL_TO_ALL = register(
+    Hooks("all_to_all", _configure, _bind, "alltoallv", example=lambda size: {"split_axis": 0, "concat_axis": 0})
+)

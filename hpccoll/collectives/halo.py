@@ -62,11 +62,12 @@ from .._core.lists import list_types, survey_list
 from .._core.validate import check_out, one_array, outs_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._request import Request
+from .._spec import Hooks, register, same_shape
 from ..transports._control import MAX_DIMS, exchange_shapes
 from ..transports._mpitypes import contiguous_run, strided
 from ..transports.shm import holder_of
 
-__all__ = ["halo_exchange", "halo_of", "corners_of"]
+__all__ = ["halo_exchange", "halo_of", "corners_of", "HALO_EXCHANGE"]
 
 #: A region of an array: one ``slice`` per grid axis (the trailing axes are whole).
 Region = Tuple[slice, ...]
@@ -627,3 +628,19 @@ def _layout(c: Any, grid: Any, shapes: List[Tuple[int, ...]], widths: Tuple[int,
         {q: [(i, r) for _, i, r in sorted(v, key=lambda t: (t[0], t[1]))] for q, v in sends.items()},
         {q: [(i, r) for _, i, r in sorted(v, key=lambda t: (t[0], t[1]))] for q, v in recvs.items()},
     )
+
+
+# --------------------------------------------------------------------------- the pair's spec
+
+
+def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    """``halo`` and ``corners`` checked against ``comm``'s process grid (``comm.grid``: an ArgumentError naming
+    ``comm`` without one), locally; what depends on the arrays the exchange checks, on every rank alike."""
+    widths = halo_of(keywords.get("halo"), len(comm.grid.dims))
+    return {**keywords, "halo": widths, "corners": corners_of(keywords.get("corners", False))}
+
+
+#: The halo exchange's spec: ``halo`` and ``corners`` checked; the result has the input's shape.
+HALO_EXCHANGE = register(
+    Hooks("halo_exchange", _configure, same_shape(_configure), "sendrecv", example=lambda size: {"halo": 1})
+)

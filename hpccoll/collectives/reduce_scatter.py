@@ -12,7 +12,7 @@ general branch, which validates everything and raises the errors.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -54,10 +54,11 @@ from .._core.validate import (
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
+from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_shapes
 from .all_reduce import copy_into, dtype_groups, finisher, into
 
-__all__ = ["reduce_scatter", "reduce_scatter_arrays"]
+__all__ = ["reduce_scatter", "reduce_scatter_arrays", "REDUCE_SCATTER"]
 
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
@@ -414,3 +415,31 @@ def reduce_scatter_arrays(ys: Any, c: Any, sizes: Any, out: Any, what: str, asyn
         return out
 
     return then(result, shaped)
+
+
+# --------------------------------------------------------------------------- the pair's spec
+
+
+def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    sizes = keywords.get("sizes")
+    return {
+        **keywords,
+        "op": keywords.get("op", "sum"),
+        "axis": keywords.get("axis", 0),
+        "sizes": None if sizes is None else sizes_of(sizes, comm.size),
+    }
+
+
+def _bind(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    k = _configure(comm, keywords)
+    ax = axis_of(k["axis"], meta.ndim)
+    sizes = split_sizes(meta.shape[ax], comm.size) if k["sizes"] is None else k["sizes"]  # local
+    shape = with_extent(tuple(meta.shape), ax, sizes[comm.rank])
+    return Bound({**k, "axis": ax, "sizes": sizes}, shape, k["op"], k["op"])
+
+
+#: The reduce-scatter's spec: its blocks split like ``numpy.array_split`` unless ``sizes`` says otherwise; its
+#: adjoint (the all-gather) is linear only for the linear ops.
+REDUCE_SCATTER = register(
+    Hooks("reduce_scatter", _configure, _bind, "reduce_scatter", example=lambda size: {"op": "sum", "axis": 0})
+)

@@ -11,6 +11,7 @@ whose adjoint is the other collective of its pair.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
@@ -18,17 +19,19 @@ import numpy as np
 from .._arrays import flat, module_of, prod, split_sizes
 from .._core.agree import checking, descriptor, late, refuse, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share, shape_without, with_extent
+from .._core.extents import TRACING, every_rank, extents, gathered_sizes
 from .._core.launch import Batch, Ready, done, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import axis_of, check_out, one_array, outs_of, own_sizes, plain_out, sizes_of
 from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
+from .._spec import Bound, Hooks, Meta, register
 from ..transports import Selector
 from ..transports._control import exchange_extents
 from .all_reduce import copy_into, dtype_groups, list_outs
 
-__all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
+__all__ = ["broadcast", "reduce", "gather", "scatter", "root_of", "BROADCAST", "REDUCE", "GATHER", "SCATTER"]
 
 _ndarray = np.ndarray
 _BYTES = np.dtype(np.uint8)
@@ -591,3 +594,94 @@ def _sizes_per_array(sizes: Any, n: int) -> List[Any]:
         got = f"{type(sizes).__name__} of length {len(sizes)}" if type(sizes) in (list, tuple) else repr(sizes)
         raise ArgumentError(f"sizes: expected None or a list of {n} entries (one per input array); got {got}")
     return list(sizes)
+
+
+# --------------------------------------------------------------------------- the pairs' specs
+
+
+def _configure(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    """``root`` checked (every rooted pair's), and ``sizes`` where given."""
+    k = {**keywords, "root": root_of(keywords.get("root", 0), comm.size)}
+    if k.get("sizes") is not None:
+        k["sizes"] = sizes_of(k["sizes"], comm.size)
+    return k
+
+
+def _configure_reduce(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
+    return {**_configure(comm, keywords), "op": keywords.get("op", "sum")}
+
+
+def _bind_broadcast(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    return Bound(_configure(comm, keywords), tuple(meta.shape))
+
+
+def _bind_reduce(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    k = _configure_reduce(comm, keywords)
+    return Bound(k, tuple(meta.shape), k["op"], k["op"])
+
+
+def _bind_gather(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    """Every rank's extent learned (or, tracing, assumed) once, for the adjoint's scatter; empty off root."""
+    k = _configure(comm, keywords)
+    ax, sizes, verify = gathered_sizes(meta, comm, k.get("axis", 0), k.get("sizes"), tracing, "gather")
+    shape = with_extent(tuple(meta.shape), ax, sum(sizes) if comm.rank == k["root"] else 0)
+    return Bound({**k, "axis": ax, "sizes": sizes}, shape, verify=verify)
+
+
+def _bind_scatter(meta: Meta, comm: Any, tracing: bool, keywords: Dict[str, Any]) -> Bound:
+    """The blocks' extents resolved (``sizes=None``: root's extent split like ``numpy.array_split``, learned with
+    one small exchange, or, tracing, taken to be this rank's); off root the adjoint gives zeros of the input's
+    extent, where the gather gives an empty array (the scatter does not depend on those values)."""
+    k = _configure(comm, keywords)
+    r, ax = k["root"], axis_of(k.get("axis", 0), meta.ndim)
+    n, verify = int(meta.shape[ax]), None
+    if k.get("sizes") is not None:
+        sizes = k["sizes"]
+    elif not tracing:
+        sizes = split_sizes(extents(comm, meta, ax, "scatter")[r], comm.size)
+    else:
+        sizes, verify = split_sizes(n, comm.size), _same_extents(comm, n, r, ax)
+    zeros = None if comm.rank == r or n == 0 else functools.partial(_zeros_as, axis=ax, extent=n)
+    keywords = {**k, "axis": ax, "sizes": sizes}
+    return Bound(keywords, with_extent(tuple(meta.shape), ax, sizes[comm.rank]), verify=verify, adjoint_as=zeros)
+
+
+def _same_extents(c: Any, n: int, root: int, ax: int) -> Any:
+    """The check that root's extent along ``ax`` is this rank's ``n``, as assumed while tracing (None at one rank)."""
+
+    def verify() -> None:
+        found = [row[0] for row in every_rank(c, (n,), "scatter")]
+        if len(set(found)) > 1:  # every rank holds the same table: the same verdict and message everywhere
+            raise MismatchError(
+                f"scatter: expected every rank's extent along axis {ax} to be root {root}'s with sizes=None "
+                f"{TRACING}; got extents {found}: pass sizes={list(split_sizes(found[root], c.size))}"
+            )
+
+    return verify if c.size > 1 else None
+
+
+def _zeros_as(adjoint: Callable[..., Any], *, axis: int, extent: int) -> Callable[..., Any]:
+    """``adjoint`` (the gather to root) on a rank other than root, whose input had ``extent`` along ``axis``."""
+    return functools.partial(_gather_as, adjoint=adjoint, axis=axis, extent=extent)
+
+
+def _gather_as(y: Any, *, adjoint: Callable[..., Any], axis: int, extent: int, out: Any = None) -> Any:
+    """``adjoint(y)`` (empty off root) as zeros of ``extent`` along ``axis``, the cotangent's shape a framework
+    requires; ``axis`` is passed on (a framework batching the call moves it)."""
+    got = adjoint(y, axis=axis)
+    shape = with_extent(tuple(got.shape), axis, extent)
+    if out is None:
+        return np.zeros_like(got, shape=shape)  # NumPy or CuPy, as got (__array_function__)
+    out[...] = 0
+    return out
+
+
+def _example(size: int) -> Dict[str, Any]:
+    return {"root": 0}
+
+
+#: The rooted pairs' specs: ``root`` checked; the gather's and scatter's extents resolved once for their adjoints.
+BROADCAST = register(Hooks("broadcast", _configure, _bind_broadcast, "bcast", example=_example))
+REDUCE = register(Hooks("reduce", _configure_reduce, _bind_reduce, "reduce", example=_example))
+GATHER = register(Hooks("gather", _configure, _bind_gather, "gatherv", example=_example))
+SCATTER = register(Hooks("scatter", _configure, _bind_scatter, "scatterv", example=_example))
