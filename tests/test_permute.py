@@ -125,7 +125,8 @@ def test_permute_operator(comm):
         assert_same(op.forward(G[r]), reference(G, perm, r), comm)
         assert_same(op.adjoint(G[r]), reference(G, reversed_(perm), r), comm)
         assert_same(op.H.forward(G[r]), reference(G, reversed_(perm), r), comm)
-        agree(comm, hpccoll.adjoint_of(op) is op.H and op.H.H is op)
+        assert_same(hpccoll.adjoint_of(op).forward(G[r]), reference(G, reversed_(perm), r), comm)
+        agree(comm, op.H.H is op, "op.H.H is not op")
         agree(comm, "perm=" in repr(op), repr(op))
     raises_everywhere(comm, hpccoll.ArgumentError, "perm: expected", lambda: hpccoll.Permute(comm, perm=[(0, 0, 0)]))
 

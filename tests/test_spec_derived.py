@@ -173,7 +173,7 @@ def test_adjoint_of_a_derived_pair(comm, chain):
 
 def test_adjoint_of_names_the_registered_pairs(comm, chain):
     raises_everywhere(
-        comm, ArgumentError, r"\(all_gather, .*shift, chain_shift, their", lambda: hpccoll.adjoint_of(len)
+        comm, ArgumentError, r"\(all_gather, .*shift, .*chain_shift, their", lambda: hpccoll.adjoint_of(len)
     )
 
 
@@ -196,7 +196,7 @@ def test_explain_a_derived_pair_as_shift(comm, chain, form):
 
 def test_explain_names_the_registered_pairs(comm, chain):
     x = np.ones(4)
-    raises_everywhere(comm, ArgumentError, r"expected one of .*'shift', 'chain_shift'; got 'nope'",
+    raises_everywhere(comm, ArgumentError, r"expected one of .*'shift', .*'chain_shift'; got 'nope'",
                       lambda: comm.explain(x, "nope"))  # fmt: skip
 
 
