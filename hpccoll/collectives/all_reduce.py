@@ -20,7 +20,7 @@ from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, repli
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share
 from .._core.engine import Call, Road, run
 from .._core.launch import Batch, Ready, done, launch, scratch
-from .._core.lists import is_array_list, list_types, survey_list
+from .._core.lists import is_array_list, list_types, survey_list, total_bytes
 from .._core.validate import check_out, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
@@ -143,9 +143,8 @@ def _check_list(c: Any, async_op: bool, xs: Any, types: Set[type], op: Any, out:
     for dtype in lst.dtypes:
         reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
     outs = None if out is None else list_outs(lst.arrays, out, lst.kind)
-    arrays = lst.arrays
-    total = arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))
-    return Call(lst, lst.kind, module_of(lst.kind), outs, total, all_reduce_list_desc(arrays, op) if c.check else None, op)
+    desc = all_reduce_list_desc(lst.arrays, op) if c.check else None
+    return Call(lst, lst.kind, module_of(lst.kind), outs, total_bytes(lst), desc, op)
 
 
 def dtype_groups(arrays: List[Any], dtypes: Set[np.dtype]) -> Mapping[np.dtype, Sequence[int]]:
