@@ -18,13 +18,13 @@ import numpy as np
 from .._arrays import check_list_items, flat, module_of
 from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, replicated_desc, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share
-from .._core.engine import Call, Road, run
 from .._core.launch import Batch, Ready, done, launch, scratch
 from .._core.lists import is_array_list, list_types, survey_list, total_bytes
 from .._core.validate import check_out, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
+from ._engine import Call, Road, run
 
 __all__ = ["all_reduce", "replicated_adjoint", "into", "finisher", "copy_into", "dtype_groups", "list_outs"]
 

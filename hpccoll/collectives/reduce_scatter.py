@@ -37,7 +37,6 @@ from .._core.blocks import (
     shape_without,
     with_extent,
 )
-from .._core.engine import Call, Road, run
 from .._core.launch import Batch, launch, scratch, then
 from .._core.lists import ListOf, list_types, survey_list, total_bytes
 from .._core.validate import (
@@ -55,6 +54,7 @@ from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
 from ..transports._control import exchange_shapes
+from ._engine import Call, Road, run
 from .all_reduce import copy_into, dtype_groups, finisher, into
 
 __all__ = ["reduce_scatter", "reduce_scatter_arrays"]

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Optional
 
+from .._core.agree import settle
+from .._core.launch import done
 from .._errors import HpccollError
-from .agree import settle
-from .launch import done
 
-__all__ = ["Call", "Road", "run"]
+__all__ = ["Call", "Road", "run", "agreed"]
 
 
 class Call(NamedTuple):
@@ -39,6 +39,7 @@ class Call(NamedTuple):
     op: Any = None
     ax: Any = None
     sizes: Any = None
+    root: int = 0
 
 
 class Road(NamedTuple):
@@ -55,10 +56,21 @@ class Road(NamedTuple):
     #: ``agree(call, c, what, err, async_op)``: the agreed :class:`Call`, where the ranks must exchange more
     #: than check mode's descriptor (extents the call learns); ``None``: :func:`settle` the descriptor.
     agree: Optional[Callable[[Optional[Call], Any, str, Optional[HpccollError], bool], Call]] = None
+    #: An empty message takes the one-rank shortcut too (the rooted collectives': nothing to move).
+    alone_empty: bool = False
 
 
 def run(road: Road, c: Any, what: str, async_op: bool, *args: Any) -> Any:
     """One call of ``road`` on ``c`` (``what`` names the public call in errors): its result, or a Request."""
+    call = agreed(road, c, what, async_op, *args)
+    if c.size == 1 or (road.alone_empty and not call.nbytes):
+        return done(road.alone(call), async_op, call.kind)
+    transport = c.transport_of(call.kind, call.nbytes, road.primitive, not async_op)  # collective on first GPU use
+    return road.move(call, c, transport, async_op)
+
+
+def agreed(road: Road, c: Any, what: str, async_op: bool, *args: Any) -> Call:
+    """``road.check(c, async_op, *args)``, agreed with the other ranks: a bad argument on any rank raises on all."""
     err = call = None
     try:
         call = road.check(c, async_op, *args)
@@ -69,7 +81,4 @@ def run(road: Road, c: Any, what: str, async_op: bool, *args: Any) -> Any:
     else:
         settle(c, what, None if call is None else call.desc, None, err, async_op)
     assert call is not None, "an error was raised on every rank"
-    if c.size == 1:
-        return done(road.alone(call), async_op, call.kind)
-    transport = c.transport_of(call.kind, call.nbytes, road.primitive, not async_op)  # collective on first GPU use
-    return road.move(call, c, transport, async_op)
+    return call
