@@ -18,7 +18,7 @@ from .._core.agree import settle
 from .._core.launch import done
 from .._errors import HpccollError
 
-__all__ = ["Call", "Road", "run", "agreed"]
+__all__ = ["Call", "Road", "run", "agreed", "copied"]
 
 
 class Call(NamedTuple):
@@ -82,3 +82,9 @@ def agreed(road: Road, c: Any, what: str, async_op: bool, *args: Any) -> Call:
         settle(c, what, None if call is None else call.desc, None, err, async_op)
     assert call is not None, "an error was raised on every rank"
     return call
+
+
+def copied(a: Call) -> Any:
+    """The one-rank result of a collective that moves data: ``x`` copied into ``out``."""
+    a.xp.copyto(a.out, a.x)
+    return a.out

@@ -26,7 +26,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from ..transports import Selector
 from ..transports._control import exchange_extents
-from ._engine import Call, Road, agreed, run
+from ._engine import Call, Road, agreed, copied, run
 from .all_reduce import copy_into, dtype_groups, list_outs
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
@@ -394,11 +394,6 @@ def scatter(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: st
 Step = Tuple[str, tuple, Callable[[], Any]]
 
 
-def _alone_copy(a: Call) -> Any:
-    a.xp.copyto(a.out, a.x)
-    return a.out
-
-
 def _launched(step: Callable[[Call, Any], Step]) -> Callable[[Call, Any, Any, bool], Any]:
     """The engine's ``move`` of a gather or scatter: ``step``'s transport call, launched."""
     return lambda a, c, transport, async_op: launch(transport, *step(a, c), async_op)
@@ -476,7 +471,7 @@ def _gather_step(a: Call, c: Any) -> Step:
     return "gatherv", (send, recv, counts, r), finish
 
 
-_GATHER = Road(_check_gather, _alone_copy, _launched(_gather_step), "gatherv", _agree_gather)
+_GATHER = Road(_check_gather, copied, _launched(_gather_step), "gatherv", _agree_gather)
 
 
 def _check_scatter(c: Any, async_op: bool, *args: Any) -> Call:
@@ -535,7 +530,7 @@ def _scatter_step(a: Call, c: Any) -> Step:
     return "scatterv", (send, recv, counts, r), finish
 
 
-_SCATTER = Road(_check_scatter, _alone_copy, _launched(_scatter_step), "scatterv", _agree_scatter)
+_SCATTER = Road(_check_scatter, copied, _launched(_scatter_step), "scatterv", _agree_scatter)
 
 
 def _per_array(
@@ -572,7 +567,7 @@ def _per_array(
         refuse(c, what, err)
     items = [agreed(road, c, what, async_op, a, root, axis, s, o) for a, s, o in zip(arrays, per, outs)]
     if c.size == 1:
-        return done([_alone_copy(a) for a in items], async_op, kind)
+        return done([copied(a) for a in items], async_op, kind)
     batch = Batch(c, kind, async_op)
     for a in items:
         batch.start(*step(a, c))
