@@ -40,6 +40,8 @@ class Call(NamedTuple):
     ax: Any = None
     sizes: Any = None
     root: int = 0
+    #: What else a collective's hooks carry from ``check`` to ``move`` (all-to-all's receive extents).
+    extra: Any = None
 
 
 class Road(NamedTuple):
