@@ -406,38 +406,39 @@ def _known(a: Call, sizes: Sequence[int], out: Any) -> Call:
     )
 
 
-def _check_rooted(c: Any, async_op: bool, x: Any, root: Any, axis: Any, sizes: Any, out: Any) -> Call:
+def _check_rooted(collective: str, c: Any, x: Any, root: Any, axis: Any, sizes: Any, out: Any) -> Call:
     """A gather's or scatter's own arguments checked (``sizes`` as given; the out once they are known)."""
     x, kind, xp = one_array(x)
     r = root_of(root, c.size)
-    return Call(x, kind, xp, out, 0, None, None, axis_of(axis, x.ndim), sizes, r)
+    return Call(x, kind, xp, out, 0, None, None, axis_of(axis, x.ndim), sizes, r, collective)
 
 
 def _check_gather(c: Any, async_op: bool, *args: Any) -> Call:
-    a = _check_rooted(c, async_op, *args)
+    a = _check_rooted("gather", c, *args)
     if a.sizes is None:
         return a
     sizes = own_sizes(a.sizes, c, a.x.shape[a.ax], f"x.shape[{a.ax}]")
-    return a._replace(sizes=sizes, out=_gather_out(a.out, a.x, a.xp, a.ax, sizes, c.rank == a.root))
+    return a._replace(sizes=sizes, out=_out(a, sizes, c.rank))
 
 
-def _agree_gather(a: Optional[Call], c: Any, what: str, err: Optional[HpccollError], async_op: bool) -> Call:
-    """Agree in check mode, learn the extents when ``sizes`` is None."""
+def _agree(a: Optional[Call], c: Any, what: str, err: Optional[HpccollError], async_op: bool) -> Call:
+    """Agree in check mode, learn the extents when ``sizes`` is None (a gather's every rank's, a scatter's root's)."""
     if checking(c):
-        desc = None if a is None else _desc("gather", a.x, a.ax, a.root, a.sizes)
+        desc = None if a is None else _desc(a.extra, a.x, a.ax, a.root, a.sizes)
         extents = settle(c, what, desc, None if a is None else a.x.shape[a.ax], err, async_op)
         assert a is not None and extents is not None, "settle raised, or returns every rank's extent"
         if a.sizes is None:
-            sizes = tuple(extents)
-            return _known(a, sizes, late(c, what, lambda: _gather_out(a.out, a.x, a.xp, a.ax, sizes, c.rank == a.root)))
-        if list(a.sizes) != extents:
+            sizes = tuple(extents) if a.extra == "gather" else split_sizes(extents[a.root], c.size)
+            return _known(a, sizes, late(c, what, lambda: _out(a, sizes, c.rank)))
+        if a.extra == "gather" and list(a.sizes) != extents:
             raise MismatchError(f"{what}: sizes={list(a.sizes)} but the ranks' extents along axis {a.ax} are {extents}")
     elif err is not None:
         raise err
     assert a is not None
     if a.sizes is None:
-        sizes = exchange_extents(c, (a.x,), (a.ax,), what)[0] if c.size > 1 else (a.x.shape[a.ax],)
-        return _known(a, sizes, _gather_out(a.out, a.x, a.xp, a.ax, sizes, c.rank == a.root))
+        ranks = exchange_extents(c, (a.x,), (a.ax,), what)[0] if c.size > 1 else (a.x.shape[a.ax],)
+        sizes = ranks if a.extra == "gather" else split_sizes(ranks[a.root], c.size)
+        return _known(a, sizes, _out(a, sizes, c.rank))
     return _known(a, a.sizes, a.out)
 
 
@@ -446,9 +447,11 @@ def _desc(collective: str, x: Any, ax: int, r: int, sizes: Any) -> Dict[str, Any
     return descriptor(collective, dtype=x.dtype.name, shape=shape_without(x.shape, ax), axis=ax, root=r, sizes=sizes)
 
 
-def _gather_out(out: Any, x: Any, xp: Any, ax: int, sizes: Sequence[int], mine: bool) -> Any:
-    """``out`` checked (or allocated): the concatenation at root, extent 0 along ``ax`` elsewhere."""
-    return check_out(out, with_extent(x.shape, ax, sum(sizes) if mine else 0), x.dtype, x, xp)
+def _out(a: Call, sizes: Sequence[int], rank: int) -> Any:
+    """``out`` checked (or allocated): a gather's concatenation at root (extent 0 along the axis elsewhere), a
+    scatter's block of root's array."""
+    extent = (sum(sizes) if rank == a.root else 0) if a.extra == "gather" else sizes[rank]
+    return check_out(a.out, with_extent(a.x.shape, a.ax, extent), a.x.dtype, a.x, a.xp)
 
 
 def _gather_step(a: Call, c: Any) -> Step:
@@ -471,11 +474,11 @@ def _gather_step(a: Call, c: Any) -> Step:
     return "gatherv", (send, recv, counts, r), finish
 
 
-_GATHER = Road(_check_gather, copied, _launched(_gather_step), "gatherv", _agree_gather)
+_GATHER = Road(_check_gather, copied, _launched(_gather_step), "gatherv", _agree)
 
 
 def _check_scatter(c: Any, async_op: bool, *args: Any) -> Call:
-    a = _check_rooted(c, async_op, *args)
+    a = _check_rooted("scatter", c, *args)
     if a.sizes is None:
         return a
     x, ax, r = a.x, a.ax, a.root
@@ -485,31 +488,7 @@ def _check_scatter(c: Any, async_op: bool, *args: Any) -> Call:
             f"sizes: expected a sum of x.shape[{ax}] == {x.shape[ax]} on the root (rank {r}); "
             f"got {list(sizes)}, summing to {sum(sizes)}"
         )
-    return a._replace(sizes=sizes, out=_scatter_out(a.out, x, a.xp, ax, sizes[c.rank]))
-
-
-def _agree_scatter(a: Optional[Call], c: Any, what: str, err: Optional[HpccollError], async_op: bool) -> Call:
-    """Agree in check mode, learn root's extent when ``sizes`` is None."""
-    if checking(c):
-        desc = None if a is None else _desc("scatter", a.x, a.ax, a.root, a.sizes)
-        extents = settle(c, what, desc, None if a is None else a.x.shape[a.ax], err, async_op)
-        assert a is not None and extents is not None, "settle raised, or returns every rank's extent"
-        if a.sizes is None:
-            sizes = split_sizes(extents[a.root], c.size)
-            return _known(a, sizes, late(c, what, lambda: _scatter_out(a.out, a.x, a.xp, a.ax, sizes[c.rank])))
-    elif err is not None:
-        raise err
-    assert a is not None
-    if a.sizes is None:
-        extent = exchange_extents(c, (a.x,), (a.ax,), what)[0][a.root] if c.size > 1 else a.x.shape[a.ax]
-        sizes = split_sizes(extent, c.size)
-        return _known(a, sizes, _scatter_out(a.out, a.x, a.xp, a.ax, sizes[c.rank]))
-    return _known(a, a.sizes, a.out)
-
-
-def _scatter_out(out: Any, x: Any, xp: Any, ax: int, extent: int) -> Any:
-    """``out`` checked (or allocated): this rank's block of root's array."""
-    return check_out(out, with_extent(x.shape, ax, extent), x.dtype, x, xp)
+    return a._replace(sizes=sizes, out=_out(a, sizes, c.rank))
 
 
 def _scatter_step(a: Call, c: Any) -> Step:
@@ -530,7 +509,7 @@ def _scatter_step(a: Call, c: Any) -> Step:
     return "scatterv", (send, recv, counts, r), finish
 
 
-_SCATTER = Road(_check_scatter, copied, _launched(_scatter_step), "scatterv", _agree_scatter)
+_SCATTER = Road(_check_scatter, copied, _launched(_scatter_step), "scatterv", _agree)
 
 
 def _per_array(
