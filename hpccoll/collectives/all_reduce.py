@@ -26,7 +26,17 @@ from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
 from ._engine import Call, Road, run
 
-__all__ = ["all_reduce", "replicated_adjoint", "into", "finisher", "copy_into", "dtype_groups", "list_outs"]
+__all__ = [
+    "all_reduce",
+    "replicated_adjoint",
+    "into",
+    "finisher",
+    "copy_into",
+    "alone",
+    "alone_list",
+    "dtype_groups",
+    "list_outs",
+]
 
 _ndarray = np.ndarray
 _nbytes_of = attrgetter("nbytes")
@@ -91,7 +101,8 @@ def _check(c: Any, async_op: bool, x: Any, op: Any, out: Any) -> Call:
     return Call(x, kind, xp, out, x.nbytes, all_reduce_desc(x, op) if c.check else None, op)
 
 
-def _alone(a: Call) -> Any:
+def alone(a: Call) -> Any:
+    """The one-rank result of a reduction: ``x`` (its truth values for a logical op) in ``out``, or a copy."""
     return copy_into(a.out, a.x, a.op)
 
 
@@ -108,7 +119,7 @@ def _move(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     return into(transport, plan, send, out, xp, None, c.size, async_op)
 
 
-_ONE = Road(_check, _alone, _move, "allreduce")
+_ONE = Road(_check, alone, _move, "allreduce")
 
 
 def into(
@@ -158,7 +169,8 @@ def dtype_groups(arrays: List[Any], dtypes: Set[np.dtype]) -> Mapping[np.dtype, 
     return by_dtype
 
 
-def _alone_list(a: Call) -> Any:
+def alone_list(a: Call) -> Any:
+    """The one-rank result of a list's reduction (:func:`alone`, array by array)."""
     return [copy_into(o, x, a.op) for x, o in zip(a.x.arrays, a.out or [None] * len(a.x.arrays))]
 
 
@@ -207,7 +219,7 @@ def _move_list(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     return batch.finish(results)
 
 
-_MANY = Road(_check_list, _alone_list, _move_list)
+_MANY = Road(_check_list, alone_list, _move_list)
 
 
 def list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:

@@ -50,12 +50,12 @@ from .._core.validate import (
     plain_total,
     sizes_of,
 )
-from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
+from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
 from ..transports._control import exchange_shapes
 from ._engine import Call, Road, run
-from .all_reduce import copy_into, dtype_groups, finisher, into
+from .all_reduce import alone, alone_list, dtype_groups, finisher, into
 
 __all__ = ["reduce_scatter", "reduce_scatter_arrays"]
 
@@ -146,11 +146,6 @@ def _check(c: Any, async_op: bool, x: Any, op: Any, axis: Any, sizes: Any, out: 
     return Call(x, kind, xp, out, x.nbytes, desc, op, ax, sizes)
 
 
-def _alone(a: Call) -> Any:
-    a.xp.copyto(a.out, a.x.astype(np.bool_) if truth_valued(a.x.dtype, a.op) else a.x)
-    return a.out
-
-
 def _move(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     out, xp, ax, sizes = a.out, a.xp, a.ax, a.sizes
     plan = reduce_plan(a.x.dtype, a.op, transport.native_reduce, transport.saturates, transport.reduce_ops)
@@ -169,7 +164,7 @@ def _move(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     return into(transport, plan, send, out, xp, counts, c.size, async_op)
 
 
-_ONE = Road(_check, _alone, _move, "reduce_scatter")
+_ONE = Road(_check, alone, _move, "reduce_scatter")
 
 
 # --------------------------------------------------------------------------- lists
@@ -197,10 +192,6 @@ def _check_list(c: Any, async_op: bool, xs: Any, types: Set[type], op: Any, axis
         ]
     desc = reduce_scatter_list_desc(arrays, axes, op, sizes) if c.check else None
     return Call(lst, kind, xp, out, total_bytes(lst), desc, op, axes, table)
-
-
-def _alone_list(a: Call) -> Any:
-    return [copy_into(o, x, a.op) for x, o in zip(a.x.arrays, a.out or [None] * len(a.x.arrays))]
 
 
 def _buckets(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
@@ -262,7 +253,7 @@ def _buckets(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     return batch.finish(results)
 
 
-_MANY = Road(_check_list, _alone_list, _buckets)
+_MANY = Road(_check_list, alone_list, _buckets)
 
 
 def _tables(lst: ListOf, axes: List[int], sizes: Any, parts: int) -> List[Tuple[int, ...]]:

@@ -27,7 +27,7 @@ from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from ..transports import Selector
 from ..transports._control import exchange_extents
 from ._engine import Call, Road, agreed, copied, run
-from .all_reduce import copy_into, dtype_groups, list_outs
+from .all_reduce import alone, alone_list, dtype_groups, list_outs
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of"]
 
@@ -309,7 +309,7 @@ def _move_reduce(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     )
 
 
-_REDUCE = Road(_check_reduce, lambda a: copy_into(a.out, a.x, a.op), _move_reduce, "reduce", alone_empty=True)
+_REDUCE = Road(_check_reduce, alone, _move_reduce, "reduce", alone_empty=True)
 
 
 def _reduced(
@@ -343,9 +343,7 @@ def _move_reduce_many(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     return batch.finish(outs)
 
 
-_REDUCE_MANY = Road(
-    _check_list, lambda a: [copy_into(o, x, a.op) for x, o in zip(a.x.arrays, a.out)], _move_reduce_many
-)
+_REDUCE_MANY = Road(_check_list, alone_list, _move_reduce_many)
 
 
 def _unpacker(
