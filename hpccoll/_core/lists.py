@@ -11,11 +11,12 @@ from .._arrays import as_array, check_list_items, list_types
 from .._dtypes import check_dtype
 from .._errors import ArgumentError, HpccollError
 
-__all__ = ["is_array_list", "list_types", "ListOf", "survey_list"]
+__all__ = ["is_array_list", "list_types", "ListOf", "survey_list", "total_bytes"]
 
 _NDARRAY_ONLY = frozenset((np.ndarray,))
 _dtype_of = operator.attrgetter("dtype")
 _shape_of = operator.attrgetter("shape")
+_nbytes_of = operator.attrgetter("nbytes")
 
 
 def is_array_list(x: Any) -> bool:
@@ -64,3 +65,9 @@ def survey_list(xs: Sequence[Any], types: Set[type], keep: bool = False) -> List
     shapes = list(map(_shape_of, arrays))
     shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else None
     return ListOf(arrays, kind, dtypes, shapes, shape, shape is not None and len(dtypes) == 1)
+
+
+def total_bytes(lst: ListOf) -> int:
+    """The bytes of a list's arrays together (the message size of a list's reduction, alike on every rank)."""
+    arrays = lst.arrays
+    return arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))

@@ -57,6 +57,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, join, wire_flat
 from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_extents, exchange_shapes
+from ._engine import Call, Road, copied, run
 
 __all__ = ["all_gather", "all_gather_arrays", "ALL_GATHER"]
 
@@ -120,26 +121,16 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
 
 
 def _one(x: Any, c: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
-    err, ax, xp = None, 0, np
-    try:
-        x, kind, xp = one_array(x)
-        ax = axis_of(axis, x.ndim, joins=True)
-        if sizes is not None:
-            sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
-            out = _out(out, x, xp, ax, sizes, c.rank)
-    except HpccollError as e:
-        err = e
-    if checking(c):
-        sizes, out = _agree(x, c, xp, ax, sizes, out, what, err, async_op)
-    elif err is not None:
-        raise err
-    elif sizes is None:
-        sizes = exchange_extents(c, (x,), (ax,), what)[0]
+    return run(_ONE, c, what, async_op, x, axis, sizes, out)
+
+
+def _check(c: Any, async_op: bool, x: Any, axis: Any, sizes: Any, out: Any) -> Call:
+    x, kind, xp = one_array(x)
+    ax = axis_of(axis, x.ndim, joins=True)
+    if sizes is not None:
+        sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
         out = _out(out, x, xp, ax, sizes, c.rank)
-    if c.size == 1:
-        xp.copyto(out, x)
-        return done(out, async_op, kind)
-    return _move(x, c.transport_of(kind, out.nbytes, "allgatherv", not async_op), xp, ax, sizes, out, c.rank, async_op)
+    return Call(x, kind, xp, out, 0, None, None, ax, sizes)
 
 
 def _out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) -> Any:
@@ -154,29 +145,35 @@ def _out(out: Any, x: Any, xp: Any, ax: int, sizes: Tuple[int, ...], rank: int) 
     )
 
 
-def _agree(
-    x: Any, c: Any, xp: Any, ax: int, sizes: Any, out: Any, what: str, err: Optional[HpccollError], async_op: bool
-) -> Tuple[Any, Any]:
-    """Check mode: compare the call across ranks (and learn the extents); the sizes and out to use."""
-    desc = None if err else all_gather_desc(x, ax, sizes)
-    extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
-    if sizes is None:
-        assert extents is not None, "settle returns every rank's extent when given this rank's"
-        sizes = tuple(extents)
-        out = late(c, what, lambda: _out(out, x, xp, ax, sizes, c.rank))
-    elif list(sizes) != extents:
-        raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
-    return sizes, out
+def _agree(a: Optional[Call], c: Any, what: str, err: Optional[HpccollError], async_op: bool) -> Call:
+    """Compare the call across ranks in check mode, learn the extents when ``sizes`` is None."""
+    if checking(c):
+        desc = None if a is None else all_gather_desc(a.x, a.ax, a.sizes)
+        extents = settle(c, what, desc, None if a is None else a.x.shape[a.ax], err, async_op)
+        assert a is not None and extents is not None, "settle raised, or returns every rank's extent"
+        if a.sizes is None:
+            sizes, k = tuple(extents), a
+            a = a._replace(sizes=sizes, out=late(c, what, lambda: _out(k.out, k.x, k.xp, k.ax, sizes, c.rank)))
+        elif list(a.sizes) != extents:
+            raise MismatchError(f"{what}: sizes={list(a.sizes)} but the ranks' extents along axis {a.ax} are {extents}")
+    elif err is not None:
+        raise err
+    elif a is not None and a.sizes is None:
+        sizes = exchange_extents(c, (a.x,), (a.ax,), what)[0]
+        a = a._replace(sizes=sizes, out=_out(a.out, a.x, a.xp, a.ax, sizes, c.rank))
+    assert a is not None
+    return a._replace(nbytes=a.out.nbytes)
 
 
-def _move(x: Any, transport: Any, xp: Any, ax: int, sizes: Sequence[int], out: Any, rank: int, async_op: bool) -> Any:
+def _move(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     """Gather the validated ``x`` into ``out``: straight, in place, into place, or through a flat buffer."""
-    wire = movement_dtype(x.dtype)
-    lead, inner = prod(x.shape[:ax]), prod(x.shape[ax + 1 :])
+    xp, ax, sizes, out = a.xp, a.ax, a.sizes, a.out
+    wire = movement_dtype(a.x.dtype)
+    lead, inner = prod(a.x.shape[:ax]), prod(a.x.shape[ax + 1 :])
     counts = [s * lead * inner for s in sizes]
     contiguous = out.flags.c_contiguous
     can = lead == 1 and contiguous and transport.in_place
-    x, in_place = in_place_send(x, out, xp, own_block(ax, sizes, rank), can, out_is_whole=True)
+    x, in_place = in_place_send(a.x, out, xp, own_block(ax, sizes, c.rank), can, out_is_whole=True)
     if in_place:  # x is this rank's block of out
         return launch(transport, "allgatherv", (None, as_wire(flat(out, xp), wire), counts), Ready(out), async_op)
     send = as_wire(flat(x, xp), wire)
@@ -191,6 +188,9 @@ def _move(x: Any, transport: Any, xp: Any, ax: int, sizes: Sequence[int], out: A
         return out
 
     return launch(transport, "allgatherv", (send, recv, counts), finish, async_op)
+
+
+_ONE = Road(_check, copied, _move, "allgatherv", _agree)
 
 
 # --------------------------------------------------------------------------- lists

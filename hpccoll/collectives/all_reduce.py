@@ -11,7 +11,7 @@ and raises the errors.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
@@ -19,12 +19,13 @@ from .._arrays import check_list_items, flat, module_of
 from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, replicated_desc, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share
 from .._core.launch import Batch, Ready, done, launch, scratch
-from .._core.lists import is_array_list, list_types, survey_list
+from .._core.lists import is_array_list, list_types, survey_list, total_bytes
 from .._core.validate import check_out, cotangent_of, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
 from .._spec import Bound, Hooks, Meta, register
+from ._engine import Call, Road, run
 
 __all__ = [
     "all_reduce",
@@ -32,6 +33,8 @@ __all__ = [
     "into",
     "finisher",
     "copy_into",
+    "alone",
+    "alone_list",
     "dtype_groups",
     "list_outs",
     "ALL_REDUCE",
@@ -89,29 +92,36 @@ def finisher(recv: Any, out: Any, plan: ReducePlan, parts: int) -> Callable[[], 
 
 
 def _one(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
-    err = desc = None
-    try:
-        x, kind, xp = one_array(x)
-        op = normalize_op(op)
-        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
-        out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
-        if c.check:
-            desc = all_reduce_desc(x, op)
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    if c.size == 1:
-        return done(copy_into(out, x, op), async_op, kind)
-    transport = c.transport_of(kind, x.nbytes, "allreduce", not async_op)  # collective on first GPU use
-    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
+    return run(_ONE, c, what, async_op, x, op, out)
+
+
+def _check(c: Any, async_op: bool, x: Any, op: Any, out: Any) -> Call:
+    x, kind, xp = one_array(x)
+    op = normalize_op(op)
+    reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
+    out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
+    return Call(x, kind, xp, out, x.nbytes, all_reduce_desc(x, op) if c.check else None, op)
+
+
+def alone(a: Call) -> Any:
+    """The one-rank result of a reduction: ``x`` (its truth values for a logical op) in ``out``, or a copy."""
+    return copy_into(a.out, a.x, a.op)
+
+
+def _move(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
+    plan = reduce_plan(a.x.dtype, a.op, transport.native_reduce, transport.saturates, transport.reduce_ops)
+    out, xp = a.out, a.xp
     # allreduce always has the in-place form (Transport.allreduce: send None), when the buffers allow it
-    x, in_place = in_place_send(x, out, xp, ALL, not plan.widen and out.flags.c_contiguous)
+    x, in_place = in_place_send(a.x, out, xp, ALL, not plan.widen and out.flags.c_contiguous)
     if in_place:
         recv = as_wire(flat(out, xp), plan.wire)
         return launch(transport, "allreduce", (None, recv, plan.op), finisher(recv, out, plan, c.size), async_op)
     send = flat(x, xp)
     send = send.astype(plan.wire) if plan.widen else as_wire(send, plan.wire)
     return into(transport, plan, send, out, xp, None, c.size, async_op)
+
+
+_ONE = Road(_check, alone, _move, "allreduce")
 
 
 def into(
@@ -136,26 +146,18 @@ def into(
 # --------------------------------------------------------------------------- lists
 
 
-def _checked_list(
-    xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool
-) -> Tuple[Any, str, Optional[List[Any]]]:
-    """A list all-reduce's arguments checked (alike on every rank, and agreed on in check mode): the
-    surveyed list, the normalised op and the checked outs (``None`` without ``out``)."""
-    err = desc = None
-    lst: Any = None
-    outs = None
-    try:
-        lst = survey_list(xs, types, async_op)
-        op = normalize_op(op)
-        for dtype in lst.dtypes:
-            reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
-        outs = None if out is None else list_outs(lst.arrays, out, lst.kind)
-        if c.check:
-            desc = all_reduce_list_desc(lst.arrays, op)
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    return lst, op, outs
+def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
+    return run(_MANY, c, what, async_op, xs, types, op, out)
+
+
+def _check_list(c: Any, async_op: bool, xs: Any, types: Set[type], op: Any, out: Any) -> Call:
+    lst = survey_list(xs, types, async_op)
+    op = normalize_op(op)
+    for dtype in lst.dtypes:
+        reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
+    outs = None if out is None else list_outs(lst.arrays, out, lst.kind)
+    desc = all_reduce_list_desc(lst.arrays, op) if c.check else None
+    return Call(lst, lst.kind, module_of(lst.kind), outs, total_bytes(lst), desc, op)
 
 
 def dtype_groups(arrays: List[Any], dtypes: Set[np.dtype]) -> Mapping[np.dtype, Sequence[int]]:
@@ -169,16 +171,16 @@ def dtype_groups(arrays: List[Any], dtypes: Set[np.dtype]) -> Mapping[np.dtype, 
     return by_dtype
 
 
-def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
-    lst, op, outs = _checked_list(xs, types, c, op, out, what, async_op)
+def alone_list(a: Call) -> Any:
+    """The one-rank result of a list's reduction (:func:`alone`, array by array)."""
+    return [copy_into(o, x, a.op) for x, o in zip(a.x.arrays, a.out or [None] * len(a.x.arrays))]
+
+
+def _move_list(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
+    lst, outs, op, xp, total = a.x, a.out, a.op, a.xp, a.nbytes
     arrays, kind = lst.arrays, lst.kind
-    if c.size == 1:
-        return done([copy_into(o, a, op) for a, o in zip(arrays, outs or [None] * len(arrays))], async_op, kind)
     n = len(arrays)
     nbytes = [arrays[0].nbytes] * n if lst.alike else list(map(_nbytes_of, arrays))
-    total = nbytes[0] * n if lst.alike else sum(nbytes)
-    transport = c.transport_of(kind, total)  # collective on first GPU use; its reduction rules
-    xp = module_of(kind)
     groups = dtype_groups(arrays, lst.dtypes)
     results: List[Any] = []  # the rows of one received buffer, or filled array by array
     batch = Batch(c, kind, async_op)
@@ -191,7 +193,7 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
         wire_total = total if wire_bytes is nbytes else sum(wire_bytes)
         groups_of = buckets(wire_bytes, c.bucket_bytes, wire_total)
         # No out, one bucket of all arrays, one shape (>= 1-D): the results are the rows of the received buffer.
-        rows = out is None and len(members) == n and len(groups_of) == 1 and bool(lst.shape) and not plan.widen
+        rows = outs is None and len(members) == n and len(groups_of) == 1 and bool(lst.shape) and not plan.widen
         if not rows and not results:
             results.extend([None] * n)
         # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
@@ -217,6 +219,9 @@ def _many(xs: Any, types: Set[type], c: Any, op: Any, out: Any, what: str, async
                 _unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows),
             )
     return batch.finish(results)
+
+
+_MANY = Road(_check_list, alone_list, _move_list)
 
 
 def list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:

@@ -30,7 +30,7 @@ from .._arrays import flat, module_of, prod, split_sizes
 from .._core.agree import all_to_all_desc, late, settle
 from .._core.blocks import block, may_share, shape_without, with_extent
 from .._core.extents import TRACING, every_rank
-from .._core.launch import Ready, done, launch
+from .._core.launch import Ready, launch
 from .._core.lists import list_types, survey_list
 from .._core.validate import axis_of, block_sizes, check_out, one_array, outs_of, plain_out, plain_total, sizes_of
 from .._dtypes import movement_dtype, wire_of
@@ -38,6 +38,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, pack, wire_flat
 from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_rows
+from ._engine import Call, Road, copied, run
 
 __all__ = ["all_to_all", "own_recv_sizes", "recv_extents", "ALL_TO_ALL"]
 
@@ -114,30 +115,36 @@ def _one(
     even: Optional[bool] = None,
 ) -> Any:
     """The general branch; ``even`` is the verdict of a size exchange already made (with ``recv_sizes``)."""
-    err, desc, xp, sa, ca, key = None, None, np, 0, 0, -1
-    try:
-        x, kind, xp = one_array(x)
-        sa, ca = axis_of(split_axis, x.ndim, "split_axis"), axis_of(concat_axis, x.ndim, "concat_axis")
-        sizes = block_sizes(sizes, x.shape[sa], c.size, f"x.shape[{sa}]")
-        key = _key([s * prod(shape_without(x.shape, sa)) for s in sizes])
-        if recv_sizes is not None:
-            recv_sizes = own_recv_sizes(recv_sizes, c, x, sa, ca, sizes, "x")
-            out = _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes)
-        if c.check:
-            desc = all_to_all_desc([x], [sa], [ca], [sizes])
-    except HpccollError as e:
-        err = e
-    table, settled = _settle(c, [x], [sa], [ca], [sizes], recv_sizes, key, desc, err, what, async_op)
+    return run(_ONE, c, what, async_op, x, split_axis, concat_axis, sizes, recv_sizes, out, even)
+
+
+def _check(
+    c: Any, async_op: bool, x: Any, split_axis: Any, concat_axis: Any, sizes: Any, recv_sizes: Any, out: Any, even: Any
+) -> Call:
+    x, kind, xp = one_array(x)
+    sa, ca = axis_of(split_axis, x.ndim, "split_axis"), axis_of(concat_axis, x.ndim, "concat_axis")
+    sizes = block_sizes(sizes, x.shape[sa], c.size, f"x.shape[{sa}]")
+    send_counts = [s * prod(shape_without(x.shape, sa)) for s in sizes]
+    if recv_sizes is not None:
+        recv_sizes = own_recv_sizes(recv_sizes, c, x, sa, ca, sizes, "x")
+        out = _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes)
+    desc = all_to_all_desc([x], [sa], [ca], [sizes]) if c.check else None
+    return Call(x, kind, xp, out, 0, desc, None, (sa, ca), sizes, extra=(recv_sizes, send_counts, even))
+
+
+def _agree(a: Optional[Call], c: Any, what: str, err: Optional[HpccollError], async_op: bool) -> Call:
+    """Every rank's blocks for this one (check mode: compared), then ``out`` once its extents are known."""
+    if a is None:
+        settle(c, what, None, None, err, async_op)  # raises on every rank
+    assert a is not None
+    (sa, ca), sizes, (recv_sizes, send_counts, even) = a.ax, a.sizes, a.extra
+    table, settled = _settle(c, [a.x], [sa], [ca], [sizes], recv_sizes, _key(send_counts), a.desc, err, what, async_op)
     even = settled if even is None else even
+    out = a.out
     if recv_sizes is None:
         recv_sizes = table[0]
-        out = late(c, what, lambda: _out(out, x, xp, sa, ca, sizes[c.rank], recv_sizes))
-    if c.size == 1:
-        xp.copyto(out, x)
-        return done(out, async_op, kind)
-    nbytes = _alike(c.size, [s * prod(shape_without(x.shape, sa)) for s in sizes], x.itemsize, even)
-    transport = c.transport_of(kind, nbytes, "alltoallv", not async_op)  # collective on first GPU use
-    return _move(x, transport, xp, sa, ca, sizes, recv_sizes, out, even, async_op)
+        out = late(c, what, lambda: _out(a.out, a.x, a.xp, sa, ca, sizes[c.rank], recv_sizes))
+    return a._replace(out=out, nbytes=_alike(c.size, send_counts, a.x.itemsize, even), extra=(recv_sizes, even))
 
 
 def _key(counts: Sequence[int]) -> int:
@@ -178,19 +185,9 @@ def _out(out: Any, x: Any, xp: Any, sa: int, ca: int, mine: int, recv_sizes: Ext
     return check_out(out, with_extent(with_extent(x.shape, sa, mine), ca, sum(recv_sizes)), x.dtype, x, xp)
 
 
-def _move(
-    x: Any,
-    transport: Any,
-    xp: Any,
-    sa: int,
-    ca: int,
-    sizes: Extents,
-    recv_sizes: Extents,
-    out: Any,
-    even: bool,
-    async_op: bool,
-) -> Any:
+def _move(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     """Send ``x``'s blocks along ``sa`` and receive into ``out`` along ``ca``: straight, or through flat buffers."""
+    x, xp, (sa, ca), sizes, out, (recv_sizes, even) = a.x, a.xp, a.ax, a.sizes, a.out, a.extra
     wire = movement_dtype(x.dtype)
     unit_send, unit_recv = prod(shape_without(x.shape, sa)), prod(shape_without(out.shape, ca))
     send = pack(x, xp, sa, sizes, wire, False)  # a view when the blocks already lie rank after rank
@@ -206,6 +203,9 @@ def _move(
     counts = ([s * unit_send for s in sizes], [s * unit_recv for s in recv_sizes])
     # blocks received straight into out: nothing to finish (a plan then runs the call alone)
     return launch(transport, "alltoallv", (send, recv) + counts + (even,), Ready(out) if direct else finish, async_op)
+
+
+_ONE = Road(_check, copied, _move, "alltoallv", _agree)
 
 
 # --------------------------------------------------------------------------- what every rank receives
@@ -308,50 +308,72 @@ def _many(
     what: str,
     async_op: bool,
 ) -> Any:
-    err = desc = None
-    send_counts = [-1]
-    arrays: List[Any] = []
-    sas: List[int] = []
-    cas: List[int] = []
-    table: List[Extents] = []
-    try:
-        lst = survey_list(xs, types, async_op)
-        arrays, kind = lst.arrays, lst.kind
-        xp = module_of(kind)
-        sas = [axis_of(split_axis, a.ndim, "split_axis") for a in arrays]
-        cas = [axis_of(concat_axis, a.ndim, "concat_axis") for a in arrays]
-        if sizes is not None:
-            sizes = sizes_of(sizes, c.size)
-        table = [
-            block_sizes(sizes, a.shape[sa], c.size, f"x[{i}].shape[{sa}]") for i, (a, sa) in enumerate(zip(arrays, sas))
-        ]
-        unit = [prod(shape_without(a.shape, sa)) * a.dtype.itemsize for a, sa in zip(arrays, sas)]  # bytes/index
-        send_counts = [sum(u * t[j] for u, t in zip(unit, table)) for j in range(c.size)]
-        if recv_sizes is not None:
-            for i, (a, sa, ca, t) in enumerate(zip(arrays, sas, cas, table)):
-                recv_sizes = own_recv_sizes(recv_sizes, c, a, sa, ca, t, f"x[{i}]")
-        outs = outs_of(out, len(arrays))
-        if recv_sizes is not None:
-            outs = _outs(outs, arrays, sas, cas, table, [recv_sizes] * len(arrays), c.rank, xp)
-        if c.check:
-            desc = all_to_all_desc(arrays, sas, cas, table)
-    except HpccollError as e:
-        err = e
-    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), desc, err, what, async_op)
+    return run(_MANY, c, what, async_op, xs, types, split_axis, concat_axis, sizes, recv_sizes, out)
+
+
+def _check_list(
+    c: Any,
+    async_op: bool,
+    xs: Any,
+    types: Set[type],
+    split_axis: Any,
+    concat_axis: Any,
+    sizes: Any,
+    recv_sizes: Any,
+    out: Any,
+) -> Call:
+    lst = survey_list(xs, types, async_op)
+    arrays, kind = lst.arrays, lst.kind
+    xp = module_of(kind)
+    sas = [axis_of(split_axis, a.ndim, "split_axis") for a in arrays]
+    cas = [axis_of(concat_axis, a.ndim, "concat_axis") for a in arrays]
+    if sizes is not None:
+        sizes = sizes_of(sizes, c.size)
+    table = [
+        block_sizes(sizes, a.shape[sa], c.size, f"x[{i}].shape[{sa}]") for i, (a, sa) in enumerate(zip(arrays, sas))
+    ]
+    unit = [prod(shape_without(a.shape, sa)) * a.dtype.itemsize for a, sa in zip(arrays, sas)]  # bytes/index
+    send_counts = [sum(u * t[j] for u, t in zip(unit, table)) for j in range(c.size)]
+    if recv_sizes is not None:
+        for i, (a, sa, ca, t) in enumerate(zip(arrays, sas, cas, table)):
+            recv_sizes = own_recv_sizes(recv_sizes, c, a, sa, ca, t, f"x[{i}]")
+    outs = outs_of(out, len(arrays))
+    if recv_sizes is not None:
+        outs = _outs(outs, arrays, sas, cas, table, [recv_sizes] * len(arrays), c.rank, xp)
+    desc = all_to_all_desc(arrays, sas, cas, table) if c.check else None
+    return Call(lst, kind, xp, outs, 0, desc, None, (sas, cas), table, extra=(recv_sizes, send_counts))
+
+
+def _agree_list(a: Optional[Call], c: Any, what: str, err: Optional[HpccollError], async_op: bool) -> Call:
+    """Every rank's blocks for this one, array by array (check mode: compared), then the outs."""
+    if a is None:
+        settle(c, what, None, None, err, async_op)  # raises on every rank
+    assert a is not None
+    arrays, (sas, cas), table, (recv_sizes, send_counts) = a.x.arrays, a.ax, a.sizes, a.extra
+    recv_table, even = _settle(c, arrays, sas, cas, table, recv_sizes, _key(send_counts), a.desc, err, what, async_op)
+    outs = a.out
     if recv_sizes is None:
-        outs = late(c, what, lambda: _outs(outs, arrays, sas, cas, table, recv_table, c.rank, xp))
-    if c.size == 1:
-        for a, o in zip(arrays, outs):
-            xp.copyto(o, a)
-        return done(outs, async_op, kind)
-    send = _pack_list(arrays, sas, table, xp, c.size)
+        outs = late(c, what, lambda: _outs(a.out, arrays, sas, cas, table, recv_table, c.rank, a.xp))
+    return a._replace(out=outs, nbytes=_alike(c.size, send_counts, 1, even), extra=(recv_table, send_counts, even))
+
+
+def _move_list(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
+    arrays, xp, outs, (sas, cas), (recv_table, send_counts, even) = a.x.arrays, a.xp, a.out, a.ax, a.extra
+    send = _pack_list(arrays, sas, a.sizes, xp, c.size)
     unit = [prod(shape_without(o.shape, ca)) * o.dtype.itemsize for o, ca in zip(outs, cas)]  # bytes per index
     recv_counts = [sum(u * rt[r] for u, rt in zip(unit, recv_table)) for r in range(c.size)]
     recv = xp.empty(sum(recv_counts), _BYTES)
     finish = _unpacker(recv, outs, cas, recv_table, xp)
-    args = (send, recv, send_counts, recv_counts, even)
-    transport = c.transport_of(kind, _alike(c.size, send_counts, 1, even), "alltoallv", not async_op)
-    return launch(transport, "alltoallv", args, finish, async_op)
+    return launch(transport, "alltoallv", (send, recv, send_counts, recv_counts, even), finish, async_op)
+
+
+def _copy_each(a: Call) -> List[Any]:
+    for x, o in zip(a.x.arrays, a.out):
+        a.xp.copyto(o, x)
+    return a.out
+
+
+_MANY = Road(_check_list, _copy_each, _move_list, "alltoallv", _agree_list)
 
 
 def _outs(

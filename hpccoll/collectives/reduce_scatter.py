@@ -11,7 +11,6 @@ general branch, which validates everything and raises the errors.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -38,8 +37,8 @@ from .._core.blocks import (
     shape_without,
     with_extent,
 )
-from .._core.launch import Batch, done, launch, scratch, then
-from .._core.lists import ListOf, list_types, survey_list
+from .._core.launch import Batch, launch, scratch, then
+from .._core.lists import ListOf, list_types, survey_list, total_bytes
 from .._core.validate import (
     axes_of,
     axis_of,
@@ -51,17 +50,17 @@ from .._core.validate import (
     plain_total,
     sizes_of,
 )
-from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
+from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
 from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_shapes
-from .all_reduce import copy_into, dtype_groups, finisher, into
+from ._engine import Call, Road, run
+from .all_reduce import alone, alone_list, dtype_groups, finisher, into
 
 __all__ = ["reduce_scatter", "reduce_scatter_arrays", "REDUCE_SCATTER"]
 
 _ndarray = np.ndarray
-_nbytes_of = attrgetter("nbytes")
 
 
 def reduce_scatter(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -132,30 +131,29 @@ def _common(x: np.ndarray, c: Any, op: str, sizes: Any, out: Any, async_op: bool
 
 
 def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
-    err = desc = None
-    try:
-        x, kind, xp = one_array(x)
-        op = normalize_op(op)
-        ax = axis_of(axis, x.ndim)
-        sizes = block_sizes(sizes, x.shape[ax], c.size, f"x.shape[{ax}]")
-        reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
-        out = check_out(
-            out, with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp, in_place_test(x, own_block(ax, sizes, c.rank))
-        )
-        if c.check:
-            desc = reduce_scatter_desc(x, ax, op, sizes)
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    if c.size == 1:
-        xp.copyto(out, x.astype(np.bool_) if truth_valued(x.dtype, op) else x)
-        return done(out, async_op, kind)
-    transport = c.transport_of(kind, x.nbytes, "reduce_scatter", not async_op)  # collective on first GPU use
-    plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
-    trail = prod(shape_without(x.shape, ax))
+    return run(_ONE, c, what, async_op, x, op, axis, sizes, out)
+
+
+def _check(c: Any, async_op: bool, x: Any, op: Any, axis: Any, sizes: Any, out: Any) -> Call:
+    x, kind, xp = one_array(x)
+    op = normalize_op(op)
+    ax = axis_of(axis, x.ndim)
+    sizes = block_sizes(sizes, x.shape[ax], c.size, f"x.shape[{ax}]")
+    reduce_plan(x.dtype, op)  # raises for unsupported (dtype, op) before any communication
+    out = check_out(
+        out, with_extent(x.shape, ax, sizes[c.rank]), x.dtype, x, xp, in_place_test(x, own_block(ax, sizes, c.rank))
+    )
+    desc = reduce_scatter_desc(x, ax, op, sizes) if c.check else None
+    return Call(x, kind, xp, out, x.nbytes, desc, op, ax, sizes)
+
+
+def _move(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
+    out, xp, ax, sizes = a.out, a.xp, a.ax, a.sizes
+    plan = reduce_plan(a.x.dtype, a.op, transport.native_reduce, transport.saturates, transport.reduce_ops)
+    trail = prod(shape_without(a.x.shape, ax))
     counts = [s * trail for s in sizes]
-    can = prod(x.shape[:ax]) == 1 and x.flags.c_contiguous and not plan.widen and transport.in_place
-    x, in_place = in_place_send(x, out, xp, own_block(ax, sizes, c.rank), can)
+    can = prod(a.x.shape[:ax]) == 1 and a.x.flags.c_contiguous and not plan.widen and transport.in_place
+    x, in_place = in_place_send(a.x, out, xp, own_block(ax, sizes, c.rank), can)
     if in_place:  # out is this rank's block of x
         full = as_wire(x.reshape(-1), plan.wire)
         start = sum(counts[: c.rank])
@@ -167,57 +165,45 @@ def _one(x: Any, c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, as
     return into(transport, plan, send, out, xp, counts, c.size, async_op)
 
 
+_ONE = Road(_check, alone, _move, "reduce_scatter")
+
+
 # --------------------------------------------------------------------------- lists
 
 
 def _many(
     xs: Any, types: Set[type], c: Any, op: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool
 ) -> Any:
-    err = desc = None
-    try:
-        lst = survey_list(xs, types, async_op)
-        arrays, kind = lst.arrays, lst.kind
-        xp = module_of(kind)
-        op = normalize_op(op)
-        axes = axes_of(lst, axis)
-        table = _tables(lst, axes, sizes, c.size)
-        for dtype in lst.dtypes:
-            reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
-        outs = outs_of(out, len(arrays))
-        if out is not None:
-            outs = [
-                check_out(o, with_extent(a.shape, ax, t[c.rank]), a.dtype, a, xp)
-                for a, ax, t, o in zip(arrays, axes, table, outs)
-            ]
-        if c.check:
-            desc = reduce_scatter_list_desc(arrays, axes, op, sizes)
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    if c.size == 1:
-        return done([copy_into(o, a, op) for a, o in zip(arrays, outs)], async_op, kind)
-    return _buckets(c, lst, axes, table, outs, op, out is None, xp, async_op)
+    return run(_MANY, c, what, async_op, xs, types, op, axis, sizes, out)
 
 
-def _buckets(
-    c: Any,
-    lst: ListOf,
-    axes: List[int],
-    table: List[Tuple[int, ...]],
-    outs: List[Any],
-    op: str,
-    fresh: bool,
-    xp: Any,
-    async_op: bool,
-) -> Any:
+def _check_list(c: Any, async_op: bool, xs: Any, types: Set[type], op: Any, axis: Any, sizes: Any, out: Any) -> Call:
+    lst = survey_list(xs, types, async_op)
+    arrays, kind = lst.arrays, lst.kind
+    xp = module_of(kind)
+    op = normalize_op(op)
+    axes = axes_of(lst, axis)
+    table = _tables(lst, axes, sizes, c.size)
+    for dtype in lst.dtypes:
+        reduce_plan(dtype, op)  # raises for unsupported (dtype, op) before any communication
+    if out is not None:
+        out = [
+            check_out(o, with_extent(a.shape, ax, t[c.rank]), a.dtype, a, xp)
+            for a, ax, t, o in zip(arrays, axes, table, outs_of(out, len(arrays)))
+        ]
+    desc = reduce_scatter_list_desc(arrays, axes, op, sizes) if c.check else None
+    return Call(lst, kind, xp, out, total_bytes(lst), desc, op, axes, table)
+
+
+def _buckets(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     """Reduce-scatter a checked list: one group per dtype, each in buckets of at most ``c.bucket_bytes``.
 
-    ``fresh``: no ``out`` was given (a uniform list may come back as the rows of one new array).
+    Without ``out`` (``a.out`` is ``None``) a uniform list may come back as the rows of one new array.
     """
+    lst, axes, table, op, xp = a.x, a.ax, a.sizes, a.op, a.xp
     arrays, kind = lst.arrays, lst.kind
+    outs = a.out or [None] * len(arrays)
     shape = lst.shape  # one shape: each array's block extents and trailing size are one value
-    total = arrays[0].nbytes * len(arrays) if lst.alike else sum(map(_nbytes_of, arrays))
-    transport = c.transport_of(kind, total)  # collective on first GPU use; its reduction rules
     groups = dtype_groups(arrays, lst.dtypes)  # one group per dtype (bool and uint8 share a plan, not a result dtype)
     if shape is not None:
         inner = [prod(shape_without(shape, axes[0]))] * len(arrays)
@@ -234,7 +220,12 @@ def _buckets(
             groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
         # One bucket of all arrays, one shape, split along axis 0, no out, no widening: one relayout each way.
         uniform = (
-            len(groups) == 1 and len(groups_of) == 1 and fresh and not plan.widen and shape is not None and axes[0] == 0
+            len(groups) == 1
+            and len(groups_of) == 1
+            and a.out is None
+            and not plan.widen
+            and shape is not None
+            and axes[0] == 0
         )
         if not uniform and not results:
             results.extend([None] * len(arrays))
@@ -261,6 +252,9 @@ def _buckets(
                 _unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp, uniform, pair is not None),
             )
     return batch.finish(results)
+
+
+_MANY = Road(_check_list, alone_list, _buckets)
 
 
 def _tables(lst: ListOf, axes: List[int], sizes: Any, parts: int) -> List[Tuple[int, ...]]:

@@ -12,7 +12,7 @@ whose adjoint is the other collective of its pair.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from .._core.agree import checking, descriptor, late, refuse, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share, shape_without, with_extent
 from .._core.extents import TRACING, every_rank, extents, gathered_sizes
 from .._core.launch import Batch, Ready, done, launch
-from .._core.lists import list_types, survey_list
+from .._core.lists import list_types, survey_list, total_bytes
 from .._core.validate import axis_of, check_out, one_array, outs_of, own_sizes, plain_out, sizes_of
 from .._dtypes import ReducePlan, direct_plan, movement_dtype, normalize_op, reduce_plan, wire_of
 from .._errors import ArgumentError, HpccollError, MismatchError
@@ -29,7 +29,8 @@ from .._layout import as_wire, blocks, concat, finish_reduction, pack, wire_flat
 from .._spec import Bound, Hooks, Meta, register
 from ..transports import Selector
 from ..transports._control import exchange_extents
-from .all_reduce import copy_into, dtype_groups, list_outs
+from ._engine import Call, Road, agreed, copied, run
+from .all_reduce import alone, alone_list, dtype_groups, list_outs
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "root_of", "BROADCAST", "REDUCE", "GATHER", "SCATTER"]
 
@@ -68,8 +69,8 @@ def broadcast(x: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) ->
             if result is not None:
                 return result
     elif (types := list_types(x)) is not None:
-        return _broadcast_many(x, types, c, root, out, what, async_op)
-    return _broadcast_one(x, c, root, out, what, async_op)
+        return run(_BROADCAST_MANY, c, what, async_op, x, types, None, root, out)
+    return run(_BROADCAST, c, what, async_op, x, root, out)
 
 
 def _broadcast_common(x: np.ndarray, c: Any, root: int, out: Any, async_op: bool) -> Any:
@@ -136,23 +137,20 @@ def _copier(out: Any, x: Any, xp: Any) -> Callable[[], Any]:
     return copy
 
 
-def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
-    err = desc = None
-    kind, xp, r = "numpy", np, 0
-    try:
-        x, kind, xp = one_array(x)
-        r = root_of(root, c.size)
-        out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
-        if checking(c):
-            desc = descriptor("broadcast", dtype=x.dtype.name, shape=x.shape, root=r)
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    if c.size == 1 or not x.size:
-        if out is not x:
-            xp.copyto(out, x)
-        return done(out, async_op, kind)
-    transport = c.transport_of(kind, x.nbytes, "bcast", not async_op)
+def _check_broadcast(c: Any, async_op: bool, x: Any, root: Any, out: Any) -> Call:
+    x, kind, xp = one_array(x)
+    r = root_of(root, c.size)
+    out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
+    desc = descriptor("broadcast", dtype=x.dtype.name, shape=x.shape, root=r) if c.check else None
+    return Call(x, kind, xp, out, x.nbytes, desc, root=r)
+
+
+def _alone(a: Call) -> Any:
+    return _copied(a.out, a.x, a.xp)
+
+
+def _move_broadcast(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
+    x, xp, out, r = a.x, a.xp, a.out, a.root
     wire = movement_dtype(x.dtype)
     mine = c.rank == r
     if mine and out is not x and x.flags.c_contiguous and getattr(x.flags, "writeable", True):
@@ -172,28 +170,35 @@ def _broadcast_one(x: Any, c: Any, root: Any, out: Any, what: str, async_op: boo
     return _bcast(c, transport, buf, r, finish, async_op)
 
 
-def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
-    """A list: every array's bytes in one buffer, one broadcast, the results views of what arrived."""
-    err = desc = None
-    arrays: List[Any] = []
-    outs: List[Any] = []
-    kind, r = "numpy", 0
-    try:
-        lst = survey_list(xs, types, async_op)
-        arrays, kind = lst.arrays, lst.kind
-        r = root_of(root, c.size)
+_BROADCAST = Road(_check_broadcast, _alone, _move_broadcast, "bcast", alone_empty=True)
+
+
+def _check_list(c: Any, async_op: bool, xs: Any, types: Any, op: Any, root: Any, out: Any) -> Call:
+    """A list of a broadcast (``op`` ``None``) or a reduce, checked."""
+    lst = survey_list(xs, types, async_op)
+    arrays, kind = lst.arrays, lst.kind
+    if op is not None:
+        op = normalize_op(op)
+        for dtype in lst.dtypes:
+            reduce_plan(dtype, op)  # raises for an unsupported (dtype, op) before any communication
+    r = root_of(root, c.size)
+    if op is None:
         outs = list_outs(arrays, out, kind)
-        if checking(c):
-            desc = descriptor("broadcast", root=r, arrays=[(a.dtype.name, a.shape) for a in arrays])
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    xp = module_of(kind)
-    if c.size == 1:
-        results = [a.copy() if o is None else _copied(o, a, xp) for a, o in zip(arrays, outs)]
-        return done(results, async_op, kind)
-    total = sum(a.nbytes for a in arrays)
-    transport = c.transport_of(kind, total, "bcast", not async_op)
+    else:  # every rank's results are arrays (zeros off the root)
+        outs = [
+            check_out(o, a.shape, a.dtype, a, module_of(kind), in_place_test(a, ALL))
+            for a, o in zip(arrays, outs_of(out, len(arrays)))
+        ]
+    desc = None
+    if c.check:
+        fields = {"root": r, "arrays": [(a.dtype.name, a.shape) for a in arrays]}
+        desc = descriptor("broadcast", **fields) if op is None else descriptor("reduce", op=op, **fields)
+    return Call(lst, kind, module_of(kind), outs, total_bytes(lst), desc, op, root=r)
+
+
+def _move_broadcast_many(call: Call, c: Any, transport: Any, async_op: bool) -> Any:
+    """A list: every array's bytes in one buffer, one broadcast, the results views of what arrived."""
+    arrays, outs, xp, r, total = call.x.arrays, call.out, call.xp, call.root, call.nbytes
     mine = c.rank == r
     buf = xp.empty(total, _BYTES)
     if mine:
@@ -213,6 +218,14 @@ def _broadcast_many(xs: Any, types: Any, c: Any, root: Any, out: Any, what: str,
     return _bcast(c, transport, buf, r, finish, async_op)
 
 
+_BROADCAST_MANY = Road(
+    _check_list,
+    lambda a: [x.copy() if o is None else _copied(o, x, a.xp) for x, o in zip(a.x.arrays, a.out)],
+    _move_broadcast_many,
+    "bcast",
+)
+
+
 def _copied(out: Any, a: Any, xp: Any) -> Any:
     if out is not a:
         xp.copyto(out, a)
@@ -230,8 +243,8 @@ def reduce(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_op: bo
             if result is not None:
                 return result
     elif (types := list_types(x)) is not None:
-        return _reduce_many(x, types, c, op, root, out, what, async_op)
-    return _reduce_one(x, c, op, root, out, what, async_op)
+        return run(_REDUCE_MANY, c, what, async_op, x, types, op, root, out)
+    return run(_REDUCE, c, what, async_op, x, op, root, out)
 
 
 def _reduce_common(x: np.ndarray, c: Any, op: str, root: int, out: Any, async_op: bool) -> Any:
@@ -270,23 +283,18 @@ def _reduce_common(x: np.ndarray, c: Any, op: str, root: int, out: Any, async_op
     return out
 
 
-def _reduce_one(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
-    err = desc = None
-    kind, xp, r = "numpy", np, 0
-    try:
-        x, kind, xp = one_array(x)
-        op = normalize_op(op)
-        reduce_plan(x.dtype, op)  # raises for an unsupported (dtype, op) before any communication
-        r = root_of(root, c.size)
-        out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
-        if checking(c):
-            desc = descriptor("reduce", dtype=x.dtype.name, shape=x.shape, op=op, root=r)
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    if c.size == 1 or not x.size:
-        return done(copy_into(out, x, op), async_op, kind)
-    transport = c.transport_of(kind, x.nbytes, "reduce", not async_op)
+def _check_reduce(c: Any, async_op: bool, x: Any, op: Any, root: Any, out: Any) -> Call:
+    x, kind, xp = one_array(x)
+    op = normalize_op(op)
+    reduce_plan(x.dtype, op)  # raises for an unsupported (dtype, op) before any communication
+    r = root_of(root, c.size)
+    out = check_out(out, x.shape, x.dtype, x, xp, in_place_test(x, ALL))
+    desc = descriptor("reduce", dtype=x.dtype.name, shape=x.shape, op=op, root=r) if c.check else None
+    return Call(x, kind, xp, out, x.nbytes, desc, op, root=r)
+
+
+def _move_reduce(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
+    x, xp, out, op, r = a.x, a.xp, a.out, a.op, a.root
     plan = reduce_plan(x.dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
     mine = c.rank == r
     direct = not plan.widen and out.flags.c_contiguous
@@ -302,6 +310,9 @@ def _reduce_one(x: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_o
         _reduced(recv, out, plan, c.size, mine, direct, xp),
         async_op,
     )
+
+
+_REDUCE = Road(_check_reduce, alone, _move_reduce, "reduce", alone_empty=True)
 
 
 def _reduced(
@@ -321,32 +332,10 @@ def _reduced(
     return finish
 
 
-def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what: str, async_op: bool) -> Any:
+def _move_reduce_many(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
     """A list: one reduce per dtype (the arrays of a dtype packed in one buffer)."""
-    err = desc = None
-    arrays: List[Any] = []
-    outs: List[Any] = []
-    kind, xp, r = "numpy", np, 0
-    try:
-        lst = survey_list(xs, types, async_op)
-        arrays, kind = lst.arrays, lst.kind
-        op = normalize_op(op)
-        for dtype in lst.dtypes:
-            reduce_plan(dtype, op)
-        r = root_of(root, c.size)
-        xp = module_of(kind)
-        outs = [
-            check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL))
-            for a, o in zip(arrays, outs_of(out, len(arrays)))
-        ]
-        if checking(c):
-            desc = descriptor("reduce", op=op, root=r, arrays=[(a.dtype.name, a.shape) for a in arrays])
-    except HpccollError as e:
-        err = e
-    settle(c, what, desc, None, err, async_op)
-    if c.size == 1:
-        return done([copy_into(o, a, op) for a, o in zip(arrays, outs)], async_op, kind)
-    transport = c.transport_of(kind, sum(a.nbytes for a in arrays))  # its reduction rules
+    lst, outs, xp, op, r = a.x, a.out, a.xp, a.op, a.root
+    arrays, kind = lst.arrays, lst.kind
     mine = c.rank == r
     batch = Batch(c, kind, async_op)
     for dtype, members in dtype_groups(arrays, lst.dtypes).items():
@@ -355,6 +344,9 @@ def _reduce_many(xs: Any, types: Any, c: Any, op: Any, root: Any, out: Any, what
         recv = xp.empty(send.size, plan.wire)
         batch.start("reduce", (send, recv, plan.op, r), _unpacker(recv, members, arrays, outs, plan, c.size, mine, xp))
     return batch.finish(outs)
+
+
+_REDUCE_MANY = Road(_check_list, alone_list, _move_reduce_many)
 
 
 def _unpacker(
@@ -386,76 +378,69 @@ def _unpacker(
 # --------------------------------------------------------------------------- gather and scatter
 
 
-class _Agreed(NamedTuple):
-    """One array of a gather or scatter, validated and agreed, its extents known."""
-
-    x: Any
-    kind: str
-    xp: Any
-    root: int
-    ax: int
-    sizes: Tuple[int, ...]
-    out: Any
-
-
 def gather(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     """``hpccoll.gather`` (also a list of arrays); ``what`` names the public call in errors."""
     if (types := _many_of(x)) is not None:
-        return _per_array(_gather_ready, _gather_step, x, types, c, root, axis, sizes, out, what, async_op)
-    return _one(_gather_ready(x, c, root, axis, sizes, out, what, async_op), _gather_step, c, async_op)
+        return _per_array(_GATHER, _gather_step, x, types, c, root, axis, sizes, out, what, async_op)
+    return run(_GATHER, c, what, async_op, x, root, axis, sizes, out)
 
 
 def scatter(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> Any:
     """``hpccoll.scatter`` (also a list of arrays); ``what`` names the public call in errors."""
     if (types := _many_of(x)) is not None:
-        return _per_array(_scatter_ready, _scatter_step, x, types, c, root, axis, sizes, out, what, async_op)
-    return _one(_scatter_ready(x, c, root, axis, sizes, out, what, async_op), _scatter_step, c, async_op)
+        return _per_array(_SCATTER, _scatter_step, x, types, c, root, axis, sizes, out, what, async_op)
+    return run(_SCATTER, c, what, async_op, x, root, axis, sizes, out)
 
 
 Step = Tuple[str, tuple, Callable[[], Any]]
 
 
-def _one(a: _Agreed, step: Callable[[_Agreed, Any], Step], c: Any, async_op: bool) -> Any:
-    if c.size == 1:
-        a.xp.copyto(a.out, a.x)
-        return done(a.out, async_op, a.kind)
-    primitive, args, finish = step(a, c)
-    return launch(c.transport_of(a.kind, _nbytes(a), primitive, not async_op), primitive, args, finish, async_op)
+def _launched(step: Callable[[Call, Any], Step]) -> Callable[[Call, Any, Any, bool], Any]:
+    """The engine's ``move`` of a gather or scatter: ``step``'s transport call, launched."""
+    return lambda a, c, transport, async_op: launch(transport, *step(a, c), async_op)
 
 
-def _nbytes(a: _Agreed) -> int:
-    """The message size every rank computes alike: the whole gathered (scattered) array."""
-    return sum(a.sizes) * prod(with_extent(a.x.shape, a.ax, 1)) * a.x.itemsize
+def _known(a: Call, sizes: Sequence[int], out: Any) -> Call:
+    """``a`` with its extents known; its message size every rank computes alike: the whole gathered (scattered) array."""
+    return a._replace(
+        sizes=tuple(sizes), out=out, nbytes=sum(sizes) * prod(with_extent(a.x.shape, a.ax, 1)) * a.x.itemsize
+    )
 
 
-def _gather_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Agreed:
-    """Validate one gather, agree in check mode, learn the extents when ``sizes`` is None."""
-    err = None
-    kind, xp, r, ax = "numpy", np, 0, 0
-    try:
-        x, kind, xp = one_array(x)
-        r = root_of(root, c.size)
-        ax = axis_of(axis, x.ndim)
-        if sizes is not None:
-            sizes = own_sizes(sizes, c, x.shape[ax], f"x.shape[{ax}]")
-            out = _gather_out(out, x, xp, ax, sizes, c.rank == r)
-    except HpccollError as e:
-        err = e
+def _check_rooted(collective: str, c: Any, x: Any, root: Any, axis: Any, sizes: Any, out: Any) -> Call:
+    """A gather's or scatter's own arguments checked (``sizes`` as given; the out once they are known)."""
+    x, kind, xp = one_array(x)
+    r = root_of(root, c.size)
+    return Call(x, kind, xp, out, 0, None, None, axis_of(axis, x.ndim), sizes, r, collective)
+
+
+def _check_gather(c: Any, async_op: bool, *args: Any) -> Call:
+    a = _check_rooted("gather", c, *args)
+    if a.sizes is None:
+        return a
+    sizes = own_sizes(a.sizes, c, a.x.shape[a.ax], f"x.shape[{a.ax}]")
+    return a._replace(sizes=sizes, out=_out(a, sizes, c.rank))
+
+
+def _agree(a: Optional[Call], c: Any, what: str, err: Optional[HpccollError], async_op: bool) -> Call:
+    """Agree in check mode, learn the extents when ``sizes`` is None (a gather's every rank's, a scatter's root's)."""
     if checking(c):
-        desc = None if err else _desc("gather", x, ax, r, sizes)
-        extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
-        assert extents is not None, "settle returns every rank's extent when given this rank's"
-        if sizes is None:
-            sizes = tuple(extents)
-            out = late(c, what, lambda: _gather_out(out, x, xp, ax, sizes, c.rank == r))
-        elif list(sizes) != extents:
-            raise MismatchError(f"{what}: sizes={list(sizes)} but the ranks' extents along axis {ax} are {extents}")
+        desc = None if a is None else _desc(a.extra, a.x, a.ax, a.root, a.sizes)
+        extents = settle(c, what, desc, None if a is None else a.x.shape[a.ax], err, async_op)
+        assert a is not None and extents is not None, "settle raised, or returns every rank's extent"
+        if a.sizes is None:
+            sizes = tuple(extents) if a.extra == "gather" else split_sizes(extents[a.root], c.size)
+            return _known(a, sizes, late(c, what, lambda: _out(a, sizes, c.rank)))
+        if a.extra == "gather" and list(a.sizes) != extents:
+            raise MismatchError(f"{what}: sizes={list(a.sizes)} but the ranks' extents along axis {a.ax} are {extents}")
     elif err is not None:
         raise err
-    elif sizes is None:
-        sizes = exchange_extents(c, (x,), (ax,), what)[0] if c.size > 1 else (x.shape[ax],)
-        out = _gather_out(out, x, xp, ax, sizes, c.rank == r)
-    return _Agreed(x, kind, xp, r, ax, tuple(sizes), out)
+    assert a is not None
+    if a.sizes is None:
+        ranks = exchange_extents(c, (a.x,), (a.ax,), what)[0] if c.size > 1 else (a.x.shape[a.ax],)
+        sizes = ranks if a.extra == "gather" else split_sizes(ranks[a.root], c.size)
+        return _known(a, sizes, _out(a, sizes, c.rank))
+    return _known(a, a.sizes, a.out)
 
 
 def _desc(collective: str, x: Any, ax: int, r: int, sizes: Any) -> Dict[str, Any]:
@@ -463,12 +448,14 @@ def _desc(collective: str, x: Any, ax: int, r: int, sizes: Any) -> Dict[str, Any
     return descriptor(collective, dtype=x.dtype.name, shape=shape_without(x.shape, ax), axis=ax, root=r, sizes=sizes)
 
 
-def _gather_out(out: Any, x: Any, xp: Any, ax: int, sizes: Sequence[int], mine: bool) -> Any:
-    """``out`` checked (or allocated): the concatenation at root, extent 0 along ``ax`` elsewhere."""
-    return check_out(out, with_extent(x.shape, ax, sum(sizes) if mine else 0), x.dtype, x, xp)
+def _out(a: Call, sizes: Sequence[int], rank: int) -> Any:
+    """``out`` checked (or allocated): a gather's concatenation at root (extent 0 along the axis elsewhere), a
+    scatter's block of root's array."""
+    extent = (sum(sizes) if rank == a.root else 0) if a.extra == "gather" else sizes[rank]
+    return check_out(a.out, with_extent(a.x.shape, a.ax, extent), a.x.dtype, a.x, a.xp)
 
 
-def _gather_step(a: _Agreed, c: Any) -> Step:
+def _gather_step(a: Call, c: Any) -> Step:
     """The transport call of a gather, and its finishing step."""
     x, xp, out, r = a.x, a.xp, a.out, a.root
     lead, inner = prod(x.shape[: a.ax]), prod(x.shape[a.ax + 1 :])
@@ -488,46 +475,24 @@ def _gather_step(a: _Agreed, c: Any) -> Step:
     return "gatherv", (send, recv, counts, r), finish
 
 
-def _scatter_ready(x: Any, c: Any, root: Any, axis: Any, sizes: Any, out: Any, what: str, async_op: bool) -> _Agreed:
-    """Validate one scatter, agree in check mode, learn root's extent when ``sizes`` is None."""
-    err = None
-    kind, xp, r, ax = "numpy", np, 0, 0
-    try:
-        x, kind, xp = one_array(x)
-        r = root_of(root, c.size)
-        ax = axis_of(axis, x.ndim)
-        if sizes is not None:
-            sizes = sizes_of(sizes, c.size)
-            if c.rank == r and sum(sizes) != x.shape[ax]:
-                raise ArgumentError(
-                    f"sizes: expected a sum of x.shape[{ax}] == {x.shape[ax]} on the root (rank {r}); "
-                    f"got {list(sizes)}, summing to {sum(sizes)}"
-                )
-            out = _scatter_out(out, x, xp, ax, sizes[c.rank])
-    except HpccollError as e:
-        err = e
-    if checking(c):
-        desc = None if err else _desc("scatter", x, ax, r, sizes)
-        extents = settle(c, what, desc, None if err else x.shape[ax], err, async_op)
-        assert extents is not None, "settle returns every rank's extent when given this rank's"
-        if sizes is None:
-            sizes = split_sizes(extents[r], c.size)
-            out = late(c, what, lambda: _scatter_out(out, x, xp, ax, sizes[c.rank]))
-    elif err is not None:
-        raise err
-    elif sizes is None:
-        extent = exchange_extents(c, (x,), (ax,), what)[0][r] if c.size > 1 else x.shape[ax]
-        sizes = split_sizes(extent, c.size)
-        out = _scatter_out(out, x, xp, ax, sizes[c.rank])
-    return _Agreed(x, kind, xp, r, ax, tuple(sizes), out)
+_GATHER = Road(_check_gather, copied, _launched(_gather_step), "gatherv", _agree)
 
 
-def _scatter_out(out: Any, x: Any, xp: Any, ax: int, extent: int) -> Any:
-    """``out`` checked (or allocated): this rank's block of root's array."""
-    return check_out(out, with_extent(x.shape, ax, extent), x.dtype, x, xp)
+def _check_scatter(c: Any, async_op: bool, *args: Any) -> Call:
+    a = _check_rooted("scatter", c, *args)
+    if a.sizes is None:
+        return a
+    x, ax, r = a.x, a.ax, a.root
+    sizes = sizes_of(a.sizes, c.size)
+    if c.rank == r and sum(sizes) != x.shape[ax]:
+        raise ArgumentError(
+            f"sizes: expected a sum of x.shape[{ax}] == {x.shape[ax]} on the root (rank {r}); "
+            f"got {list(sizes)}, summing to {sum(sizes)}"
+        )
+    return a._replace(sizes=sizes, out=_out(a, sizes, c.rank))
 
 
-def _scatter_step(a: _Agreed, c: Any) -> Step:
+def _scatter_step(a: Call, c: Any) -> Step:
     """The transport call of a scatter, and its finishing step."""
     x, xp, out, r = a.x, a.xp, a.out, a.root
     lead, inner = prod(x.shape[: a.ax]), prod(x.shape[a.ax + 1 :])
@@ -545,9 +510,12 @@ def _scatter_step(a: _Agreed, c: Any) -> Step:
     return "scatterv", (send, recv, counts, r), finish
 
 
+_SCATTER = Road(_check_scatter, copied, _launched(_scatter_step), "scatterv", _agree)
+
+
 def _per_array(
-    ready: Callable[..., _Agreed],
-    step: Callable[[_Agreed, Any], Step],
+    road: Road,
+    step: Callable[[Call, Any], Step],
     xs: Any,
     types: Any,
     c: Any,
@@ -577,15 +545,12 @@ def _per_array(
         err = e
     if err is not None:
         refuse(c, what, err)
-    items = [ready(a, c, root, axis, s, o, what, async_op) for a, s, o in zip(arrays, per, outs)]
+    items = [agreed(road, c, what, async_op, a, root, axis, s, o) for a, s, o in zip(arrays, per, outs)]
     if c.size == 1:
-        for a in items:
-            a.xp.copyto(a.out, a.x)
-        return done([a.out for a in items], async_op, kind)
+        return done([copied(a) for a in items], async_op, kind)
     batch = Batch(c, kind, async_op)
     for a in items:
-        primitive, args, finish = step(a, c)
-        batch.start(primitive, args, finish)
+        batch.start(*step(a, c))
     return batch.finish([a.out for a in items])
 
 
