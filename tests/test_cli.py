@@ -410,7 +410,7 @@ def test_list_form(monkeypatch, capsys):
     assert len(rows) == len(FUNCTIONS) * 4 and "arrays per call: 3 (list form)" in out
     for coll, row in rows:
         assert row[8] == "0", (coll, row)
-        in_place = coll in ("allreduce", "broadcast", "reduce", "shift")  # the list forms with an in-place form (out=x)
+        in_place = coll in ("allreduce", "broadcast", "reduce", "shift", "permute")  # list forms with out=x
         assert (row[12] == "0") if in_place else (row[9:13] == ["n/a"] * 4), (coll, row)
         assert int(row[1]) % 3 == 0  # the count is split among 3 arrays of one size
 

@@ -267,6 +267,8 @@ def _gpu_calls(c, grid):
         "scatter": (root_x, {}),
         "halo_exchange": (field, {"halo": 1}),
         "halo_exchange_adjoint": (field, {"halo": 1}),
+        "permute": (z, {"perm": [(q, (q + 1) % P) for q in range(P)]}),
+        "permute_adjoint": (z, {"perm": [(q, (q + 1) % P) for q in range(P)]}),
     }
     for pair in PAIRS:
         for fn in (pair.forward, pair.adjoint):

@@ -114,7 +114,7 @@ def _docstring(pair: Pair, sig: inspect.Signature, array: str, kind: str) -> str
         if entry not in written:  # one entry may describe two parameters ("split_axis, concat_axis : int")
             written.append(entry)
     lines += written
-    lines += ["", "Returns", "-------", array, f"    This rank's result of :func:`hpccoll.{forward}`."]
+    lines += ["", "Returns", "-------", array, f"    This rank's result of :func:`hpccoll.{forward}`.", ""]
     return "\n".join(lines)
 
 

@@ -166,8 +166,9 @@ def aslinearoperator(
 def pair_operator(
     name: str, x_shape: Sequence[int], comm: CommLike = None, *, dtype: Any = np.float64, **keywords: Any
 ) -> CollectiveLinearOperator:
-    """A LinearOperator of any public pair (:data:`hpccoll._api.PAIRS`): ``matvec`` its forward, ``rmatvec`` its
-    adjoint, bound to this rank's domain shape as every adapter binds it.
+    """A LinearOperator of any public pair (:data:`hpccoll._api.PAIRS`), bound as every adapter binds it.
+
+    ``matvec`` is the pair's forward and ``rmatvec`` its adjoint, on this rank's domain shape.
 
     Parameters
     ----------
