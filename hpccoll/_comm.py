@@ -128,7 +128,7 @@ class Communicator:
     """
 
     __slots__ = (
-        "_mpi",
+        "mpi",
         "rank",
         "size",
         "check",
@@ -162,7 +162,8 @@ class Communicator:
         return child
 
     def _setup(self, mpi_comm: Any, transport: str, check: bool, timeout: Optional[float]) -> None:
-        self._mpi = mpi_comm
+        #: The private duplicate of the MPI communicator (a plain attribute: the control plane reads it per call).
+        self.mpi: Any = mpi_comm
         self._owned = True
         self.rank: int = mpi_comm.Get_rank()
         self.size: int = mpi_comm.Get_size()
@@ -174,11 +175,6 @@ class Communicator:
         self.selector = Selector(self)  # which transport moves each message (one object, read by explain too)
         self.state: Dict[str, Any] = {}
         self._grid: Optional[Grid] = None
-
-    @property
-    def mpi(self) -> Any:
-        """The private duplicate of the MPI communicator."""
-        return self._mpi
 
     def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
         """Split into sub-groups, like ``MPI_Comm_split`` (collective).
@@ -199,7 +195,7 @@ class Communicator:
         for name, value in (("color", color), ("key", key)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ArgumentError(f"{name}: expected an int; got {type(value).__name__} {value!r}")
-        sub = self._mpi.Split(color, key)
+        sub = self.mpi.Split(color, key)
         from mpi4py import MPI
 
         if sub == MPI.COMM_NULL:
@@ -247,7 +243,7 @@ class Communicator:
             self.agree("cartesian", {} if err else {"dims": filled, "periodic": periods}, error=err)
         elif err is not None:
             raise err
-        cart = self._mpi.Create_cart(list(filled), list(periods), reorder=False)
+        cart = self.mpi.Create_cart(list(filled), list(periods), reorder=False)
         child = self._child(cart)
         child._grid = Grid.of(cart, filled, periods)
         return child
@@ -653,7 +649,7 @@ class Communicator:
         self.selector.clear()
         self.state.clear()
         if self._owned and not _finalized():
-            self._mpi.Free()
+            self.mpi.Free()
         self._owned = False
 
     def __enter__(self) -> "Communicator":

@@ -95,7 +95,7 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
         return _one(x, c, axis, sizes, out, what, async_op)
     inner = 1 if len(shape) == 1 else prod(shape[1:])
     oshape = (total,) + shape[1:]
-    t = c.transport_of("numpy", total * inner * x.itemsize, "allgatherv", not async_op)
+    nbytes = total * inner * x.itemsize
     in_place = False
     if not total * inner:
         send = None  # an empty result: the general branch
@@ -104,7 +104,11 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
     elif plain_out(out, oshape, x.dtype):
         if not may_share(out, x):
             send = x
-        elif t.in_place and shape[0] and is_in_place(out, x, own_block(0, sizes, c.rank), out_is_whole=True):
+        elif (
+            shape[0]
+            and is_in_place(out, x, own_block(0, sizes, c.rank), out_is_whole=True)
+            and c.transport_of("numpy", nbytes, "allgatherv", not async_op).in_place
+        ):
             send, in_place = x, True  # x is this rank's block of out: in place
         else:
             send = None
@@ -114,9 +118,11 @@ def _common(x: np.ndarray, c: Any, axis: int, sizes: Any, out: Any, what: str, a
         return _one(x, c, axis, sizes, out, what, async_op)
     counts = sizes if inner == 1 else [s * inner for s in sizes]
     send = None if in_place else wire_flat(send, wire)
+    recv = wire_flat(out, wire)
+    t = c.transport_of("numpy", nbytes, "allgatherv", not async_op)
     if async_op:
-        return launch(t, "allgatherv", (send, wire_flat(out, wire), counts), Ready(out), True)
-    t.allgatherv(send, wire_flat(out, wire), counts)
+        return launch(t, "allgatherv", (send, recv, counts), Ready(out), True)
+    t.allgatherv(send, recv, counts)
     return out
 
 
