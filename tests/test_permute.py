@@ -8,18 +8,11 @@ import numpy as np
 import pytest
 from conftest import agree, assert_same, make, raises_everywhere
 from test_nccl_standin import calls, dev, fresh, gpu, host, runtime  # noqa: F401 (fixtures)
+from test_shift import DTYPES, SHAPE, stack
 
 import hpccoll
 
 pytestmark = pytest.mark.mpi
-
-DTYPES = ["float64", "float32", "float16", "complex128", "int8", "uint64", "bool"]
-SHAPE = (3, 5)
-
-
-def stack(comm, dtype=np.float64, shape=SHAPE, seed=7):
-    return make((comm.size,) + shape, dtype, seed)
-
 
 def perms(P):
     """Every rank's same list of permutations on P ranks: empty, identity, pipeline, ring, random partial ones."""
