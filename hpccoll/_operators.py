@@ -23,14 +23,13 @@ from ._arrays import ArrayT, as_array, split_sizes
 from ._comm import Communicator, as_communicator
 from ._core.agree import refuse
 from ._core.blocks import shape_without, with_extent
-from ._core.lists import list_types, survey_list
 from ._core.extents import every_extent, every_rank
-from ._core.validate import LINEAR_OPS, axis_of, block_sizes, outs_of
+from ._core.lists import list_types, survey_list
+from ._core.validate import LINEAR_OPS, axis_of, outs_of
 from ._dtypes import check_dtype, normalize_op
 from ._errors import ArgumentError, HpccollError
 from ._plan import Plan
 from ._plan import plan as make_plan
-from .collectives.alltoall import recv_extents
 
 __all__ = [
     "Operator",
@@ -529,6 +528,7 @@ class ReduceScatter(_PairOperator):
         self._configure(op=op, axis=axis, sizes=sizes)
 
     pair = PAIR["reduce_scatter"]
+    op: str
 
     def _forward(self, x: Any, out: Any) -> Any:
         return self._scattering(x, out, self.pair.forward, "reduce_scatter", guess=True)
@@ -566,6 +566,8 @@ class AllReduce(_SameShape):
         super().__init__(comm, op=op, cotangent=cotangent)
 
     pair = PAIR["all_reduce"]
+    op: str
+    cotangent: str
 
 
 #: AllToAll's layout agreement: what a rank found for ``y`` (a forward call's number counts from 1).
@@ -614,6 +616,9 @@ class AllToAll(_PairOperator):
         self._calls = 0  # forward calls that learned recv_sizes: the same count on every rank
 
     pair = PAIR["all_to_all"]
+    split_axis: int
+    concat_axis: int
+    recv_sizes: Optional[Tuple[int, ...]]
 
     def _with(self, fn: Callable[..., Any], y: Any, out: Any, sizes: Any, recv_sizes: Any) -> Any:
         axes = dict(split_axis=self.split_axis, concat_axis=self.concat_axis)
@@ -624,22 +629,19 @@ class AllToAll(_PairOperator):
         found = None if self.recv_sizes is not None else _arrays_of(x)
         if found is None or found[1]:  # recv_sizes given, x refused by the collective, or a list: as it comes
             return super()._forward(x, out)
-        a = found[0][0]
-        try:
-            sa = axis_of(self.split_axis, a.ndim, "split_axis")
-            ca = axis_of(self.concat_axis, a.ndim, "concat_axis")
-            sizes = block_sizes(self.sizes, a.shape[sa], c.size, f"x.shape[{sa}]")
+        a, bind = found[0][0], self.pair.hooks.bind
+        try:  # the axes and the split checked locally: bound as while tracing, nothing exchanged
+            bind(a, c, True, self.keywords)
         except HpccollError:
             return super()._forward(x, out)  # the collective raises, as it would have
         if c.check:  # check mode's detailed agreement first; then the extents, known to agree
             result = super()._forward(x, out)
-            recv = recv_extents(c, a, sa, ca, sizes, "all_to_all")
-        else:
-            recv = recv_extents(c, a, sa, ca, sizes, "all_to_all")
-            result = self._with(self.pair.forward, x, out, sizes, recv)
+            b = bind(a, c, False, self.keywords)
+        else:  # recv_sizes learned with the all-to-all's own small exchange
+            b = bind(a, c, False, self.keywords)
+            result = self._with(self.pair.forward, x, out, b.keywords["sizes"], b.keywords["recv_sizes"])
         self._calls += 1
-        shape = with_extent(with_extent(a.shape, sa, sizes[c.rank]), ca, sum(recv))
-        self.layouts.put(_key([shape], False), (self._calls, sizes, recv))
+        self.layouts.put(_key([b.shape], False), (self._calls, b.keywords["sizes"], b.keywords["recv_sizes"]))
         return result
 
     def _adjoint(self, y: Any, out: Any) -> Any:
@@ -705,6 +707,7 @@ class Broadcast(_SameShape):
         super().__init__(comm, root=root)
 
     pair = PAIR["broadcast"]
+    root: int
 
 
 class Reduce(_SameShape):
@@ -724,6 +727,8 @@ class Reduce(_SameShape):
         super().__init__(comm, op=op, root=root)
 
     pair = PAIR["reduce"]
+    op: str
+    root: int
 
 
 def _rooted_key(arrays: Sequence[Any], axes: Sequence[int], many: bool) -> Hashable:
@@ -739,6 +744,8 @@ class _Rooted(_PairOperator):
     differ along the axis, but agree on the rest, so every rank finds the
     same remembered extents (or none) and takes the same road.
     """
+
+    root: int
 
     def __init__(self, comm: CommLike, root: int, axis: int, sizes: Sizes) -> None:
         super().__init__(comm)
@@ -859,6 +866,8 @@ class HaloExchange(_SameShape):
         super().__init__(comm, halo=halo, corners=corners)
 
     pair = PAIR["halo_exchange"]
+    halo: Tuple[int, ...]
+    corners: bool
 
     def __repr__(self) -> str:
         return f"HaloExchange(halo={self.halo}, corners={self.corners}, dims={self.comm.dims})"
