@@ -14,7 +14,6 @@ result has its input's shape, its keywords are checked by the pair's
 from __future__ import annotations
 
 import inspect
-from array import array
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Type, Union
 
@@ -24,16 +23,13 @@ from ._arrays import ArrayT, as_array, split_sizes
 from ._comm import Communicator, as_communicator
 from ._core.agree import refuse
 from ._core.blocks import shape_without, with_extent
+from ._core.extents import every_extent, every_rank
 from ._core.lists import list_types, survey_list
-from ._core.validate import LINEAR_OPS, axis_of, block_sizes, cotangent_of, outs_of, sizes_of
+from ._core.validate import LINEAR_OPS, axis_of, outs_of
 from ._dtypes import check_dtype, normalize_op
 from ._errors import ArgumentError, HpccollError
 from ._plan import Plan
 from ._plan import plan as make_plan
-from .collectives.alltoall import recv_extents
-from .collectives.halo import corners_of, halo_of
-from .collectives.rooted import root_of
-from .transports._control import exchange_extents, run
 
 __all__ = [
     "Operator",
@@ -185,10 +181,6 @@ class _Adjoint(Operator):
         return f"{self.base!r}.H"
 
 
-def _check_sizes(sizes: Sizes, comm: Communicator) -> Optional[Tuple[int, ...]]:
-    return None if sizes is None else sizes_of(sizes, comm.size)
-
-
 class _Layouts:
     """The extents an operator's calls learned, per layout key; the :data:`LAYOUTS` most recently used."""
 
@@ -259,20 +251,6 @@ def _grouped(call: _Call, x: Any, table: Sequence[Tuple[int, ...]], out: Any, ma
     return results
 
 
-def _extents(c: Communicator, arrays: Sequence[Any], axes: Sequence[int], what: str) -> List[Tuple[int, ...]]:
-    """Every rank's extent of each array along its axis (one small exchange, as the collective's own)."""
-    if c.size == 1:
-        return [(int(a.shape[ax]),) for a, ax in zip(arrays, axes)]
-    return exchange_extents(c, arrays, axes, what)
-
-
-def _ints_of_every_rank(c: Communicator, value: int, what: str) -> List[int]:
-    """Every rank's ``value`` (one ``Allgather`` of one int64 per rank, on the control plane)."""
-    table = array("q", bytes(8 * c.size))
-    run(c, "Allgather", array("q", [value]), table, what=f"{what}'s layout agreement")
-    return table.tolist()
-
-
 class _PairOperator(Operator):
     """An operator over one :class:`~hpccoll._api.Pair`: its keywords bound to both sides."""
 
@@ -284,6 +262,15 @@ class _PairOperator(Operator):
     def __init__(self, comm: CommLike) -> None:
         self.layouts = _Layouts()
         self.comm = as_communicator(comm)
+
+    def _configure(self, **keywords: Any) -> None:
+        """``keywords`` checked and normalised by the pair's ``configure`` (the one owner of those checks; ``op``
+        mapped to its name first), kept as :attr:`keywords` and as attributes (``op.root``, ``op.offset``...)."""
+        if "op" in keywords:
+            keywords["op"] = normalize_op(keywords["op"])
+        self.keywords = self.pair.configure(self.comm, **keywords)
+        for name, value in self.keywords.items():
+            setattr(self, name, value)
 
     def forward(self, x: ArrayT, out: Optional[ArrayT] = None) -> ArrayT:
         """Apply the collective with this operator's settings.
@@ -406,9 +393,9 @@ class _PairOperator(Operator):
         c = self.comm
         if c.check:  # check mode's detailed agreement first; then the extents, known to agree
             result = call(x, None, out)
-            table = [extent(t) for t in _extents(c, arrays, axes, what)]
+            table = [extent(t) for t in every_extent(c, arrays, axes, what)]
         else:  # one exchange, as the collective's own; the data then moves with the extents known
-            table = [extent(t) for t in _extents(c, arrays, axes, what)]
+            table = [extent(t) for t in every_extent(c, arrays, axes, what)]
             result = _grouped(call, x, table, out, many)
         self._remember(arrays, axes, table, many)
         return result
@@ -426,7 +413,7 @@ class _PairOperator(Operator):
             return keywords  # sizes given, a refused by the collective, or a list (which exchanges the extents itself)
         arrays, axes, _ = found
         if gathering:
-            table = [tuple(t) for t in _extents(self.comm, arrays, axes, what)]
+            table = [tuple(t) for t in every_extent(self.comm, arrays, axes, what)]
             self._remember(arrays, axes, table, False)
         else:
             table = self.layouts.get(_key([arrays[0].shape], False))
@@ -464,6 +451,19 @@ class _PairOperator(Operator):
         return call(y, None, out)
 
 
+class _SameShape(_PairOperator):
+    """An operator over a pair whose result has its input's shape: no extents to learn, its configuration
+    checked and normalised by the pair's own ``configure`` (the one owner of those checks)."""
+
+    def __init__(self, comm: CommLike = None, **keywords: Any) -> None:
+        super().__init__(comm)
+        self._configure(**keywords)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.keywords.items())
+        return f"{type(self).__name__}({shown}, size={self.comm.size})"
+
+
 class AllGather(_PairOperator):
     """All-gather along ``axis``; adjoint: reduce-scatter with sum.
 
@@ -488,9 +488,7 @@ class AllGather(_PairOperator):
 
     def __init__(self, comm: CommLike = None, *, axis: int = 0, sizes: Sizes = None) -> None:
         super().__init__(comm)
-        self.axis = axis
-        self.sizes = _check_sizes(sizes, self.comm)
-        self.keywords = dict(axis=axis, sizes=self.sizes)
+        self._configure(axis=axis, sizes=sizes)
 
     pair = PAIR["all_gather"]
 
@@ -527,12 +525,10 @@ class ReduceScatter(_PairOperator):
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", axis: int = 0, sizes: Sizes = None) -> None:
         super().__init__(comm)
-        self.op = normalize_op(op)
-        self.axis = axis
-        self.sizes = _check_sizes(sizes, self.comm)
-        self.keywords = dict(op=self.op, axis=axis, sizes=self.sizes)
+        self._configure(op=op, axis=axis, sizes=sizes)
 
     pair = PAIR["reduce_scatter"]
+    op: str
 
     def _forward(self, x: Any, out: Any) -> Any:
         return self._scattering(x, out, self.pair.forward, "reduce_scatter", guess=True)
@@ -549,7 +545,7 @@ class ReduceScatter(_PairOperator):
         return f"ReduceScatter(op={self.op!r}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
 
 
-class AllReduce(_PairOperator):
+class AllReduce(_SameShape):
     """All-reduce; adjoint per the ``cotangent`` convention.
 
     Its result has its input's shape, so it has no extents to remember.
@@ -567,15 +563,11 @@ class AllReduce(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", cotangent: str = "varying") -> None:
-        super().__init__(comm)
-        self.op = normalize_op(op)
-        self.cotangent = cotangent_of(cotangent)
-        self.keywords = dict(op=self.op, cotangent=cotangent)
+        super().__init__(comm, op=op, cotangent=cotangent)
 
     pair = PAIR["all_reduce"]
-
-    def __repr__(self) -> str:
-        return f"AllReduce(op={self.op!r}, cotangent={self.cotangent!r}, size={self.comm.size})"
+    op: str
+    cotangent: str
 
 
 #: AllToAll's layout agreement: what a rank found for ``y`` (a forward call's number counts from 1).
@@ -620,15 +612,13 @@ class AllToAll(_PairOperator):
         recv_sizes: Sizes = None,
     ) -> None:
         super().__init__(comm)
-        self.split_axis, self.concat_axis = split_axis, concat_axis
-        self.sizes = _check_sizes(sizes, self.comm)
-        self.recv_sizes = None if recv_sizes is None else sizes_of(recv_sizes, self.comm.size, "recv_sizes")
-        self.keywords = dict(
-            split_axis=split_axis, concat_axis=concat_axis, sizes=self.sizes, recv_sizes=self.recv_sizes
-        )
+        self._configure(split_axis=split_axis, concat_axis=concat_axis, sizes=sizes, recv_sizes=recv_sizes)
         self._calls = 0  # forward calls that learned recv_sizes: the same count on every rank
 
     pair = PAIR["all_to_all"]
+    split_axis: int
+    concat_axis: int
+    recv_sizes: Optional[Tuple[int, ...]]
 
     def _with(self, fn: Callable[..., Any], y: Any, out: Any, sizes: Any, recv_sizes: Any) -> Any:
         axes = dict(split_axis=self.split_axis, concat_axis=self.concat_axis)
@@ -639,22 +629,19 @@ class AllToAll(_PairOperator):
         found = None if self.recv_sizes is not None else _arrays_of(x)
         if found is None or found[1]:  # recv_sizes given, x refused by the collective, or a list: as it comes
             return super()._forward(x, out)
-        a = found[0][0]
-        try:
-            sa = axis_of(self.split_axis, a.ndim, "split_axis")
-            ca = axis_of(self.concat_axis, a.ndim, "concat_axis")
-            sizes = block_sizes(self.sizes, a.shape[sa], c.size, f"x.shape[{sa}]")
+        a, bind = found[0][0], self.pair.hooks.bind
+        try:  # the axes and the split checked locally: bound as while tracing, nothing exchanged
+            bind(a, c, True, self.keywords)
         except HpccollError:
             return super()._forward(x, out)  # the collective raises, as it would have
         if c.check:  # check mode's detailed agreement first; then the extents, known to agree
             result = super()._forward(x, out)
-            recv = recv_extents(c, a, sa, ca, sizes, "all_to_all")
-        else:
-            recv = recv_extents(c, a, sa, ca, sizes, "all_to_all")
-            result = self._with(self.pair.forward, x, out, sizes, recv)
+            b = bind(a, c, False, self.keywords)
+        else:  # recv_sizes learned with the all-to-all's own small exchange
+            b = bind(a, c, False, self.keywords)
+            result = self._with(self.pair.forward, x, out, b.keywords["sizes"], b.keywords["recv_sizes"])
         self._calls += 1
-        shape = with_extent(with_extent(a.shape, sa, sizes[c.rank]), ca, sum(recv))
-        self.layouts.put(_key([shape], False), (self._calls, sizes, recv))
+        self.layouts.put(_key([b.shape], False), (self._calls, b.keywords["sizes"], b.keywords["recv_sizes"]))
         return result
 
     def _adjoint(self, y: Any, out: Any) -> Any:
@@ -670,7 +657,7 @@ class AllToAll(_PairOperator):
             else:
                 status = _UNEVEN if any(a.shape[ca] % c.size for a, ca in zip(arrays, cas)) else _UNKNOWN
         # y's shape differs between ranks: they agree first on what each found (instead of hanging apart)
-        statuses = [status] if c.size == 1 else _ints_of_every_rank(c, status, "AllToAll.adjoint")
+        statuses = [status] if c.size == 1 else [r[0] for r in every_rank(c, (status,), "AllToAll.adjoint")]
         if statuses[0] > 0 and statuses.count(statuses[0]) == len(statuses):
             assert entry is not None, "a forward call's number comes from an entry"
             _, sizes, recv = entry
@@ -705,7 +692,7 @@ def _unknown_recv_sizes(statuses: Sequence[int], concat_axis: int) -> str:
 # --------------------------------------------------------------------------- the rooted collectives
 
 
-class Broadcast(_PairOperator):
+class Broadcast(_SameShape):
     """Broadcast from ``root``; adjoint: the sum over ranks onto ``root`` (zeros elsewhere).
 
     Parameters
@@ -717,17 +704,13 @@ class Broadcast(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, root: int = 0) -> None:
-        super().__init__(comm)
-        self.root = root_of(root, self.comm.size)
-        self.keywords = dict(root=self.root)
+        super().__init__(comm, root=root)
 
     pair = PAIR["broadcast"]
-
-    def __repr__(self) -> str:
-        return f"Broadcast(root={self.root}, size={self.comm.size})"
+    root: int
 
 
-class Reduce(_PairOperator):
+class Reduce(_SameShape):
     """Reduce onto ``root`` (zeros elsewhere); adjoint: the broadcast of root's cotangent (``/ P`` for ``avg``).
 
     Parameters
@@ -741,15 +724,11 @@ class Reduce(_PairOperator):
     """
 
     def __init__(self, comm: CommLike = None, *, op: OpLike = "sum", root: int = 0) -> None:
-        super().__init__(comm)
-        self.op = normalize_op(op)
-        self.root = root_of(root, self.comm.size)
-        self.keywords = dict(op=self.op, root=self.root)
+        super().__init__(comm, op=op, root=root)
 
     pair = PAIR["reduce"]
-
-    def __repr__(self) -> str:
-        return f"Reduce(op={self.op!r}, root={self.root}, size={self.comm.size})"
+    op: str
+    root: int
 
 
 def _rooted_key(arrays: Sequence[Any], axes: Sequence[int], many: bool) -> Hashable:
@@ -766,12 +745,11 @@ class _Rooted(_PairOperator):
     same remembered extents (or none) and takes the same road.
     """
 
+    root: int
+
     def __init__(self, comm: CommLike, root: int, axis: int, sizes: Sizes) -> None:
         super().__init__(comm)
-        self.root = root_of(root, self.comm.size)
-        self.axis = axis
-        self.sizes = _check_sizes(sizes, self.comm)
-        self.keywords = dict(root=self.root, axis=axis, sizes=self.sizes)
+        self._configure(root=root, axis=axis, sizes=sizes)
 
     def _remember(self, arrays: Sequence[Any], axes: Sequence[int], table: List[Tuple[int, ...]], many: bool) -> None:
         """Keep every rank's extents ``table`` by the layout every rank has alike."""
@@ -868,22 +846,7 @@ class Scatter(_Rooted):
         return f"Scatter(root={self.root}, axis={self.axis}, sizes={self.sizes}, size={self.comm.size})"
 
 
-class _SameShape(_PairOperator):
-    """An operator over a pair whose result has its input's shape: no extents to learn, its configuration
-    checked and normalised by the pair's own ``configure`` (the one owner of those checks)."""
-
-    def __init__(self, comm: CommLike = None, **keywords: Any) -> None:
-        super().__init__(comm)
-        self.keywords = self.pair.configure(self.comm, **keywords)
-        for name, value in self.keywords.items():  # op.offset, op.perm...
-            setattr(self, name, value)
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.keywords.items())
-        return f"{type(self).__name__}({shown}, size={self.comm.size})"
-
-
-class HaloExchange(_PairOperator):
+class HaloExchange(_SameShape):
     """Halo exchange on a Cartesian grid; adjoint: the ghosts' cotangents added back into their owners' cells.
 
     Its result has its input's shape, so it has no extents to remember.
@@ -900,13 +863,11 @@ class HaloExchange(_PairOperator):
     """
 
     def __init__(self, comm: CommLike, *, halo: Union[int, Sequence[int]], corners: bool = False) -> None:
-        super().__init__(comm)
-        self.comm.grid  # noqa: B018 (raises ArgumentError for a communicator without a process grid)
-        self.halo = halo_of(halo, len(self.comm.dims))
-        self.corners = corners_of(corners)
-        self.keywords = dict(halo=self.halo, corners=self.corners)
+        super().__init__(comm, halo=halo, corners=corners)
 
     pair = PAIR["halo_exchange"]
+    halo: Tuple[int, ...]
+    corners: bool
 
     def __repr__(self) -> str:
         return f"HaloExchange(halo={self.halo}, corners={self.corners}, dims={self.comm.dims})"

@@ -16,7 +16,7 @@ from .._arrays import axis_of, sizes_of
 from .._errors import MismatchError
 from ..transports._control import exchange_extents, exchange_shapes
 
-__all__ = ["TRACING", "extents", "every_rank", "gathered_sizes"]
+__all__ = ["TRACING", "extents", "every_extent", "every_rank", "gathered_sizes"]
 
 #: How a message says why an extent was assumed.
 TRACING = (
@@ -32,9 +32,17 @@ def extents(c: Any, meta: Any, ax: int, what: str) -> Tuple[int, ...]:
 
     The exchange also checks that the dtypes and the other extents agree, as the collective ``what`` does.
     """
+    return every_extent(c, (meta,), (ax,), what)[0]
+
+
+def every_extent(c: Any, metas: Sequence[Any], axes: Sequence[int], what: str) -> List[Tuple[int, ...]]:
+    """Every rank's extent of each of ``metas`` along its axis, ``result[i][rank]`` (one small exchange for all).
+
+    The exchange also checks that the dtypes and the other extents agree, as the collective ``what`` does.
+    """
     if c.size == 1:
-        return (int(meta.shape[ax]),)
-    return exchange_extents(c, (meta,), (ax,), what)[0]
+        return [(int(m.shape[ax]),) for m, ax in zip(metas, axes)]
+    return exchange_extents(c, metas, axes, what)
 
 
 def every_rank(c: Any, row: Sequence[int], what: str) -> List[List[int]]:
