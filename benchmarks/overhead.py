@@ -223,8 +223,8 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
     with use_runtime(rt):
         comm = Communicator(MPI.COMM_SELF)
         t = comm.transport_instance("nccl")  # its bootstrap talks over the real MPI duplicate
-        null, real = NullMPI(), comm._mpi
-        comm._mpi = null  # staged's host MPI calls do nothing either (its host transport binds it when made)
+        null, real = NullMPI(), comm.mpi
+        comm.mpi = null  # staged's host MPI calls do nothing either (its host transport binds it when made)
         staged = comm.transport_instance("staged")
         n = 256  # 1 KiB of float32 per rank, as rank 0 of 2
         x, r, g, big = (
@@ -316,7 +316,7 @@ def gpu_section(number: int = 10_000, repeat: int = 31) -> List[Tuple[str, float
         ]
         for name, raw_stmt, stmt in cases:
             rows.append((name,) + paired_ns(raw_stmt, stmt, env, number, repeat))
-        comm._mpi = real
+        comm.mpi = real
         comm.free()
     return rows
 
@@ -346,7 +346,7 @@ def print_lists_before(rev: str) -> None:
     comms = []
     for lib in (hpccoll, before):
         c = lib.Communicator(MPI.COMM_SELF, transport="mpi")
-        c.size, c._mpi = 2, NullMPI()
+        c.size, c.mpi = 2, NullMPI()
         comms.append(c)
     many = [np.random.default_rng(i).standard_normal(128) for i in range(256)]
     env = dict(hpccoll=hpccoll, before=before, new=comms[0], old=comms[1], many=many)
@@ -358,7 +358,7 @@ def print_lists_before(rev: str) -> None:
         )
         print(f"{name:<44}{t_old / 1e3:>12.1f}{t_new / 1e3:>10.1f}{t_new / t_old:>14.3f}")
     for c in comms:
-        c._mpi, c._owned = MPI.COMM_SELF, False  # not ours to free: restore something Communicator.free can skip
+        c.mpi, c._owned = MPI.COMM_SELF, False  # not ours to free: restore something Communicator.free can skip
 
 
 def main() -> int:
@@ -370,7 +370,7 @@ def main() -> int:
         return 0
     comm = Communicator(MPI.COMM_SELF, transport="mpi")  # host MPI: no transport probe over the null calls
     comm.size = 2  # as rank 0 of 2: the calls below move nothing, so no buffer needs the second half
-    comm._mpi = null = NullMPI()
+    comm.mpi = null = NullMPI()
     x, out = np.ones(1), np.empty(1)
     big, gathered = np.ones(2), np.empty(2)
     many = [np.random.default_rng(i).standard_normal(128) for i in range(256)]
@@ -417,7 +417,7 @@ def main() -> int:
     print("(checks, packing into kept scratch buffers, one new result array, 256 views of it)")
     print()
     print_gpu_section()
-    comm._mpi = MPI.COMM_SELF  # not ours to free: restore something Communicator.free can skip
+    comm.mpi = MPI.COMM_SELF  # not ours to free: restore something Communicator.free can skip
     comm._owned = False
     return 0
 

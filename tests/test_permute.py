@@ -14,6 +14,7 @@ import hpccoll
 
 pytestmark = pytest.mark.mpi
 
+
 def perms(P):
     """Every rank's same list of permutations on P ranks: empty, identity, pipeline, ring, random partial ones."""
     rng = np.random.default_rng(P)
