@@ -10,7 +10,7 @@ and raises the errors.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -204,7 +204,25 @@ def _move_list(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
         group = arrays if len(idx) == n else [arrays[i] for i in idx]
         send = concat(group, plan.wire, plan.widen, xp, pair[0][:total] if pair else None)
         recv = pair[1][:total].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
-        finish = _unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows)
+
+        def finish() -> None:
+            buf = finish_reduction(recv, c.size, plan.divide)
+            if pair is not None:
+                buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
+            if rows:  # one shape: the rows of a stack, at C speed
+                results[:] = as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape)
+                return
+            offset = 0
+            for i in idx:
+                x = arrays[i]
+                piece = buf[offset : offset + x.size]
+                offset += x.size
+                if x.ndim != 1:
+                    piece = piece.reshape(x.shape)
+                # out[i], or (a view into this bucket's fresh buffer, unless widened) the piece as a's dtype
+                o = outs[i] if outs is not None else None
+                results[i] = finish_reduction(piece, c.size, False, widen=plan.widen, out=o, dtype=x.dtype, xp=xp)
+
         return "allreduce", (send, recv, plan.op), finish
 
     results: List[Any] = [None] * n  # the rows of one received buffer, or filled array by array
@@ -221,39 +239,6 @@ def list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
         check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL)) if o is not None else None
         for a, o in zip(arrays, outs_of(out, len(arrays)))
     ]
-
-
-def _unpacker(
-    recv: Any,
-    idx: Sequence[int],
-    arrays: List[Any],
-    outs: Optional[List[Any]],
-    results: List[Any],
-    plan: ReducePlan,
-    parts: int,
-    xp: Any,
-    scratched: bool,
-    rows: bool,
-) -> Callable[[], None]:
-    def finish() -> None:
-        buf = finish_reduction(recv, parts, plan.divide)
-        if scratched:
-            buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
-        if rows:  # one shape: the rows of a stack, at C speed
-            results[:] = as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape)
-            return
-        offset = 0
-        for i in idx:
-            a = arrays[i]
-            piece = buf[offset : offset + a.size]
-            offset += a.size
-            if a.ndim != 1:
-                piece = piece.reshape(a.shape)
-            # out[i], or (a view into this bucket's fresh buffer, unless widened) the piece as a's dtype
-            o = outs[i] if outs is not None else None
-            results[i] = finish_reduction(piece, parts, False, widen=plan.widen, out=o, dtype=a.dtype, xp=xp)
-
-    return finish
 
 
 def copy_into(out: Any, x: Any, op: str) -> Any:
