@@ -12,13 +12,13 @@ collective, in front of this road.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .._core.agree import settle
-from .._core.launch import done
+from .._core.launch import Batch, done
 from .._errors import HpccollError
 
-__all__ = ["Call", "Road", "run", "agreed", "copied"]
+__all__ = ["Call", "Road", "run", "agreed", "copied", "in_buckets"]
 
 
 class Call(NamedTuple):
@@ -90,3 +90,29 @@ def copied(a: Call) -> Any:
     """The one-rank result of a collective that moves data: ``x`` copied into ``out``."""
     a.xp.copyto(a.out, a.x)
     return a.out
+
+
+def in_buckets(
+    c: Any,
+    kind: str,
+    async_op: bool,
+    results: List[Any],
+    groups: Iterable[Tuple[Any, Sequence[int], Sequence[range]]],
+    bucket: Callable[[Any, Sequence[int], bool], Tuple[str, tuple, Callable[[], None]]],
+) -> Any:
+    """The list forms' one bucket loop: ``results`` (a :class:`Request` for them if ``async_op``).
+
+    ``groups``: ``(key, members, parts)``, the positions of the arrays moved
+    alike (one dtype's) and their buckets (:func:`hpccoll._layout.buckets`
+    over ``members``). ``bucket(key, idx, whole)`` packs the arrays of ``idx``
+    and returns the transport call that moves them, ``(primitive, args,
+    finish)``; ``whole``: ``idx`` is the one bucket of every array. Each call
+    picks its own transport, and the finishers fill ``results`` once every
+    call is done (:class:`~hpccoll._core.launch.Batch`).
+    """
+    batch = Batch(c, kind, async_op)
+    for key, members, parts in groups:
+        whole = len(parts) == 1 and len(members) == len(results)
+        for part in parts:
+            batch.start(*bucket(key, members if len(part) == len(members) else [members[j] for j in part], whole))
+    return batch.finish(results)

@@ -39,7 +39,7 @@ from .._core.blocks import (
     with_extent,
 )
 from .._core.extents import gathered_sizes
-from .._core.launch import Batch, Ready, done, launch, scratch
+from .._core.launch import Ready, done, launch, scratch
 from .._core.lists import ListOf, list_types, survey_list
 from .._core.validate import (
     axes_of,
@@ -57,7 +57,7 @@ from .._errors import ArgumentError, HpccollError, MismatchError
 from .._layout import as_wire, blocks, buckets, join, wire_flat
 from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_extents, exchange_shapes
-from ._engine import Call, Road, copied, run
+from ._engine import Call, Road, copied, in_buckets, run
 
 __all__ = ["all_gather", "all_gather_arrays", "ALL_GATHER"]
 
@@ -246,8 +246,8 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
         for a, o in zip(arrays, outs):
             xp.copyto(o, a)
         return done(outs, async_op, kind)
-    batch = Batch(c, kind, async_op)
-    for idx in groups:
+
+    def bucket(_: Any, idx: Sequence[int], whole: bool) -> Tuple[str, tuple, Callable[[], None]]:
         if uniform:
             counts = [unit[0] * len(idx) * n for n in table[0]]
         else:
@@ -256,10 +256,9 @@ def _many(xs: Any, types: Set[type], c: Any, axis: Any, sizes: Any, out: Any, wh
         group = arrays if len(idx) == len(arrays) else [arrays[i] for i in idx]
         send = _send_bytes(group, xp, pair[0][: counts[c.rank]] if pair else None)
         recv = pair[1][: sum(counts)] if pair else xp.empty(sum(counts), _BYTES)
-        batch.start(
-            "allgatherv", (send, recv, counts), _unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform)
-        )
-    return batch.finish(outs)
+        return "allgatherv", (send, recv, counts), _unpacker(recv, idx, arrays, axes, table, unit, outs, xp, uniform)
+
+    return in_buckets(c, kind, async_op, outs, [(None, range(len(arrays)), groups)], bucket)
 
 
 def _check_extents(lst: ListOf, axes: List[int], sizes: Tuple[int, ...], c: Any) -> None:
@@ -324,8 +323,7 @@ def _unpacker(
             k, first = len(arrays), arrays[0]
             stacked = xp.empty((k, sum(table[0])) + first.shape[1:], first.dtype)
             blocks(recv, stacked.view(_BYTES).reshape(k, sum(table[0]), unit[0]), xp, 1, table[0], to_flat=False)
-            outs.clear()
-            outs.extend(stacked)
+            outs[:] = stacked
             return
         offset = 0
         starts = [0] * len(arrays)

@@ -10,22 +10,21 @@ and raises the errors.
 
 from __future__ import annotations
 
-from operator import attrgetter
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence, Set, Tuple
 
 import numpy as np
 
 from .._arrays import check_list_items, flat, module_of
 from .._core.agree import all_reduce_desc, all_reduce_list_desc, checking, replicated_desc, settle
 from .._core.blocks import ALL, in_place_send, in_place_test, may_share
-from .._core.launch import Batch, Ready, done, launch, scratch
+from .._core.launch import Ready, done, launch, scratch
 from .._core.lists import is_array_list, list_types, survey_list, total_bytes
 from .._core.validate import check_out, cotangent_of, one_array, outs_of, plain_out
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan, truth_valued
 from .._errors import HpccollError
 from .._layout import as_wire, buckets, concat, finish_reduction, wire_flat
 from .._spec import Bound, Hooks, Meta, register
-from ._engine import Call, Road, run
+from ._engine import Call, Road, in_buckets, run
 
 __all__ = [
     "all_reduce",
@@ -36,12 +35,12 @@ __all__ = [
     "alone",
     "alone_list",
     "dtype_groups",
+    "plan_groups",
     "list_outs",
     "ALL_REDUCE",
 ]
 
 _ndarray = np.ndarray
-_nbytes_of = attrgetter("nbytes")
 
 
 def all_reduce(x: Any, c: Any, op: Any, out: Any, what: str, async_op: bool) -> Any:
@@ -176,49 +175,58 @@ def alone_list(a: Call) -> Any:
     return [copy_into(o, x, a.op) for x, o in zip(a.x.arrays, a.out or [None] * len(a.x.arrays))]
 
 
+def plan_groups(a: Call, transport: Any, limit: int) -> Iterator[Tuple[ReducePlan, Sequence[int], List[range]]]:
+    """A checked list's groups for :func:`in_buckets`: each dtype's plan on ``transport``, its arrays, their buckets
+    of at most ``limit`` bytes on the wire."""
+    lst = a.x
+    arrays = lst.arrays
+    for dtype, members in dtype_groups(arrays, lst.dtypes).items():
+        plan = reduce_plan(dtype, a.op, transport.native_reduce, transport.saturates, transport.reduce_ops)
+        if lst.shape is not None:  # one shape: one size
+            each = arrays[0].size * plan.wire.itemsize
+            yield plan, members, buckets([each] * len(members), limit, each * len(members))
+        else:
+            yield plan, members, buckets([arrays[i].size * plan.wire.itemsize for i in members], limit)
+
+
 def _move_list(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
-    lst, outs, op, xp, total = a.x, a.out, a.op, a.xp, a.nbytes
-    arrays, kind = lst.arrays, lst.kind
+    lst, outs, xp, total = a.x, a.out, a.xp, a.nbytes
+    arrays = lst.arrays
     n = len(arrays)
-    nbytes = [arrays[0].nbytes] * n if lst.alike else list(map(_nbytes_of, arrays))
-    groups = dtype_groups(arrays, lst.dtypes)
-    results: List[Any] = []  # the rows of one received buffer, or filled array by array
-    batch = Batch(c, kind, async_op)
-    for dtype, members in groups.items():
-        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
-        if plan.widen:
-            wire_bytes = [arrays[i].size * plan.wire.itemsize for i in members]
-        else:  # the wire dtype has the array's itemsize
-            wire_bytes = nbytes if len(members) == n else [nbytes[i] for i in members]
-        wire_total = total if wire_bytes is nbytes else sum(wire_bytes)
-        groups_of = buckets(wire_bytes, c.bucket_bytes, wire_total)
+
+    def bucket(plan: ReducePlan, idx: Sequence[int], whole: bool) -> Tuple[str, tuple, Callable[[], None]]:
         # No out, one bucket of all arrays, one shape (>= 1-D): the results are the rows of the received buffer.
-        rows = outs is None and len(members) == n and len(groups_of) == 1 and bool(lst.shape) and not plan.widen
-        if not rows and not results:
-            results.extend([None] * n)
+        rows = outs is None and whole and bool(lst.shape) and not plan.widen
         # One bucket of NumPy arrays moving blocking: pack and move in the communicator's scratch buffers.
         pair = (
-            scratch(c, wire_total)
-            if len(groups) == len(groups_of) == 1 and kind == "numpy" and not async_op and not plan.widen and wire_total
-            else None
+            scratch(c, total) if whole and lst.kind == "numpy" and not async_op and not plan.widen and total else None
         )
-        for bucket in groups_of:
-            idx = members if len(bucket) == len(members) else [members[j] for j in bucket]
-            size = wire_total if len(groups_of) == 1 else sum(wire_bytes[j] for j in bucket)
-            send = concat(
-                arrays if len(idx) == n else [arrays[i] for i in idx],
-                plan.wire,
-                plan.widen,
-                xp,
-                pair[0][:size] if pair else None,
-            )
-            recv = pair[1][:size].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
-            batch.start(
-                "allreduce",
-                (send, recv, plan.op),
-                _unpacker(recv, idx, arrays, outs, results, plan, c.size, xp, pair is not None, rows),
-            )
-    return batch.finish(results)
+        group = arrays if len(idx) == n else [arrays[i] for i in idx]
+        send = concat(group, plan.wire, plan.widen, xp, pair[0][:total] if pair else None)
+        recv = pair[1][:total].view(plan.wire) if pair else xp.empty(send.size, plan.wire)
+
+        def finish() -> None:
+            buf = finish_reduction(recv, c.size, plan.divide)
+            if pair is not None:
+                buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
+            if rows:  # one shape: the rows of a stack, at C speed
+                results[:] = as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape)
+                return
+            offset = 0
+            for i in idx:
+                x = arrays[i]
+                piece = buf[offset : offset + x.size]
+                offset += x.size
+                if x.ndim != 1:
+                    piece = piece.reshape(x.shape)
+                # out[i], or (a view into this bucket's fresh buffer, unless widened) the piece as a's dtype
+                o = outs[i] if outs is not None else None
+                results[i] = finish_reduction(piece, c.size, False, widen=plan.widen, out=o, dtype=x.dtype, xp=xp)
+
+        return "allreduce", (send, recv, plan.op), finish
+
+    results: List[Any] = [None] * n  # the rows of one received buffer, or filled array by array
+    return in_buckets(c, lst.kind, async_op, results, plan_groups(a, transport, c.bucket_bytes), bucket)
 
 
 _MANY = Road(_check_list, alone_list, _move_list)
@@ -231,39 +239,6 @@ def list_outs(arrays: List[Any], out: Any, kind: str) -> List[Any]:
         check_out(o, a.shape, a.dtype, a, xp, in_place_test(a, ALL)) if o is not None else None
         for a, o in zip(arrays, outs_of(out, len(arrays)))
     ]
-
-
-def _unpacker(
-    recv: Any,
-    idx: Sequence[int],
-    arrays: List[Any],
-    outs: Optional[List[Any]],
-    results: List[Any],
-    plan: ReducePlan,
-    parts: int,
-    xp: Any,
-    scratched: bool,
-    rows: bool,
-) -> Callable[[], None]:
-    def finish() -> None:
-        buf = finish_reduction(recv, parts, plan.divide)
-        if scratched:
-            buf = buf.copy()  # the results' own memory (a copy is cheaper than MPI writing to fresh pages)
-        if rows:  # one shape: the rows of a stack, at C speed
-            results.extend(as_wire(buf, arrays[0].dtype).reshape((len(arrays),) + arrays[0].shape))
-            return
-        offset = 0
-        for i in idx:
-            a = arrays[i]
-            piece = buf[offset : offset + a.size]
-            offset += a.size
-            if a.ndim != 1:
-                piece = piece.reshape(a.shape)
-            # out[i], or (a view into this bucket's fresh buffer, unless widened) the piece as a's dtype
-            o = outs[i] if outs is not None else None
-            results[i] = finish_reduction(piece, parts, False, widen=plan.widen, out=o, dtype=a.dtype, xp=xp)
-
-    return finish
 
 
 def copy_into(out: Any, x: Any, op: str) -> Any:

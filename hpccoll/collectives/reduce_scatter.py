@@ -37,7 +37,7 @@ from .._core.blocks import (
     shape_without,
     with_extent,
 )
-from .._core.launch import Batch, launch, scratch, then
+from .._core.launch import launch, scratch, then
 from .._core.lists import ListOf, list_types, survey_list, total_bytes
 from .._core.validate import (
     axes_of,
@@ -52,11 +52,11 @@ from .._core.validate import (
 )
 from .._dtypes import ReducePlan, direct_plan, normalize_op, reduce_plan
 from .._errors import ArgumentError, HpccollError, MismatchError
-from .._layout import as_wire, blocks, buckets, finish_reduction, joined, pack, wire_flat
+from .._layout import as_wire, blocks, finish_reduction, joined, pack, wire_flat
 from .._spec import Bound, Hooks, Meta, register
 from ..transports._control import exchange_shapes
-from ._engine import Call, Road, run
-from .all_reduce import alone, alone_list, dtype_groups, finisher, into
+from ._engine import Call, Road, in_buckets, run
+from .all_reduce import alone, alone_list, finisher, into, plan_groups
 
 __all__ = ["reduce_scatter", "reduce_scatter_arrays", "REDUCE_SCATTER"]
 
@@ -200,58 +200,35 @@ def _buckets(a: Call, c: Any, transport: Any, async_op: bool) -> Any:
 
     Without ``out`` (``a.out`` is ``None``) a uniform list may come back as the rows of one new array.
     """
-    lst, axes, table, op, xp = a.x, a.ax, a.sizes, a.op, a.xp
-    arrays, kind = lst.arrays, lst.kind
+    lst, axes, table, xp = a.x, a.ax, a.sizes, a.xp
+    arrays = lst.arrays
     outs = a.out or [None] * len(arrays)
     shape = lst.shape  # one shape: each array's block extents and trailing size are one value
-    groups = dtype_groups(arrays, lst.dtypes)  # one group per dtype (bool and uint8 share a plan, not a result dtype)
     if shape is not None:
         inner = [prod(shape_without(shape, axes[0]))] * len(arrays)
     else:
         inner = [prod(shape_without(s, ax)) for s, ax in zip(lst.shapes, axes)]
-    batch = Batch(c, kind, async_op)
-    results: List[Any] = []  # the rows of one new array, or filled array by array
-    for dtype, members in groups.items():
-        plan = reduce_plan(dtype, op, transport.native_reduce, transport.saturates, transport.reduce_ops)
-        if shape is not None:
-            each = arrays[0].size * plan.wire.itemsize
-            groups_of = buckets([each] * len(members), c.bucket_bytes, each * len(members))
-        else:
-            groups_of = buckets([arrays[i].size * plan.wire.itemsize for i in members], c.bucket_bytes)
+
+    def bucket(plan: ReducePlan, idx: Sequence[int], whole: bool) -> Tuple[str, tuple, Callable[[], None]]:
         # One bucket of all arrays, one shape, split along axis 0, no out, no widening: one relayout each way.
-        uniform = (
-            len(groups) == 1
-            and len(groups_of) == 1
-            and a.out is None
-            and not plan.widen
-            and shape is not None
-            and axes[0] == 0
+        uniform = whole and a.out is None and not plan.widen and shape is not None and axes[0] == 0
+        if shape is not None:  # every array of idx alike: k arrays' blocks of one extent per rank
+            counts = [len(idx) * inner[0] * n for n in table[0]]
+        else:
+            counts = [sum(inner[i] * table[i][r] for i in idx) for r in range(c.size)]
+        size = plan.wire.itemsize
+        pair = (
+            scratch(c, sum(counts) * size)
+            if uniform and lst.kind == "numpy" and not async_op and counts[c.rank]
+            else None
         )
-        if not uniform and not results:
-            results.extend([None] * len(arrays))
-        for bucket in groups_of:
-            idx = members if len(bucket) == len(members) else [members[j] for j in bucket]
-            if shape is not None:  # every array of idx alike: k arrays' blocks of one extent per rank
-                counts = [len(idx) * inner[0] * n for n in table[0]]
-            else:
-                counts = [sum(inner[i] * table[i][r] for i in idx) for r in range(c.size)]
-            pair = (
-                scratch(c, sum(counts) * plan.wire.itemsize)
-                if uniform and kind == "numpy" and not async_op and counts[c.rank]
-                else None
-            )
-            send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
-            recv = (
-                pair[0][: counts[c.rank] * plan.wire.itemsize].view(plan.wire)
-                if pair
-                else xp.empty(counts[c.rank], plan.wire)
-            )
-            batch.start(
-                "reduce_scatter",
-                (send, recv, counts, plan.op),
-                _unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp, uniform, pair is not None),
-            )
-    return batch.finish(results)
+        send = _rank_major(arrays, idx, axes, table, counts, plan, xp, pair, c.size)
+        recv = pair[0][: counts[c.rank] * size].view(plan.wire) if pair else xp.empty(counts[c.rank], plan.wire)
+        finish = _unpacker(recv, idx, arrays, axes, outs, results, inner, table, c, plan, xp, uniform, pair is not None)
+        return "reduce_scatter", (send, recv, counts, plan.op), finish
+
+    results: List[Any] = [None] * len(arrays)  # the rows of one new array, or filled array by array
+    return in_buckets(c, lst.kind, async_op, results, plan_groups(a, transport, c.bucket_bytes), bucket)
 
 
 _MANY = Road(_check_list, alone_list, _buckets)
@@ -331,7 +308,7 @@ def _unpacker(
             first = arrays[idx[0]]
             mine = table[idx[0]][c.rank]
             buf = buf.copy() if scratched else buf
-            results.extend(as_wire(buf, first.dtype).reshape((len(idx), mine) + first.shape[1:]))
+            results[:] = as_wire(buf, first.dtype).reshape((len(idx), mine) + first.shape[1:])
             return
         offset = 0
         for i in idx:
