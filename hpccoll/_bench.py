@@ -463,28 +463,21 @@ def _raw(
         return lambda: [q.Wait() for q in (mpi.Irecv(rbuf, source, 0), mpi.Isend(sbuf, to, 0))]
     if coll == "broadcast":
         return call("Bcast", [np.zeros(total, wire), t], root)
+    v = "" if even else "v"  # uneven: the v-form, each buffer of many blocks with its counts and displacements
+
+    def many(buf: Optional[np.ndarray], c: List[int]) -> Optional[list]:
+        return None if buf is None else [buf, t] if even else [buf, (c, displacements(c)), t]
+
+    whole = np.zeros(sum(counts), wire) if at_root or coll not in ROOTED else None
+    mine = np.zeros(counts[r], wire)
     if coll == "gather":
-        send = np.zeros(counts[r], wire)
-        whole = np.zeros(sum(counts), wire) if at_root else None
-        if even:
-            return call("Gather", [send, t], [whole, t] if at_root else None, root)
-        return call("Gatherv", [send, t], [whole, (counts, displacements(counts)), t] if at_root else None, root)
+        return call("Gather" + v, [mine, t], many(whole, counts), root)
     if coll == "scatter":
-        whole = np.zeros(sum(counts), wire) if at_root else None
-        recv = np.zeros(counts[r], wire)
-        if even:
-            return call("Scatter", [whole, t] if at_root else None, [recv, t], root)
-        return call("Scatterv", [whole, (counts, displacements(counts)), t] if at_root else None, [recv, t], root)
+        return call("Scatter" + v, many(whole, counts), [mine, t], root)
     if coll == "allgather":
-        send, recv = np.zeros(counts[r], wire), np.zeros(sum(counts), wire)
-        if even:
-            return call("Allgather", [send, t], [recv, t])
-        return call("Allgatherv", [send, t], [recv, (counts, displacements(counts)), t])
-    send, recv = np.zeros(sum(counts), wire), np.zeros(P * counts[r], wire)
-    if even:
-        return call("Alltoall", [send, t], [recv, t])
+        return call("Allgather" + v, [mine, t], many(whole, counts))
     back = [counts[r]] * P
-    return call("Alltoallv", [send, (counts, displacements(counts)), t], [recv, (back, displacements(back)), t])
+    return call("Alltoall" + v, many(whole, counts), many(np.zeros(P * counts[r], wire), back))
 
 
 def _caller(mpi: Any, blocking: bool) -> Callable[..., Callable[[], Any]]:
