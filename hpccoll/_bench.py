@@ -38,34 +38,18 @@ from ._dtypes import OPS
 
 __all__ = ["collectives", "ROOTED", "add_arguments", "main", "parse_size", "parser", "run", "run_command"]
 
-#: The collectives written out here, in the table's order (the point-to-point pairs follow: :func:`collectives`).
-_WRITTEN = (
-    "allgather",
-    "reducescatter",
-    "allreduce",
-    "alltoall",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-)
+#: The collectives written out here, in the table's order (the point-to-point pairs follow: :func:`collectives`):
+#: each one's command-line name (its name without underscores, as nccl-tests names it) and name.
+_WRITTEN = {
+    name.replace("_", ""): name
+    for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "reduce", "gather", "scatter")
+}
 #: The collectives with a root (``-r``); the others' rows show root -1.
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 #: The collectives with a reduction op (the others' rows show redop none).
 _REDUCING = ("reducescatter", "allreduce", "reduce")
 #: The collectives whose every rank's array is the whole size S (the others split it into blocks).
 _WHOLE = ("allreduce", "broadcast", "reduce")
-#: nccl-tests' bus bandwidth factors, n ranks (the point-to-point pairs: its sendrecv's, 1).
-_BUS: Dict[str, Callable[[int], float]] = {
-    "allgather": lambda n: (n - 1) / n,
-    "reducescatter": lambda n: (n - 1) / n,
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-}
 #: nccl-tests' datatype names, and short ones, for NumPy's.
 _ALIASES = {
     "float": "float32",
@@ -118,12 +102,15 @@ def collectives() -> Tuple[str, ...]:
     tuple of str
         The ``--collective`` names.
     """
-    return _WRITTEN + tuple(_point_to_point())
+    return tuple(_WRITTEN) + tuple(_point_to_point())
 
 
 def _bus(coll: str, n: int) -> float:
-    """nccl-tests' bus bandwidth factor of ``coll`` on ``n`` ranks (a point-to-point pair: its sendrecv's)."""
-    return _BUS[coll](n) if coll in _BUS else 1.0
+    """nccl-tests' bus bandwidth factor of ``coll`` on ``n`` ranks: ``2(n-1)/n`` for all-reduce, 1 for broadcast,
+    reduce and a point-to-point pair (its sendrecv's), ``(n-1)/n`` for the others."""
+    if coll == "allreduce":
+        return 2 * (n - 1) / n
+    return 1.0 if coll in _WHOLE or coll not in _WRITTEN else (n - 1) / n
 
 
 def parse_size(text: str) -> int:
@@ -312,9 +299,7 @@ class Case:
         self.in_place: Optional[Callable[[], Any]] = None
         self.reset: Callable[[], Any] = lambda: None
         self.got_in_place: Callable[[], List[Any]] = lambda: []
-        _CALLS.get(coll, Case._point_to_point_calls)(
-            self, _Inputs(xs, block, self.on_device, args.list > 0, bool(args.blocking), axis, r)
-        )
+        self._calls(_Inputs(xs, block, self.on_device, args.list > 0, bool(args.blocking), axis, r))
         self.raw: Optional[Callable[[], Any]] = None  # raw MPI on host buffers, only when asked for
         if args.baseline and xp is np:
             counts = [n * lead * s for s in sizes]
@@ -326,86 +311,52 @@ class Case:
 
         return hpccoll
 
-    # The calls of each collective: ``hpc`` out of place, and where it has one the in-place form, with
-    # ``reset`` (its buffers set as before a first call) and ``got_in_place`` (the arrays it wrote).
-
-    def _all_gather_calls(self, k: "_Inputs") -> None:
-        f, sizes, xp = _finish(self._hpccoll.all_gather, k.blocking), self.sizes, self.xp
-        X, OUT = k.of(self.outs)
-        self.hpc = lambda: f(X, self.comm, axis=k.axis, sizes=sizes, out=OUT)
-        if k.many:  # the list form has no in-place layout
-            return
-        own, whole = k.block(k.rank), self.outs[0]
-        mine = whole[own]
-        self.in_place = lambda: f(mine, self.comm, axis=k.axis, sizes=sizes, out=whole)
-
-        def reset() -> None:  # a result with nothing of a previous call's in it, this rank's block set
-            xp.copyto(whole, k.on_device(_poison(self.arrays[0].want)))
-            whole[own] = k.xs[0]
-
-        self.reset = reset
-        self.got_in_place = lambda: [whole]
-
-    def _reduce_scatter_calls(self, k: "_Inputs") -> None:
-        f, sizes, op = _finish(self._hpccoll.reduce_scatter, k.blocking), self.sizes, self.op
-        X, OUT = k.of(self.outs)
-        self.hpc = lambda: f(X, self.comm, op=op, axis=k.axis, sizes=sizes, out=OUT)
-        if k.many:
-            return
-        own, scratch = k.block(k.rank), k.xs[0].copy()
-        mine = scratch[own]
-        self.in_place = lambda: f(scratch, self.comm, op=op, axis=k.axis, sizes=sizes, out=mine)
-        self.reset = lambda: self.xp.copyto(scratch, k.xs[0])
-        self.got_in_place = lambda: [mine]
-
-    def _all_reduce_calls(self, k: "_Inputs") -> None:
-        f, op = _finish(self._hpccoll.all_reduce, k.blocking), self.op
-        X, OUT = k.of(self.outs)
-        self.hpc = lambda: f(X, self.comm, op=op, out=OUT)
-        self._in_place_on_copies(k, f, k.xs, {"op": op})
-
-    def _all_to_all_calls(self, k: "_Inputs") -> None:  # no in-place form (out may not overlap x)
-        f, sizes = _finish(self._hpccoll.all_to_all, k.blocking), self.sizes
-        X, OUT = k.of(self.outs)
-        recv = [sizes[k.rank]] * self.comm.size
-        self.hpc = lambda: f(X, self.comm, split_axis=k.axis, concat_axis=k.axis, sizes=sizes, recv_sizes=recv, out=OUT)
-
-    def _broadcast_calls(self, k: "_Inputs") -> None:
-        f, root = _finish(self._hpccoll.broadcast, k.blocking), self.root
-        X, OUT = k.of(self.outs)
-        self.hpc = lambda: f(X, self.comm, root=root, out=OUT)
-        # in place, out=x: root's x is its input; the others' hold every element wrong, so one left unwritten
-        # is counted
-        fill = k.xs if k.rank == root else [k.on_device(_poison(a.want)) for a in self.arrays]
-        self._in_place_on_copies(k, f, fill, {"root": root})
-
-    def _reduce_calls(self, k: "_Inputs") -> None:
-        f, op, root = _finish(self._hpccoll.reduce, k.blocking), self.op, self.root
-        X, OUT = k.of(self.outs)
-        self.hpc = lambda: f(X, self.comm, op=op, root=root, out=OUT)
-        self._in_place_on_copies(k, f, k.xs, {"op": op, "root": root})  # out=x: every rank's its own input
-
-    def _point_to_point_calls(self, k: "_Inputs") -> None:  # shift...: the keywords of its spec's example
-        assert self.pair is not None
-        f, options = _finish(getattr(self._hpccoll, self.pair), k.blocking), self.keywords
+    def _calls(self, k: "_Inputs") -> None:
+        """The calls: ``hpc`` out of place, and where the collective has one the in-place form, with ``reset`` (its
+        buffers set as before a first call) and ``got_in_place`` (the arrays it wrote)."""
+        coll, sizes, xp = self.coll, self.sizes, self.xp
+        f = _finish(getattr(self._hpccoll, self.pair or _WRITTEN[coll]), k.blocking)
+        options = dict(self.keywords)  # a point-to-point pair's: those of its spec's example
+        if coll in _REDUCING:
+            options["op"] = self.op
+        if coll in ROOTED:
+            options["root"] = self.root
+        if coll == "alltoall":
+            recv = [sizes[k.rank]] * self.comm.size
+            options.update(split_axis=k.axis, concat_axis=k.axis, sizes=sizes, recv_sizes=recv)
+        elif coll not in _WHOLE and self.pair is None:  # a list of gather or scatter takes one sizes per array
+            options.update(axis=k.axis, sizes=[sizes] * len(self.arrays) if k.many and coll in ROOTED else sizes)
         X, OUT = k.of(self.outs)
         self.hpc = lambda: f(X, self.comm, out=OUT, **options)
-        self._in_place_on_copies(k, f, k.xs, options)
+        if coll in _WHOLE or self.pair is not None:  # in place, out=x, on copies of ``fill`` restored by reset
+            # broadcast: root's x is its input; the others' hold every element wrong, so one left unwritten is
+            # counted; the others: every rank's its own input
+            fill = k.xs
+            if coll == "broadcast" and k.rank != self.root:
+                fill = [k.on_device(_poison(a.want)) for a in self.arrays]
+            scratches = [x.copy() for x in fill]
+            S = scratches if k.many else scratches[0]
+            self.in_place = lambda: f(S, self.comm, out=S, **options)
+            self.reset = lambda: [xp.copyto(s, x) for s, x in zip(scratches, fill)]
+            self.got_in_place = lambda: scratches
+        elif coll == "allgather" and not k.many:  # x this rank's block of out (the list form has no such layout)
+            own, whole = k.block(k.rank), self.outs[0]
+            mine = whole[own]
+            self.in_place = lambda: f(mine, self.comm, out=whole, **options)
 
-    def _in_place_on_copies(self, k: "_Inputs", f: Callable[..., Any], fill: List[Any], options: dict) -> None:
-        """The in-place form ``f(S, comm, out=S, **options)`` on copies of ``fill``, restored by ``reset``."""
-        scratches = [x.copy() for x in fill]
-        S = scratches if k.many else scratches[0]
-        self.in_place = lambda: f(S, self.comm, out=S, **options)
-        self.reset = lambda: [self.xp.copyto(s, x) for s, x in zip(scratches, fill)]
-        self.got_in_place = lambda: scratches
+            def reset() -> None:  # a result with nothing of a previous call's in it, this rank's block set
+                xp.copyto(whole, k.on_device(_poison(self.arrays[0].want)))
+                whole[own] = k.xs[0]
 
-    def _rooted_split_calls(self, k: "_Inputs") -> None:  # gather, scatter: no in-place form
-        fn = self._hpccoll.gather if self.coll == "gather" else self._hpccoll.scatter
-        f, root = _finish(fn, k.blocking), self.root
-        X, OUT = k.of(self.outs)
-        each = [self.sizes] * len(self.arrays) if k.many else self.sizes  # a list takes one entry per array
-        self.hpc = lambda: f(X, self.comm, root=root, axis=k.axis, sizes=each, out=OUT)
+            self.reset = reset
+            self.got_in_place = lambda: [whole]
+        elif coll == "reducescatter" and not k.many:  # out this rank's block of x
+            scratch = k.xs[0].copy()
+            part = scratch[k.block(k.rank)]
+            self.in_place = lambda: f(scratch, self.comm, out=part, **options)
+            self.reset = lambda: xp.copyto(scratch, k.xs[0])
+            self.got_in_place = lambda: [part]
+        # all-to-all, gather and scatter have no in-place form (out may not overlap x)
 
     def _host(
         self, coll: str, i: int, P: int, r: int, axis: int, lead: int, shape: Any, block: Any, units: int, per: int
@@ -512,28 +463,21 @@ def _raw(
         return lambda: [q.Wait() for q in (mpi.Irecv(rbuf, source, 0), mpi.Isend(sbuf, to, 0))]
     if coll == "broadcast":
         return call("Bcast", [np.zeros(total, wire), t], root)
+    v = "" if even else "v"  # uneven: the v-form, each buffer of many blocks with its counts and displacements
+
+    def many(buf: Optional[np.ndarray], c: List[int]) -> Optional[list]:
+        return None if buf is None else [buf, t] if even else [buf, (c, displacements(c)), t]
+
+    whole = np.zeros(sum(counts), wire) if at_root or coll not in ROOTED else None
+    mine = np.zeros(counts[r], wire)
     if coll == "gather":
-        send = np.zeros(counts[r], wire)
-        whole = np.zeros(sum(counts), wire) if at_root else None
-        if even:
-            return call("Gather", [send, t], [whole, t] if at_root else None, root)
-        return call("Gatherv", [send, t], [whole, (counts, displacements(counts)), t] if at_root else None, root)
+        return call("Gather" + v, [mine, t], many(whole, counts), root)
     if coll == "scatter":
-        whole = np.zeros(sum(counts), wire) if at_root else None
-        recv = np.zeros(counts[r], wire)
-        if even:
-            return call("Scatter", [whole, t] if at_root else None, [recv, t], root)
-        return call("Scatterv", [whole, (counts, displacements(counts)), t] if at_root else None, [recv, t], root)
+        return call("Scatter" + v, many(whole, counts), [mine, t], root)
     if coll == "allgather":
-        send, recv = np.zeros(counts[r], wire), np.zeros(sum(counts), wire)
-        if even:
-            return call("Allgather", [send, t], [recv, t])
-        return call("Allgatherv", [send, t], [recv, (counts, displacements(counts)), t])
-    send, recv = np.zeros(sum(counts), wire), np.zeros(P * counts[r], wire)
-    if even:
-        return call("Alltoall", [send, t], [recv, t])
+        return call("Allgather" + v, [mine, t], many(whole, counts))
     back = [counts[r]] * P
-    return call("Alltoallv", [send, (counts, displacements(counts)), t], [recv, (back, displacements(back)), t])
+    return call("Alltoall" + v, many(whole, counts), many(np.zeros(P * counts[r], wire), back))
 
 
 def _caller(mpi: Any, blocking: bool) -> Callable[..., Callable[[], Any]]:
@@ -573,7 +517,7 @@ def _cells(t: Optional[float], nbytes: int, factor: float, wrong: Optional[int])
 
 
 class _Inputs(NamedTuple):
-    """What a collective's calls are built from (:data:`_CALLS`)."""
+    """What a collective's calls are built from (:meth:`Case._calls`)."""
 
     xs: List[Any]  # the inputs, on the device where the buffers are
     block: Callable[[int], tuple]  # rank q's block of a whole array (an index)
@@ -586,19 +530,6 @@ class _Inputs(NamedTuple):
     def of(self, outs: List[Any]) -> Tuple[Any, Any]:
         """The call's input and out: the lists, or their one array."""
         return (self.xs, outs) if self.many else (self.xs[0], outs[0])
-
-
-#: Per collective written out, the Case method that builds its calls (the point-to-point pairs': one for all).
-_CALLS: Dict[str, Callable[[Case, _Inputs], None]] = {
-    "allgather": Case._all_gather_calls,
-    "reducescatter": Case._reduce_scatter_calls,
-    "allreduce": Case._all_reduce_calls,
-    "alltoall": Case._all_to_all_calls,
-    "broadcast": Case._broadcast_calls,
-    "reduce": Case._reduce_calls,
-    "gather": Case._rooted_split_calls,
-    "scatter": Case._rooted_split_calls,
-}
 
 
 def run(args: argparse.Namespace, comm: Any, say: Callable[[str], None]) -> List[Dict[str, Any]]:
