@@ -29,7 +29,7 @@ documented reason:
   sm_90; the capture query;
 * ``_info.py`` and ``_bench.py``: ``info``'s GPU report, ``bench --device
   cupy``'s preflight, runtime and array calls;
-* ``_base._bytes_like`` (check mode's scratch bytes): ``cupy.empty``.
+* ``_base._bytes_of`` (the default sendrecv's packed bytes): ``cupy.empty``.
 
 Not covered here, because each needs a device array or a GPU tensor, which the
 real CuPy cannot make without a driver: the relayout kernel's launch (its
@@ -310,7 +310,7 @@ def test_version_gates(monkeypatch):
 
 def test_cupy_runtime_reaches_cuda():
     """Each CupyRuntime call, on the real CuPy, converts its arguments and reaches CUDA, which has no driver."""
-    from hpccoll.transports._base import _bytes_like
+    from hpccoll.transports._base import _bytes_of
 
     rt = _cuda.CupyRuntime()
     assert rt.nccl is nccl and rt.nccl_missing is None
@@ -330,7 +330,7 @@ def test_cupy_runtime_reaches_cuda():
         "memcpyAsync": lambda: rt._memcpy(host.ctypes.data, device.data.ptr, 16, rt._d2h, 0),
         "record_again": lambda: rt.record_again(None),
         "on_this_stream": lambda: rt.on_this_stream(lambda: None),
-        "_base._bytes_like": lambda: _bytes_like(device, 16),  # check mode's scratch bytes for a CuPy buffer
+        "_base._bytes_of": lambda: _bytes_of("cupy", 16),  # the default sendrecv's packed bytes on a CuPy transport
     }
     for name, call in calls.items():
         with pytest.raises(cupy.cuda.runtime.CUDARuntimeError, match=NO_DRIVER):
