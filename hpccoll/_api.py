@@ -14,12 +14,14 @@ writes it from these signatures; run it after changing one.
 from __future__ import annotations
 
 import functools
+from inspect import Parameter, getdoc, signature
 from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
     Dict,
     FrozenSet,
+    List,
     Literal,
     NamedTuple,
     Optional,
@@ -1326,6 +1328,18 @@ class Pair(NamedTuple):
         """The configuration ``keywords`` checked and normalised, locally (no array, no communication)."""
         return self.hooks.configure(comm, keywords)
 
+    @property
+    def configuration(self) -> List[Parameter]:
+        """The forward's configuration keywords: its keyword-only parameters but ``out`` and ``async_op`` (what
+        an operator's constructor and an adapter's function take; a call takes the other two)."""
+        parameters = signature(self.forward).parameters.values()
+        return [p for p in parameters if p.kind is p.KEYWORD_ONLY and p.name not in ("out", "async_op")]
+
+    def documented(self) -> Dict[str, str]:
+        """The numpydoc ``Parameters`` entries of the forward's and the adjoint's docstrings (the forward's where
+        both describe a name), by each parameter name an entry describes: what derived docstrings reuse."""
+        return {**_parameters(getdoc(self.adjoint)), **_parameters(getdoc(self.forward))}
+
     def bound(
         self, meta: Meta, comm: Communicator, tracing: bool = False, **keywords: Any
     ) -> Tuple[Callable[[Any], Any], Callable[[Any], Any], Bound]:
@@ -1335,6 +1349,32 @@ class Pair(NamedTuple):
         b = self.hooks.bind(meta, comm, tracing, keywords)
         forward, adjoint = self.bind(comm=comm, **b.keywords)
         return forward, (adjoint if b.adjoint_as is None else b.adjoint_as(adjoint)), b
+
+
+def _parameters(doc: Optional[str]) -> Dict[str, str]:
+    """A numpydoc docstring's Parameters entries, by each parameter name an entry describes."""
+    lines = (doc or "").splitlines()
+    if "Parameters" not in lines:
+        return {}
+    entries: Dict[str, str] = {}
+    current: List[str] = []
+    names: List[str] = []
+
+    def close() -> None:
+        for name in names:
+            entries[name] = "\n".join(current).rstrip()
+
+    for i in range(lines.index("Parameters") + 2, len(lines)):
+        line = lines[i]
+        if line and not line[0].isspace():
+            if i + 1 < len(lines) and lines[i + 1].startswith("---"):  # the next section
+                break
+            close()
+            current, names = [line], [n.strip() for n in line.split(" : ")[0].split(",")]
+        elif current:
+            current.append(line)
+    close()
+    return entries
 
 
 #: Every forward/adjoint pair: the one table ``adjoint_of``, the operators and the adapters derive from.

@@ -913,7 +913,7 @@ def _derive(pair: Pair) -> Type[_SameShape]:
     """The :class:`_SameShape` operator of ``pair``: named ``pair.operator``, its ``__init__`` showing the
     forward's ``comm`` and configuration keywords, its docstring made from the forward's."""
     forward = inspect.signature(pair.forward)
-    shown = [p for p in forward.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _CALL]
+    shown = pair.configuration
     signature = inspect.Signature(
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), forward.parameters["comm"], *shown],
         return_annotation=None,
@@ -936,16 +936,12 @@ def _derive(pair: Pair) -> Type[_SameShape]:
     )
 
 
-#: The forward's keywords that are not the operator's configuration (``forward`` and ``plan`` take them).
-_CALL = ("out", "async_op")
-
-
 def _derived_doc(pair: Pair, shown: Sequence[inspect.Parameter]) -> str:
     """A derived operator's docstring: the forward's summary, its adjoint, and the forward's own entries for
     ``comm`` and the configuration keywords."""
     doc = inspect.cleandoc(pair.forward.__doc__ or "")
     summary = doc.split("\n\n")[0].replace("\n", " ").strip()
-    entries = _parameters(doc)
+    entries = pair.documented()
     lines = [
         f"{summary.rstrip('.')}; adjoint: :func:`~hpccoll.{pair.adjoint.__name__}`.",
         "",
@@ -956,26 +952,5 @@ def _derived_doc(pair: Pair, shown: Sequence[inspect.Parameter]) -> str:
         "----------",
     ]
     for name in ["comm", *(p.name for p in shown)]:
-        lines.extend(entries.get(name, [f"{name}", f"    As for :func:`~hpccoll.{pair.name}`."]))
+        lines.append(entries.get(name, f"{name}\n    As for :func:`~hpccoll.{pair.name}`."))
     return "\n".join(lines) + "\n"
-
-
-def _parameters(doc: str) -> Dict[str, List[str]]:
-    """The entries of a numpydoc ``Parameters`` section, by name (each its header line and its description)."""
-    lines = doc.splitlines()
-    try:
-        start = lines.index("Parameters") + 2
-    except ValueError:
-        return {}
-    entries: Dict[str, List[str]] = {}
-    current: List[str] = []
-    for line in lines[start:]:
-        if not line.strip() or line.startswith("-"):
-            break
-        if not line.startswith(" "):
-            current = [line]
-            for name in line.split(":")[0].split(","):
-                entries[name.strip()] = current
-        else:
-            current.append(line)
-    return entries

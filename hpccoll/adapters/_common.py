@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Dict, List, MutableMapping, Tuple
+from typing import Any, Callable, List, MutableMapping, Tuple
 
 from .._api import PAIRS, Pair, all_reduce
 from .._comm import Communicator
@@ -23,9 +23,6 @@ Maps = Tuple[Callable[[Any], Any], Callable[[Any], Any]]
 
 #: An adapter's one road: ``apply(pair, x, comm, **keywords)``, the pair's forward of ``x``, differentiable.
 Apply = Callable[..., Any]
-
-#: The core forward's keywords an adapter does not take: its result is a new array, returned when done.
-_DROPPED = ("out", "async_op")
 
 
 def replicate_maps(comm: Communicator) -> Maps:
@@ -43,8 +40,7 @@ def signature(pair: Pair, array: Any) -> inspect.Signature:
     ``out`` and ``async_op``, then the adjoint's own keywords; ``x`` and the result typed ``array``."""
     forward = list(inspect.signature(pair.forward).parameters.values())
     adjoint = inspect.signature(pair.adjoint).parameters
-    keywords = [p for p in forward[2:] if p.kind is p.KEYWORD_ONLY and p.name not in _DROPPED]
-    keywords += [p for name, p in adjoint.items() if name in pair.adjoint_only]
+    keywords = pair.configuration + [p for name, p in adjoint.items() if name in pair.adjoint_only]
     return inspect.Signature([forward[0].replace(annotation=array), forward[1], *keywords], return_annotation=array)
 
 
@@ -98,7 +94,7 @@ def derive_missing(namespace: MutableMapping[str, Any], apply: Apply, array: Any
 
 def _docstring(pair: Pair, sig: inspect.Signature, array: str, kind: str) -> str:
     forward, adjoint = pair.name, pair.adjoint.__name__
-    entries = {**_parameters(inspect.getdoc(pair.adjoint)), **_parameters(inspect.getdoc(pair.forward))}
+    entries = pair.documented()
     names = list(sig.parameters)
     lines = [
         f"Differentiable :func:`hpccoll.{forward}` of {kind}; backward: :func:`hpccoll.{adjoint}`.",
@@ -116,29 +112,3 @@ def _docstring(pair: Pair, sig: inspect.Signature, array: str, kind: str) -> str
     lines += written
     lines += ["", "Returns", "-------", array, f"    This rank's result of :func:`hpccoll.{forward}`.", ""]
     return "\n".join(lines)
-
-
-def _parameters(doc: Any) -> Dict[str, str]:
-    """A numpydoc docstring's Parameters entries, by each parameter name an entry describes."""
-    lines = (doc or "").splitlines()
-    if "Parameters" not in lines:
-        return {}
-    entries: Dict[str, str] = {}
-    current: List[str] = []
-    names: List[str] = []
-
-    def close() -> None:
-        for name in names:
-            entries[name] = "\n".join(current).rstrip()
-
-    for i in range(lines.index("Parameters") + 2, len(lines)):
-        line = lines[i]
-        if line and not line[0].isspace():
-            if i + 1 < len(lines) and lines[i + 1].startswith("---"):  # the next section
-                break
-            close()
-            current, names = [line], [n.strip() for n in line.split(" : ")[0].split(",")]
-        elif current:
-            current.append(line)
-    close()
-    return entries
