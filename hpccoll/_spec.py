@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-__all__ = ["Meta", "Bound", "Configure", "Bind", "Hooks", "HOOKS", "register", "names", "keep", "same_shape"]
+__all__ = ["Meta", "Bound", "Configure", "Bind", "Hooks", "HOOKS", "register", "names", "same_shape"]
 
 
 class Meta(NamedTuple):
@@ -72,11 +72,6 @@ class Bound(NamedTuple):
 Configure = Callable[[Any, Dict[str, Any]], Dict[str, Any]]
 #: ``bind(meta, comm, tracing, keywords) -> Bound``.
 Bind = Callable[[Meta, Any, bool, Dict[str, Any]], Bound]
-
-
-def keep(comm: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
-    """A ``configure`` for a pair with nothing to check before an array is known."""
-    return dict(keywords)
 
 
 def same_shape(configure: Configure) -> Bind:

@@ -103,7 +103,7 @@ PERMUTE = register(
         _configure,
         same_shape(_configure),
         "sendrecv",
-        lambda rank, size, keywords: _peers(perm_of(keywords["perm"], size), rank),
+        lambda rank, size, keywords: _peers(keywords["perm"], rank),  # keywords configured: perm checked
         lambda size: {"perm": [(i, i + 1) for i in range(size - 1)]},
     )
 )

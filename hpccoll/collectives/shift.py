@@ -74,8 +74,8 @@ def shift(x: Any, c: Any, offset: Any, out: Any, what: str, async_op: bool, adjo
     except HpccollError as e:
         err = e
     # named by the messages, not the call: shift_adjoint(offset=-k) sends what shift(offset=k) sends
-    peers = ((c.rank + step) % c.size, (c.rank - step) % c.size)
-    return exchange(x, c, peers, step != 0, out, what, async_op, err, "shift", {"offset": step})
+    config = {"offset": step}
+    return exchange(x, c, _peers(c.rank, c.size, config), step != 0, out, what, async_op, err, "shift", config)
 
 
 def exchange(
